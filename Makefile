@@ -1,0 +1,37 @@
+# hlogap: `make demo` and `make test` are the two set-up commands; both create .venv when needed.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench proto fixtures clean
+
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/hlogap demo
+
+test: $(STAMP)
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check hlogap tests scripts
+	$(BIN)/ruff format --check hlogap tests scripts
+
+bench: $(STAMP)
+	$(BIN)/python scripts/bench.py
+
+# Regenerate the protobuf modules from our own .proto files (committed, so users need no protoc).
+proto: $(STAMP)
+	cd hlogap/proto && ../../$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. xplane.proto hlo.proto
+
+# Profile small JAX programs on the CPU and write traces + cost_analysis() oracles to tests/fixtures.
+fixtures: $(STAMP)
+	$(BIN)/python scripts/make_fixtures.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,218 @@
+"""The HLO intermediate representation shared by the text parser, the proto decoder and the cost model.
+
+One IR whatever the source: a module holds computations, a computation holds instructions in
+program order, an instruction has a shape, operands (by name, with their shapes when known) and
+typed attributes where the cost model needs them. Attributes the cost model does not read are kept
+as raw text in `attrs` so that printing and comparing lose nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+# Bits per element. Sub-byte types pack; `token` and `tuple` hold no data.
+ELEMENT_BITS: dict[str, int] = {
+    "pred": 8,
+    "s2": 2, "s4": 4, "s8": 8, "s16": 16, "s32": 32, "s64": 64,
+    "u2": 2, "u4": 4, "u8": 8, "u16": 16, "u32": 32, "u64": 64,
+    "f4e2m1fn": 4, "f8e3m4": 8, "f8e4m3": 8, "f8e4m3fn": 8, "f8e4m3b11fnuz": 8,
+    "f8e4m3fnuz": 8, "f8e5m2": 8, "f8e5m2fnuz": 8, "f8e8m0fnu": 8,
+    "bf16": 16, "f16": 16, "f32": 32, "f64": 64,
+    "c64": 64, "c128": 128,
+    "token": 0, "opaque": 0,
+}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """`{minor_to_major:T(8,128)(2,1)S(1)}`. Tiles are outermost first; -1 stands for `*`."""
+
+    minor_to_major: tuple[int, ...] = ()
+    tiles: tuple[tuple[int, ...], ...] = ()
+    memory_space: int = 0
+    # Layout items the cost model ignores (`E(4)`, `L(...)`, `P(...)`, ...), as written.
+    extra: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Shape:
+    """An array shape (`element_type` + `dims`) or a tuple (`element_type == "tuple"`)."""
+
+    element_type: str
+    dims: tuple[int, ...] = ()
+    # True where the dim is dynamic (`s32[<=16]`); `dims` then holds the bound.
+    dynamic: tuple[bool, ...] = ()
+    layout: Layout | None = None
+    tuple_shapes: tuple[Shape, ...] = ()
+
+    @property
+    def is_tuple(self) -> bool:
+        return self.element_type == "tuple"
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def num_elements(self) -> int:
+        """Elements of an array shape; for a tuple, the sum over its leaves."""
+        if self.is_tuple:
+            return sum(s.num_elements for s in self.tuple_shapes)
+        return math.prod(self.dims)
+
+    @property
+    def element_bits(self) -> int:
+        return ELEMENT_BITS.get(self.element_type, 0)
+
+    @property
+    def memory_space(self) -> int:
+        return self.layout.memory_space if self.layout else 0
+
+    def leaves(self) -> list[Shape]:
+        """Array shapes of a (nested) tuple, in order; `[self]` for an array."""
+        if not self.is_tuple:
+            return [self]
+        out: list[Shape] = []
+        for s in self.tuple_shapes:
+            out.extend(s.leaves())
+        return out
+
+    def byte_size(self) -> int:
+        """Logical bytes (no tiling padding), summed over tuple leaves."""
+        return sum((leaf.num_elements * leaf.element_bits + 7) // 8 for leaf in self.leaves())
+
+
+@dataclass(frozen=True)
+class Window:
+    """One entry per spatial dimension of `window={size=3x3 stride=.. pad=1_1x1_1 ...}`."""
+
+    size: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
+    pad_low: tuple[int, ...] = ()
+    pad_high: tuple[int, ...] = ()
+    lhs_dilate: tuple[int, ...] = ()
+    rhs_dilate: tuple[int, ...] = ()
+    rhs_reversal: tuple[bool, ...] = ()
+
+
+@dataclass(frozen=True)
+class DotDims:
+    lhs_batch: tuple[int, ...] = ()
+    rhs_batch: tuple[int, ...] = ()
+    lhs_contracting: tuple[int, ...] = ()
+    rhs_contracting: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ConvDims:
+    """Convolution dimension numbers, as parsed from `dim_labels=b01f_01io->b01f`."""
+
+    input_batch: int = 0
+    input_feature: int = 1
+    input_spatial: tuple[int, ...] = ()
+    kernel_input_feature: int = 0
+    kernel_output_feature: int = 1
+    kernel_spatial: tuple[int, ...] = ()
+    output_batch: int = 0
+    output_feature: int = 1
+    output_spatial: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ReplicaGroups:
+    """`{{0,1},{2,3}}` (explicit) or `[4,2]<=[2,4]T(1,0)` (iota); `groups` is always expanded."""
+
+    groups: tuple[tuple[int, ...], ...] = ()
+    # The iota form as written, kept so that printing round-trips; None for the list form.
+    iota: str | None = None
+
+    @property
+    def group_size(self) -> int | None:
+        """Devices per group, or None when the groups are empty (all devices in one group)."""
+        return len(self.groups[0]) if self.groups else None
+
+
+@dataclass(frozen=True)
+class SliceDim:
+    start: int
+    limit: int
+    stride: int = 1
+
+
+@dataclass
+class Instruction:
+    name: str
+    opcode: str
+    shape: Shape
+    operands: list[str] = field(default_factory=list)
+    # Shapes of the operands when the text gives them inline or the module resolves them.
+    operand_shapes: list[Shape | None] = field(default_factory=list)
+    is_root: bool = False
+    # Called computations by name: fusion `calls`, `to_apply`, while `condition`/`body`,
+    # conditional `branch_computations`, call/async `calls`.
+    called: list[str] = field(default_factory=list)
+    # Typed attributes (None / empty when absent).
+    dot_dims: DotDims | None = None
+    conv_dims: ConvDims | None = None
+    window: Window | None = None
+    feature_group_count: int = 1
+    batch_group_count: int = 1
+    dimensions: tuple[int, ...] | None = None
+    slice: tuple[SliceDim, ...] | None = None
+    replica_groups: ReplicaGroups | None = None
+    channel_id: int | None = None
+    fusion_kind: str | None = None  # "kLoop", "kInput", "kOutput", "kCustom"
+    custom_call_target: str | None = None
+    backend_config: str | None = None  # raw JSON (or proto text) as written
+    op_name: str | None = None  # metadata op_name
+    source: str | None = None  # "file:line" from metadata, when present
+    parameter_number: int | None = None
+    # Every attribute as written (`name -> raw value text`), typed or not, in order.
+    attrs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Computation:
+    name: str
+    instructions: list[Instruction] = field(default_factory=list)
+    is_entry: bool = False
+
+    @property
+    def root(self) -> Instruction | None:
+        for inst in self.instructions:
+            if inst.is_root:
+                return inst
+        return self.instructions[-1] if self.instructions else None
+
+    def instruction(self, name: str) -> Instruction | None:
+        for inst in self.instructions:
+            if inst.name == name:
+                return inst
+        return None
+
+
+@dataclass
+class Module:
+    name: str
+    computations: list[Computation] = field(default_factory=list)
+    entry: str | None = None
+
+    def computation(self, name: str) -> Computation | None:
+        for comp in self.computations:
+            if comp.name == name:
+                return comp
+        return None
+
+    @property
+    def entry_computation(self) -> Computation | None:
+        if self.entry is not None:
+            return self.computation(self.entry)
+        for comp in self.computations:
+            if comp.is_entry:
+                return comp
+        return self.computations[-1] if self.computations else None
+
+    def instructions(self) -> dict[str, Instruction]:
+        """Every instruction of the module by name (HLO names are unique within a module)."""
+        return {inst.name: inst for comp in self.computations for inst in comp.instructions}

@@ -1,0 +1,45 @@
+"""Shared test paths. Data from ../shared is read in place; tests using it skip when it is absent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "fixtures"
+AMD = SHARED / "amd-gpu"
+AMD_FILES = {
+    "mi300x": AMD / "mi300x_conv3d.xplane.pb",
+    "mi355x": AMD / "mi355x_te_attention.xplane.pb",
+}
+FIXTURES = ROOT / "tests" / "fixtures"
+SAMPLE = ROOT / "hlogap" / "data" / "sample"
+
+
+def cpu_fixtures() -> list[Path]:
+    """Every committed CPU fixture logdir (one per program made by scripts/make_fixtures.py)."""
+    return sorted(p for p in FIXTURES.iterdir() if (p / "oracle.json").is_file())
+
+
+def oracle(program_dir: Path) -> dict:
+    return json.loads((program_dir / "oracle.json").read_text())
+
+
+@pytest.fixture(params=sorted(AMD_FILES), ids=sorted(AMD_FILES))
+def amd_file(request: pytest.FixtureRequest) -> Path:
+    path = AMD_FILES[request.param]
+    if not path.is_file():
+        pytest.skip(f"{path} absent (../shared not beside the project)")
+    return path
+
+
+@pytest.fixture
+def cpu_chip_file(tmp_path: Path) -> Path:
+    """A user chip file for CPU profiles, so tests never depend on a calibration cache."""
+    path = tmp_path / "testcpu.toml"
+    path.write_text(
+        'name = "testcpu"\n[peak_flops]\nf32 = 1.0e11\nbf16 = 1.0e11\n[memory]\nhbm_bw = 2.0e10\n'
+    )
+    return path

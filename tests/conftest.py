@@ -1,4 +1,4 @@
-"""Shared test paths. Data from ../shared is read in place; tests using it skip when it is absent."""
+"""Shared test paths. ../shared data is read in place; tests using it skip when it is absent."""
 
 from __future__ import annotations
 

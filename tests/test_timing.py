@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hlogap.backends import read_trace
 from hlogap.proto import xplane_pb2
 from hlogap.timing import time_ops
-from hlogap.xplane import _self_times, read_trace
+from hlogap.xplane import self_times
 from tests.conftest import cpu_fixtures
 
 
@@ -81,7 +82,7 @@ def test_gpu_occurrences_group_kernels_of_one_execution() -> None:
 def test_self_time_subtracts_nested_events_only() -> None:
     start = np.array([0, 10, 30, 100, 150], dtype=np.int64)
     dur = np.array([80, 15, 20, 60, 20], dtype=np.int64)  # [0,80) holds two; [100,160) overlaps
-    got = _self_times(start, dur)
+    got = self_times(start, dur)
     assert got.tolist() == [45, 15, 20, 60, 20]
 
 

@@ -1,0 +1,21 @@
+"""XLA:CPU: one thunk event per executed HLO instruction on `/host:CPU` worker-thread lines.
+
+Thunks carry `hlo_op`, `hlo_module`, `program_id` and `device_ordinal` (with
+`--xla_force_host_platform_device_count=N` one process runs N devices on one plane). Marker
+events (`end: <op>`, `ThreadpoolListener::*`) carry no `hlo_op` and are skipped. A while thunk
+encloses its body's thunks on the same thread, so the while gets self time.
+"""
+
+from __future__ import annotations
+
+from hlogap.backends.stat_events import read_stat_events
+from hlogap.proto import xplane_pb2
+from hlogap.xplane import TraceBuilder
+
+HOST_PLANE = "/host:CPU"
+
+
+def read(space: xplane_pb2.XSpace, builder: TraceBuilder) -> None:
+    for plane in space.planes:
+        if plane.name == HOST_PLANE:
+            read_stat_events(plane, builder, list(plane.lines), None, False)

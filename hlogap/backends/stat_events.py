@@ -1,0 +1,86 @@
+"""Events that name their op with per-event stats: GPU kernels and CPU thunks.
+
+Both carry `hlo_op` and `hlo_module` (ref stats into the plane's stat metadata) and `program_id`;
+CPU thunks also carry `device_ordinal`. Stats are matched by metadata id, so each event costs a
+few integer comparisons.
+"""
+
+from __future__ import annotations
+
+from hlogap.proto import xplane_pb2
+from hlogap.xplane import OpKey, TraceBuilder
+
+
+def _stat_ids(plane: xplane_pb2.XPlane, wanted: tuple[str, ...]) -> list[int]:
+    by_name = {v.name: k for k, v in plane.stat_metadata.items()}
+    return [by_name.get(w, -1) for w in wanted]
+
+
+def read_stat_events(
+    plane: xplane_pb2.XPlane,
+    builder: TraceBuilder,
+    lines: list[xplane_pb2.XLine],
+    device: int | None,
+    gpu: bool,
+) -> None:
+    """Add every event of `lines` that has an `hlo_op` stat.
+
+    `device` is the builder's device index for a device plane; None means the device comes from
+    each event's `device_ordinal` stat (CPU: one host plane runs every device).
+    """
+    hlo_op, hlo_module, program_stat, ordinal_stat = _stat_ids(
+        plane, ("hlo_op", "hlo_module", "program_id", "device_ordinal")
+    )
+    if hlo_op < 0:
+        return
+    names: dict[int, str] = {k: v.name for k, v in plane.stat_metadata.items()}
+    str_ids: dict[str, int] = {}  # string-valued stats get negative ids of their own
+
+    def ref_or_str(stat: xplane_pb2.XStat) -> int:
+        if stat.HasField("ref_value"):
+            return stat.ref_value
+        text = stat.str_value
+        found = str_ids.get(text)
+        if found is None:
+            found = str_ids[text] = -2 - len(str_ids)
+            names[found] = text
+        return found
+
+    ordinal_device: dict[int, int] = {}
+    interned: dict[tuple[int, int, int], int] = {}  # (op ref, module ref, program id) -> op
+    for line in lines:
+        per_device: dict[int, tuple[list[int], list[int], list[int]]] = {}
+        for ev in line.events:
+            op_ref = mod_ref = prog = -1
+            ordinal = 0
+            for s in ev.stats:
+                mid = s.metadata_id
+                if mid == hlo_op:
+                    op_ref = ref_or_str(s)
+                elif mid == hlo_module:
+                    mod_ref = ref_or_str(s)
+                elif mid == program_stat:
+                    prog = s.uint64_value or s.int64_value
+                elif mid == ordinal_stat:
+                    ordinal = s.int64_value or s.uint64_value
+            if op_ref == -1:
+                continue
+            key = (op_ref, mod_ref, prog)
+            idx = interned.get(key)
+            if idx is None:
+                program_id = str(prog) if prog >= 0 else ""
+                module = names.get(mod_ref, "") or builder.module_names.get(program_id, "")
+                idx = interned[key] = builder.op(OpKey(module, program_id, names.get(op_ref, "")))
+            dev = device
+            if dev is None:
+                dev = ordinal_device.get(ordinal)
+                if dev is None:
+                    dev = ordinal_device[ordinal] = builder.new_device(plane, ordinal)
+            cols = per_device.get(dev)
+            if cols is None:
+                cols = per_device[dev] = ([], [], [])
+            cols[0].append(idx)
+            cols[1].append(ev.offset_ps)
+            cols[2].append(ev.duration_ps)
+        for dev, (op, start, dur) in per_device.items():
+            builder.add_line(dev, op, start, dur, gpu)

@@ -1,0 +1,322 @@
+"""The chip database: peak FLOP/s and bandwidths per device, and detection from trace stats.
+
+Every chip is a TOML file (``specs/<name>.toml``; format in docs/chips.md). Figures are per
+device *as the trace shows devices*: a TPU v2/v3 or TPU7x TensorCore, a TPU v4/v5p megacore
+chip, a TPU v5e/v6e chip, an MI250X GCD, one GPU otherwise. Peaks are dense (never the 2x
+structured-sparsity figure); bandwidths are bytes/s, the interconnect one direction.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeGuard
+
+from hlogap.errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the tomli backport has the same API
+    import tomli as tomllib
+
+PEAK_KEYS: tuple[str, ...] = ("bf16", "f16", "f32", "f64", "tf32", "int8", "fp8")
+"""The keys of ``[peak_flops]`` and ``[vector_flops]``."""
+
+# HLO element types (and the peak keys themselves) -> peak key. Types not listed here map to
+# "fp8" when they are 4/6/8-bit floats (f8e4m3fn, f8e5m2, f4e2m1fn, ...) and to "f32" otherwise.
+_DTYPE_KEYS: dict[str, str] = {
+    "bf16": "bf16",
+    "f16": "f16",
+    "f32": "f32",
+    "f64": "f64",
+    "tf32": "tf32",
+    "int8": "int8",
+    "fp8": "fp8",
+    "s8": "int8",
+    "u8": "int8",
+    "s4": "int8",
+    "u4": "int8",
+    "s2": "int8",
+    "u2": "int8",
+    "pred": "int8",
+    "s16": "f32",
+    "u16": "f32",
+    "s32": "f32",
+    "u32": "f32",
+    "s64": "f64",
+    "u64": "f64",
+    "c64": "f32",
+    "c128": "f64",
+}
+
+# Which peak a dot of each key runs at when the chip file lacks that key, in order of preference;
+# when none is present the file's highest peak is used. An f32 dot prefers TF32: XLA's default
+# precision runs f32 dots as TF32 on GPUs that have it (and as bf16 passes on TPUs, which give no
+# f32 figure), and a roofline bound must not assume a slower unit than the one that may be used.
+_MATRIX_FALLBACKS: dict[str, tuple[str, ...]] = {
+    "bf16": ("bf16", "f16", "f32"),
+    "f16": ("f16", "bf16", "f32"),
+    "f32": ("tf32", "f32", "bf16"),
+    "tf32": ("tf32", "f32", "bf16"),
+    "f64": ("f64", "f32", "bf16"),
+    "int8": ("int8", "bf16", "f16", "f32"),
+    "fp8": ("fp8", "bf16", "f16", "f32"),
+}
+
+# Operand width order for widest_dtype: a dot runs at the peak of its widest operand type.
+_WIDTH_ORDER: tuple[str, ...] = ("int8", "fp8", "f16", "bf16", "tf32", "f32", "f64")
+
+
+@dataclass(frozen=True)
+class Chip:
+    """One device's peaks and bandwidths, with where each figure comes from."""
+
+    name: str
+    vendor: str
+    display: str
+    peak_flops: dict[str, float]
+    """Dense matrix-unit FLOP/s by key (bf16 f16 f32 f64 tf32 int8 fp8)."""
+    vector_flops: dict[str, float]
+    """Non-matrix FLOP/s (TPU VPU, CUDA cores) by key; empty when the file gives none."""
+    hbm_bw: float
+    hbm_bytes: float | None
+    interconnect_bw: float | None
+    sources: dict[str, str]
+    """Figure (``peak_flops.bf16``, ``memory.hbm_bw``, ...) -> where it comes from."""
+    detect: dict[str, object]
+    """Plane stat name -> wanted value, list of values, or [min, max) range."""
+    path: str | None
+
+    def matrix_peak(self, dtype: str) -> float:
+        """FLOP/s of a dot or convolution whose (widest) operand type is ``dtype``.
+
+        ``dtype`` is an HLO element type or a peak key (see ``dtype_key``). A missing key falls
+        back along ``_MATRIX_FALLBACKS``: f16<->bf16, fp8 and int8 -> bf16, f32 -> tf32 then f32
+        then bf16 (TPUs), f64 -> f32; then to the file's highest peak.
+        """
+        for key in _MATRIX_FALLBACKS[dtype_key(dtype)]:
+            if key in self.peak_flops:
+                return self.peak_flops[key]
+        return max(self.peak_flops.values())
+
+    def vector_peak(self, dtype: str) -> float:
+        """FLOP/s of elementwise and reduction work on ``dtype``.
+
+        ``vector_flops[key]`` if given, else ``vector_flops["f32"]`` (narrower types are computed
+        at least at the f32 rate), else the file's highest vector figure; ``matrix_peak`` when
+        the file has no ``[vector_flops]``.
+        """
+        if not self.vector_flops:
+            return self.matrix_peak(dtype)
+        key = dtype_key(dtype)
+        if key in self.vector_flops:
+            return self.vector_flops[key]
+        return self.vector_flops.get("f32", max(self.vector_flops.values()))
+
+    def ridge_point(self, dtype: str = "bf16") -> float:
+        """Arithmetic intensity (FLOP/byte of HBM traffic) where compute and memory times meet."""
+        return self.matrix_peak(dtype) / self.hbm_bw
+
+
+def dtype_key(element_type: str) -> str:
+    """The peak key for an HLO element type: s8/u8 (and s4/u4/pred) -> int8, f8*/f4*/f6* -> fp8,
+    bf16/f16/f32/f64 as is, wider integers and complex types -> f32 or f64. Unknown -> f32."""
+    t = element_type.strip().lower()
+    if t in _DTYPE_KEYS:
+        return _DTYPE_KEYS[t]
+    if t.startswith(("f8", "f6", "f4")):
+        return "fp8"
+    return "f32"
+
+
+def widest_dtype(a: str, b: str) -> str:
+    """The peak key a dot of operand types ``a`` and ``b`` runs at: the wider of the two
+    (bf16 x s8 -> bf16; s8 x s8 -> int8; f32 x bf16 -> f32)."""
+    ka, kb = dtype_key(a), dtype_key(b)
+    return ka if _WIDTH_ORDER.index(ka) >= _WIDTH_ORDER.index(kb) else kb
+
+
+def _specs_dir() -> Path:
+    here = Path(__file__).resolve().parent
+    packaged = here / "specs"  # an installed wheel force-includes specs/ here
+    return packaged if packaged.is_dir() else here.parent / "specs"
+
+
+@functools.cache
+def _builtin() -> tuple[Chip, ...]:
+    chips = (_load_file(path) for path in _specs_dir().glob("*.toml"))
+    return tuple(sorted(chips, key=lambda chip: chip.name))
+
+
+def builtin_chips() -> list[Chip]:
+    """Every chip in ``specs/*.toml``, sorted by name."""
+    return list(_builtin())
+
+
+def load_chip(name_or_path: str) -> Chip:
+    """A built-in chip by name, or a chip TOML file by path.
+
+    Raises UsageError for an unknown name and for a file that cannot be read or is invalid.
+    """
+    known = {chip.name: chip for chip in _builtin()}
+    chip = known.get(name_or_path.strip().lower())
+    if chip is not None:
+        return chip
+    path = Path(name_or_path)
+    if path.suffix.lower() == ".toml" or len(path.parts) > 1 or path.exists():
+        return _load_file(path)
+    raise UsageError(f"unknown chip '{name_or_path}'; known: {', '.join(known)}")
+
+
+def detect_chip(device_stats: Mapping[str, object], plane_name: str) -> tuple[Chip, str] | None:
+    """The built-in chip whose ``[detect]`` table matches one device plane's stats.
+
+    ``device_stats`` are the plane-level stats of a ``/device:GPU:N`` or ``/device:TPU:N``
+    plane by stat name (``device_vendor``, ``compute_cap_major``, ``core_count``,
+    ``memory_size``, ``clock_rate``, ``device_type_string``, ...). Returns the chip and a line
+    saying how it was chosen, or None when no chip matches (some planes carry only
+    ``device_vendor``: try the next plane). The driver's ``memory_bandwidth`` stat is never used.
+    """
+    if plane_name.startswith("/device:TPU:"):
+        candidates = [c for c in _builtin() if c.vendor == "google"]
+    elif plane_name.startswith("/device:GPU:"):
+        candidates = [c for c in _builtin() if c.vendor != "google"]
+    else:
+        return None
+    matches = [c for c in candidates if c.detect and _matches(c.detect, device_stats)]
+    if not matches:
+        return None
+    chip = next((c for c in matches if c.detect.get("prefer") is True), matches[0])
+    how = f"detected: {_describe(device_stats)} -> {chip.name}"
+    others = [c.name for c in matches if c is not chip]
+    if others:
+        how += f" (also matches {', '.join(others)}; pass --chip to choose)"
+    return chip, how
+
+
+def _norm(text: str) -> str:
+    return "".join(text.split()).lower()
+
+
+def _is_number(value: object) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _valid_rule(rule: object) -> bool:
+    if isinstance(rule, list):
+        strings = bool(rule) and all(isinstance(w, str) for w in rule)
+        return strings or (len(rule) == 2 and all(_is_number(w) for w in rule))
+    return isinstance(rule, (str, bool)) or _is_number(rule)
+
+
+def _matches(detect: Mapping[str, object], stats: Mapping[str, object]) -> bool:
+    for key, want in detect.items():
+        if key == "prefer":
+            continue
+        have = stats.get(key)
+        if have is None:
+            return False
+        if isinstance(want, list):
+            if all(isinstance(w, str) for w in want):  # any of these strings
+                if not isinstance(have, str) or _norm(have) not in {_norm(w) for w in want}:
+                    return False
+            else:  # a [min, max) range
+                low, high = want
+                if not (_is_number(have) and _is_number(low) and _is_number(high)):
+                    return False
+                if not low <= have < high:
+                    return False
+        elif isinstance(want, str):
+            if not isinstance(have, str) or _norm(have) != _norm(want):
+                return False
+        elif not _is_number(have) or have != want:
+            return False
+    return True
+
+
+def _describe(stats: Mapping[str, object]) -> str:
+    if "device_type_string" in stats:
+        return f"device_type_string {stats['device_type_string']!r}"
+    vendor = str(stats.get("device_vendor", "?"))
+    cc = f"{stats.get('compute_cap_major', '?')}.{stats.get('compute_cap_minor', '?')}"
+    units = "CUs" if vendor.lower() == "amd" else "SMs"
+    memory = stats.get("memory_size")
+    gib = f"{memory / 2**30:.0f} GiB" if _is_number(memory) else "? GiB"
+    return f"{vendor} compute capability {cc}, {stats.get('core_count', '?')} {units}, {gib}"
+
+
+def _load_file(path: Path) -> Chip:
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except OSError as e:
+        raise UsageError(f"cannot read chip file '{path}': {e.strerror or e}") from e
+    except ValueError as e:  # tomllib.TOMLDecodeError, UnicodeDecodeError
+        raise UsageError(f"invalid chip file '{path}': {e}") from e
+    return _parse(data, path)
+
+
+def _parse(data: dict[str, object], path: Path) -> Chip:
+    def fail(reason: str) -> UsageError:
+        return UsageError(f"invalid chip file '{path}': {reason}")
+
+    def table(key: str) -> dict[str, object]:
+        value = data.get(key, {})
+        if not isinstance(value, dict):
+            raise fail(f"'{key}' must be a table")
+        return value
+
+    def positive(value: object, what: str) -> float:
+        if not _is_number(value) or not math.isfinite(value) or value <= 0:
+            raise fail(f"{what} must be a positive number, not {value!r}")
+        return float(value)
+
+    def rates(key: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for dtype, value in table(key).items():
+            if dtype not in PEAK_KEYS:
+                raise fail(f"unknown [{key}] key '{dtype}' (keys: {' '.join(PEAK_KEYS)})")
+            out[dtype] = positive(value, f"{key}.{dtype}")
+        return out
+
+    def text(key: str, default: str) -> str:
+        value = data.get(key, default)
+        if not isinstance(value, str) or not value:
+            raise fail(f"'{key}' must be a non-empty string")
+        return value
+
+    name = text("name", "")
+    peak_flops = rates("peak_flops")
+    if not peak_flops:
+        raise fail(f"[peak_flops] needs at least one of {' '.join(PEAK_KEYS)}")
+    memory = table("memory")
+    if "hbm_bw" not in memory:
+        raise fail("[memory] hbm_bw (bytes/s) is required")
+    hbm_bytes = memory.get("hbm_bytes")
+    interconnect_bw = table("interconnect").get("bw")
+    detect = table("detect")
+    for key, rule in detect.items():
+        if not _valid_rule(rule):
+            raise fail(f"[detect] {key} must be a value, a list of strings or [min, max]")
+    sources = table("sources")
+    if not all(isinstance(v, str) for v in sources.values()):
+        raise fail("[sources] values must be strings")
+    return Chip(
+        name=name,
+        vendor=text("vendor", "custom"),
+        display=text("display", name),
+        peak_flops=peak_flops,
+        vector_flops=rates("vector_flops"),
+        hbm_bw=positive(memory["hbm_bw"], "memory.hbm_bw"),
+        hbm_bytes=None if hbm_bytes is None else positive(hbm_bytes, "memory.hbm_bytes"),
+        interconnect_bw=(
+            None if interconnect_bw is None else positive(interconnect_bw, "interconnect.bw")
+        ),
+        sources={k: str(v) for k, v in sources.items()},
+        detect=detect,
+        path=str(path),
+    )

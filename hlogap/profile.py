@@ -47,7 +47,9 @@ def _runs(profile_dir: Path) -> list[Path]:
     return sorted(runs, key=lambda d: (d.name, d.stat().st_mtime))
 
 
-def find_profile(path: str | Path, run: str | None = None, host: str | None = None) -> ProfileSource:
+def find_profile(
+    path: str | Path, run: str | None = None, host: str | None = None
+) -> ProfileSource:
     """Resolve PATH (logdir, run directory or file) to the files of one run."""
     given = Path(path)
     try:
@@ -91,4 +93,6 @@ def _select_run(directory: Path, run: str | None) -> Path:
                 return r
         names = ", ".join(r.name for r in runs)
         raise InputError(f"no run '{run}' in {profile_dir} (runs: {names})")
-    raise InputError(f"no profile found in {directory} (expected plugins/profile/<run>/*.xplane.pb)")
+    raise InputError(
+        f"no profile found in {directory} (expected plugins/profile/<run>/*.xplane.pb)"
+    )

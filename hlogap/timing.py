@@ -39,5 +39,5 @@ def time_ops(trace: TraceData, device: int | None = None) -> OpTimes:
         duration_ps=total(trace.duration_ps),
         events=np.bincount(op_index, minlength=n).astype(np.int64),
         occurrences=total(trace.occurrence_start).astype(np.int64),
-        devices=int(len(np.unique(dev_index))),
+        devices=len(np.unique(dev_index)),
     )

@@ -1,0 +1,5 @@
+"""`python -m hlogap` runs the CLI."""
+
+from hlogap.cli import main
+
+main()

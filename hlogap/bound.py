@@ -1,0 +1,61 @@
+"""`hlogap bound`: the roofline of one HLO instruction, the calculator behind the seeds' numbers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hlogap.chips import Chip, load_chip
+from hlogap.costs import OpCost, cost_instruction
+from hlogap.errors import UsageError
+from hlogap.hints import hints_for
+from hlogap.hlo.ir import Instruction
+from hlogap.hlo.text import HloParseError, parse_instruction
+from hlogap.roofline import Bound, bound_op
+
+
+@dataclass
+class InstructionBound:
+    instruction: Instruction
+    chip: Chip
+    cost: OpCost
+    bound: Bound
+    hints: list[str]
+
+    @property
+    def intensity(self) -> float | None:
+        return self.cost.flops / self.cost.hbm_bytes if self.cost.hbm_bytes else None
+
+    def to_dict(self) -> dict[str, object]:
+        """The contract's `bound --format json` object (plus the chip's name)."""
+        return {
+            "name": self.instruction.name,
+            "opcode": self.instruction.opcode,
+            "chip": self.chip.name,
+            "flops": self.cost.flops,
+            "bytes": self.cost.hbm_bytes,
+            "comm_bytes": self.cost.comm_bytes,
+            "transcendentals": self.cost.transcendentals,
+            "intensity": self.intensity,
+            "t_compute_us": self.bound.t_compute_s * 1e6,
+            "t_memory_us": self.bound.t_memory_s * 1e6,
+            "t_comm_us": self.bound.t_comm_s * 1e6,
+            "bound_us": self.bound.lower_s * 1e6,
+            "upper_bound_us": self.bound.upper_s * 1e6,
+            "bound_by": self.bound.bound_by,
+            "hints": self.hints,
+        }
+
+
+def bound_instruction(text: str, chip: str, num_devices: int | None = None) -> InstructionBound:
+    the_chip = load_chip(chip)
+    if not text.strip():
+        raise UsageError("no HLO instruction given")
+    try:
+        inst = parse_instruction(text.strip())
+    except HloParseError as exc:
+        raise UsageError(f"malformed HLO: {exc}") from exc
+    cost = cost_instruction(inst, None, num_devices=num_devices)
+    result = bound_op(cost, the_chip)
+    return InstructionBound(
+        inst, the_chip, cost, result, hints_for(inst, cost, result, the_chip, None)
+    )

@@ -1,0 +1,312 @@
+"""The `hlogap` command line: parse options, call the library, render. Nothing else lives here.
+
+Library modules are imported inside commands so that `hlogap --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from typer.exceptions import Abort, Exit, TyperException
+
+from hlogap.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_USAGE, HlogapError, UsageError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Roofline and profile-gap auditor for XLA programs: which ops lose the most time "
+    "against the hardware's roofline, and why.",
+)
+
+ChipOpt = Annotated[
+    Optional[str],  # noqa: UP045 - Typer reads the annotation at run time on Python 3.10
+    typer.Option(
+        "--chip",
+        help="Chip name (see `hlogap chips`) or a chip TOML file; default: detect from the trace.",
+    ),
+]
+FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, json, csv or md.")]
+TopOpt = Annotated[int, typer.Option("--top", "-n", help="Rows to show; 0 = all.")]
+OutputOpt = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option("--output", "-o", help="Write to FILE instead of stdout."),
+]
+
+
+def _emit(text: str, output: Path | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        output.write_text(text)
+    except OSError as exc:
+        raise HlogapError(f"cannot write {output}: {exc.strerror}") from exc
+
+
+def _check_format(fmt: str, allowed: tuple[str, ...]) -> None:
+    if fmt not in allowed:
+        raise UsageError(f"unknown format '{fmt}' (use one of: {', '.join(allowed)})")
+
+
+@app.command()
+def audit(
+    path: Annotated[Path, typer.Argument(help="TensorBoard logdir, run directory or .xplane.pb")],
+    chip: ChipOpt = None,
+    top: TopOpt = 20,
+    fmt: FormatOpt = "table",
+    output: OutputOpt = None,
+    run: Annotated[Optional[str], typer.Option(help="Run name; default: newest.")] = None,  # noqa: UP045
+    host: Annotated[Optional[str], typer.Option(help="Only this host's file.")] = None,  # noqa: UP045
+    device: Annotated[Optional[int], typer.Option(help="Only this device ordinal.")] = None,  # noqa: UP045
+    module: Annotated[Optional[str], typer.Option(help="Only modules matching REGEX.")] = None,  # noqa: UP045
+    sort: Annotated[str, typer.Option(help="gap, measured or efficiency.")] = "gap",
+    hlo_dump: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--hlo-dump", help="Directory of XLA HLO text dumps (--xla_dump_to)."),
+    ] = None,
+    jobs: Annotated[
+        int | None, typer.Option(help="Hosts read in parallel; default: cores.")
+    ] = None,
+) -> None:
+    """Rank a profile's XLA ops by the time they lose against the roofline."""
+    from hlogap.audit import audit as run_audit
+    from hlogap.render import FORMATS, render
+
+    _check_format(fmt, FORMATS)
+    report = run_audit(
+        path,
+        chip,
+        run=run,
+        host=host,
+        device=device,
+        module=module,
+        hlo_dump=hlo_dump,
+        sort=sort,
+        jobs=jobs,
+    )
+    _emit(render(report, fmt, top, color=output is None and sys.stdout.isatty()), output)
+
+
+@app.command()
+def demo(
+    top: TopOpt = 20,
+    fmt: FormatOpt = "table",
+    chip: ChipOpt = None,
+) -> None:
+    """Audit the sample CPU profile bundled with hlogap (calibrates this CPU if needed)."""
+    from hlogap.audit import audit as run_audit
+    from hlogap.calibrate import calibrate, calibrated_chip
+    from hlogap.render import FORMATS, render
+
+    _check_format(fmt, FORMATS)
+    sample = Path(__file__).parent / "data" / "sample"
+    if chip is None and calibrated_chip() is None:
+        print("calibrating this CPU once (numpy matmul and copy)...", file=sys.stderr)
+        calibrate()
+    report = run_audit(sample, chip)
+    _emit(render(report, fmt, top, color=sys.stdout.isatty()), None)
+
+
+@app.command()
+def calibrate(
+    output: OutputOpt = None,
+) -> None:
+    """Measure this CPU's matmul FLOP/s and memory bandwidth and save them as a chip file."""
+    from hlogap.calibrate import calibrate as run_calibrate
+    from hlogap.calibrate import calibrated_path
+
+    chip = run_calibrate(output)
+    target = output or calibrated_path()
+    print(
+        f"wrote {target}: f32 {chip.peak_flops['f32']:.3g} FLOP/s, memory {chip.hbm_bw:.3g} B/s",
+        file=sys.stderr,
+    )
+
+
+@app.command()
+def bound(
+    hlo: Annotated[
+        str, typer.Argument(help="One HLO instruction with inline operand shapes; '-' reads stdin.")
+    ],
+    chip: Annotated[str, typer.Option("--chip", help="Chip name or chip TOML file.")],
+    fmt: FormatOpt = "table",
+    devices: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option("--devices", help="Devices in a collective whose replica_groups are empty."),
+    ] = None,
+) -> None:
+    """Roofline of one HLO instruction on one device: FLOPs, bytes, times, what bounds it."""
+    from hlogap.bound import bound_instruction
+    from hlogap.render.bound import render_bound
+
+    _check_format(fmt, ("table", "json"))
+    text = sys.stdin.read() if hlo == "-" else hlo
+    _emit(render_bound(bound_instruction(text, chip, num_devices=devices), fmt), None)
+
+
+@app.command()
+def chips(fmt: FormatOpt = "table") -> None:
+    """The chips hlogap knows: peaks, bandwidths, ridge points, and where each figure comes from."""
+    from hlogap.render.chips import render_chips
+
+    _check_format(fmt, ("table", "json"))
+    _emit(render_chips(fmt), None)
+
+
+@app.command()
+def check(
+    path: Annotated[
+        Path,
+        typer.Argument(
+            help="Profile to gate (logdir, run directory, .xplane.pb) or a saved JSON report."
+        ),
+    ],
+    baseline: Annotated[
+        Path,
+        typer.Option(
+            "--baseline", help="Saved `hlogap audit --format json --top 0` report (or a profile)."
+        ),
+    ],
+    max_regression: Annotated[
+        float | None,
+        typer.Option(
+            "--max-regression",
+            metavar="PCT",
+            help="Fail if the total measured time per step grows more than PCT %. [default: 5]",
+        ),
+    ] = None,
+    max_gap_regression: Annotated[
+        float | None,
+        typer.Option(
+            "--max-gap-regression",
+            metavar="PCT",
+            help="Fail if the total gap grows more than PCT % of the baseline's measured time. "
+            "[default: 5]",
+        ),
+    ] = None,
+    max_op_regression: Annotated[
+        float | None,
+        typer.Option(
+            "--max-op-regression",
+            metavar="PCT",
+            help="Fail if a non-tiny op's time per occurrence grows more than PCT %. [default: 20]",
+        ),
+    ] = None,
+    min_efficiency: Annotated[
+        float | None,
+        typer.Option(
+            "--min-efficiency",
+            metavar="FRAC",
+            help="Fail if the overall efficiency (bound / measured) is below FRAC.",
+        ),
+    ] = None,
+    min_op_share: Annotated[
+        float | None,
+        typer.Option(
+            "--min-op-share",
+            metavar="PCT",
+            help="Ops under PCT % of the total time are not gated one by one. [default: 1]",
+        ),
+    ] = None,
+    chip: ChipOpt = None,
+    run: Annotated[Optional[str], typer.Option(help="Run name; default: newest.")] = None,  # noqa: UP045
+    host: Annotated[Optional[str], typer.Option(help="Only this host's file.")] = None,  # noqa: UP045
+    device: Annotated[Optional[int], typer.Option(help="Only this device ordinal.")] = None,  # noqa: UP045
+    module: Annotated[Optional[str], typer.Option(help="Only modules matching REGEX.")] = None,  # noqa: UP045
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table, json or md.")] = "table",
+) -> None:
+    """CI gate: compare PATH with a baseline report; exit 1 if it regressed."""
+    import os
+
+    from hlogap.compare import compare, load_report
+    from hlogap.errors import EXIT_REGRESSION
+    from hlogap.gate import resolve_thresholds, run_check
+    from hlogap.render.diff import append_step_summary, render_check
+
+    _check_format(fmt, ("table", "json", "md"))
+    thresholds = resolve_thresholds(
+        {
+            "max_regression": max_regression,
+            "max_gap_regression": max_gap_regression,
+            "max_op_regression": max_op_regression,
+            "min_efficiency": min_efficiency,
+            "min_op_share": min_op_share,
+        },
+        Path.cwd(),
+    )
+    base, new = (
+        load_report(p, role, chip=chip, run=run, host=host, device=device, module=module)
+        for p, role in ((baseline, "baseline"), (path, "profile"))
+    )
+    result = run_check(compare(base, new), thresholds)
+    _emit(render_check(result, fmt), None)
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        append_step_summary(result, Path(step_summary))
+    if not result.passed:
+        raise typer.Exit(EXIT_REGRESSION)
+
+
+@app.command()
+def diff(
+    base: Annotated[Path, typer.Argument(help="Baseline: a profile or a saved JSON report.")],
+    new: Annotated[Path, typer.Argument(help="New: a profile or a saved JSON report.")],
+    chip: ChipOpt = None,
+    top: TopOpt = 20,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table, json or md.")] = "table",
+    run: Annotated[Optional[str], typer.Option(help="Run name; default: newest.")] = None,  # noqa: UP045
+    host: Annotated[Optional[str], typer.Option(help="Only this host's file.")] = None,  # noqa: UP045
+    device: Annotated[Optional[int], typer.Option(help="Only this device ordinal.")] = None,  # noqa: UP045
+    module: Annotated[Optional[str], typer.Option(help="Only modules matching REGEX.")] = None,  # noqa: UP045
+) -> None:
+    """Op-by-op comparison of two profiles or reports, ops matched across recompiles."""
+    from hlogap.compare import compare, load_report
+    from hlogap.render.diff import render_diff
+
+    _check_format(fmt, ("table", "json", "md"))
+    base_report, new_report = (
+        load_report(p, role, chip=chip, run=run, host=host, device=device, module=module)
+        for p, role in ((base, "BASE"), (new, "NEW"))
+    )
+    _emit(render_diff(compare(base_report, new_report), fmt, top), None)
+
+
+def main() -> None:
+    """Console entry point: one line on stderr and a documented exit code for every failure."""
+    debug = "--debug" in sys.argv[1:]
+    if debug:
+        sys.argv.remove("--debug")
+    try:
+        code = app(standalone_mode=False)
+    except Exit as exc:
+        code = exc.exit_code
+    except TyperException as exc:  # Typer's usage errors (unknown option, missing argument)
+        print(f"hlogap: usage error: {exc.format_message()}", file=sys.stderr)
+        code = getattr(exc, "exit_code", EXIT_USAGE)
+    except Abort:
+        print("hlogap: interrupted", file=sys.stderr)
+        code = 130
+    except HlogapError as exc:
+        if debug:
+            raise
+        print(f"hlogap: error: {exc}", file=sys.stderr)
+        code = exc.exit_code
+    except BrokenPipeError:
+        code = 0  # `hlogap ... | head` closed the pipe: not an error
+    except MemoryError:
+        print("hlogap: error: out of memory reading the profile", file=sys.stderr)
+        code = EXIT_INPUT
+    except Exception as exc:  # a bug: one line, traceback only on request
+        if debug:
+            raise
+        print(
+            f"hlogap: internal error ({type(exc).__name__}: {exc}); please report it "
+            "at the hlogap issue tracker, rerun with --debug for the traceback",
+            file=sys.stderr,
+        )
+        code = EXIT_INTERNAL
+    sys.exit(code if isinstance(code, int) else 0)

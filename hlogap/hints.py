@@ -1,0 +1,57 @@
+"""Short, specific reasons why an op is slow, from its IR, its counts and its bound."""
+
+from __future__ import annotations
+
+from hlogap.chips import Chip
+from hlogap.costs import OpCost
+from hlogap.hlo.ir import Instruction
+from hlogap.roofline import Bound
+
+# Below this share of its bound an op is worth explaining; tiny ops are noise.
+PADDING_HINT_FRACTION = 0.1
+
+
+def hints_for(
+    inst: Instruction | None,
+    cost: OpCost,
+    bound: Bound,
+    chip: Chip,
+    missing: str | None,
+) -> list[str]:
+    out: list[str] = []
+    if missing:
+        out.append(f"unmodeled: {missing}")
+        return out
+    if cost.unmodeled:
+        out.append(f"unmodeled: {cost.unmodeled}")
+        return out
+    if inst is None:
+        return out
+    if cost.matrix_flops and cost.hbm_bytes:
+        dtype = cost.matrix_dtype or "bf16"
+        ridge = chip.ridge_point(dtype)
+        intensity = cost.flops / cost.hbm_bytes
+        if intensity < ridge:
+            out.append(
+                f"intensity {intensity:.0f} FLOP/B is below {chip.name}'s {dtype} ridge point "
+                f"{ridge:.0f}: memory-bound even at peak; more rows per weight read (batch) help"
+            )
+        # Against the chip's true f32 rate: an f32 dot that XLA does not lower to TF32.
+        f32_peak = chip.peak_flops.get("f32")
+        speedup = chip.peak_flops.get("bf16", 0.0) / f32_peak if f32_peak else 0.0
+        if dtype == "f32" and speedup > 2:
+            out.append(
+                f"f32 matmul: {chip.name} runs bf16 {speedup:.0f}x faster; "
+                "consider bf16 inputs with f32 accumulation"
+            )
+    if cost.padding_bytes and cost.hbm_bytes:
+        share = cost.padding_bytes / cost.hbm_bytes
+        if share >= PADDING_HINT_FRACTION:
+            out.append(f"tile padding is {share:.0%} of the bytes moved; pad dims to the tile size")
+    if inst.opcode in ("copy", "transpose") or (
+        inst.opcode == "fusion" and "transpose" in inst.name
+    ):
+        out.append("layout change: data is copied to another layout; check producer layouts")
+    if cost.collective and bound.bound_by == "communication":
+        out.append(f"{cost.collective} over {cost.group_size or '?'} devices is link-bound")
+    return out

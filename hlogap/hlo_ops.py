@@ -1,0 +1,142 @@
+"""HLO for every timed op: the instruction, its module, its category.
+
+Sources, in order: the module's `Hlo Proto` from the trace (GPU, CPU), the op's own HLO text from
+TPU event metadata, HLO text dumps the user points at (`--hlo-dump DIR`). An op whose HLO cannot
+be found keeps its time and gets the reason instead of an instruction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hlogap.hlo.decode import HloDecodeError, decode_hlo_proto
+from hlogap.hlo.ir import Instruction, Module
+from hlogap.hlo.text import HloParseError, parse_instruction, parse_module
+from hlogap.xplane import OpInfo
+
+COLLECTIVES = (
+    "all-reduce",
+    "all-gather",
+    "reduce-scatter",
+    "all-to-all",
+    "collective-permute",
+    "collective-broadcast",
+    "ragged-all-to-all",
+)
+
+
+@dataclass
+class ResolvedOp:
+    instruction: Instruction | None
+    module: Module | None
+    category: str
+    missing: str | None = None  # why there is no instruction
+
+
+class HloIndex:
+    """Decodes each module once and finds instructions by name."""
+
+    def __init__(self, modules: dict[tuple[str, str], bytes], hlo_dump: Path | None = None):
+        self._protos = modules
+        self._decoded: dict[tuple[str, str], Module | str] = {}
+        self._by_name: dict[tuple[str, str], dict[str, Instruction]] = {}
+        self._dumps: dict[str, Module] = _read_dumps(hlo_dump) if hlo_dump else {}
+
+    def _module(self, module: str, program_id: str) -> Module | str:
+        key = (module, program_id)
+        found = self._decoded.get(key)
+        if found is not None:
+            return found
+        proto = self._protos.get(key)
+        result: Module | str
+        if proto is not None:
+            try:
+                result = decode_hlo_proto(proto)
+            except HloDecodeError as exc:
+                result = f"HLO of module {module} is undecodable: {exc}"
+        elif module in self._dumps:
+            result = self._dumps[module]
+        else:
+            result = f"no HLO for module {module or '?'} in the trace (try --hlo-dump DIR)"
+        self._decoded[key] = result
+        if isinstance(result, Module):
+            self._by_name[key] = result.instructions()
+        return result
+
+    def resolve(self, info: OpInfo) -> ResolvedOp:
+        key = info.key
+        if info.hlo_text:  # TPU: the op's own text; the module (when present) gives fused bodies
+            module = self._module(key.module, key.program_id)
+            module_ir = module if isinstance(module, Module) else None
+            inst = None
+            if module_ir is not None:
+                inst = self._by_name[(key.module, key.program_id)].get(key.name)
+            if inst is None:
+                try:
+                    inst = parse_instruction(info.hlo_text)
+                except HloParseError as exc:
+                    return ResolvedOp(
+                        None,
+                        None,
+                        info.category or "unknown",
+                        f"HLO text of the op does not parse: {exc}",
+                    )
+            return ResolvedOp(inst, module_ir, info.category or categorize(inst, module_ir))
+        module = self._module(key.module, key.program_id)
+        if isinstance(module, str):
+            return ResolvedOp(None, None, info.category or "unknown", module)
+        inst = self._by_name[(key.module, key.program_id)].get(key.name)
+        if inst is None:
+            return ResolvedOp(
+                None,
+                module,
+                info.category or "unknown",
+                f"no instruction '{key.name}' in module {key.module}",
+            )
+        return ResolvedOp(inst, module, info.category or categorize(inst, module))
+
+
+def _read_dumps(directory: Path) -> dict[str, Module]:
+    """`--xla_dump_to` output: prefer the optimized module text of each module."""
+    modules: dict[str, Module] = {}
+    files = sorted(directory.glob("*after_optimizations.txt")) or sorted(directory.glob("*.txt"))
+    for f in files:
+        try:
+            mod = parse_module(f.read_text(errors="replace"))
+        except (HloParseError, OSError):
+            continue
+        modules.setdefault(mod.name, mod)
+    return modules
+
+
+def categorize(inst: Instruction, module: Module | None) -> str:
+    """A short category in xprof's vocabulary (`loop fusion`, `convolution fusion`, ...)."""
+    op = inst.opcode
+    base = op.removesuffix("-start").removesuffix("-done")
+    if base in COLLECTIVES:
+        return base
+    if op == "fusion":
+        called = module.computation(inst.called[0]) if module and inst.called else None
+        opcodes = {i.opcode for i in called.instructions} if called else set()
+        if opcodes & set(COLLECTIVES) or any(
+            o.removesuffix("-start") in COLLECTIVES for o in opcodes
+        ):
+            return "collective fusion"
+        if "convolution" in opcodes:
+            return "convolution fusion"
+        if "dot" in opcodes:
+            return "matmul fusion" if inst.fusion_kind != "kCustom" else "custom fusion"
+        kind = {"kLoop": "loop", "kInput": "input", "kOutput": "output", "kCustom": "custom"}.get(
+            inst.fusion_kind or "", ""
+        )
+        return f"{kind} fusion".strip()
+    if op == "custom-call":
+        return "custom-call"
+    if op in ("dot", "convolution"):
+        return "matmul" if op == "dot" else "convolution"
+    if op in ("while", "conditional", "call"):
+        return "control flow"
+    if op in ("copy", "copy-start", "copy-done", "transpose"):
+        return "data formatting"
+    return op

@@ -1,0 +1,54 @@
+"""Roofline bounds: counts (hlogap.costs) and a chip's peaks (hlogap.chips) -> times.
+
+T_compute = matrix FLOPs / matrix peak(dtype) + vector FLOPs / vector peak(dtype)
+T_memory  = HBM bytes / HBM bandwidth
+T_comm    = interconnect bytes / link bandwidth
+lower bound = max(T_compute, T_memory, T_comm); upper bound = their sum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hlogap.chips import Chip
+from hlogap.costs import OpCost
+
+
+@dataclass(frozen=True)
+class Bound:
+    t_compute_s: float
+    t_memory_s: float
+    t_comm_s: float
+    bound_by: str  # "compute", "memory", "communication" or "unmodeled"
+
+    @property
+    def lower_s(self) -> float:
+        """The roofline: no schedule can beat the slowest resource."""
+        return max(self.t_compute_s, self.t_memory_s, self.t_comm_s)
+
+    @property
+    def upper_s(self) -> float:
+        """Nothing overlaps: the seeds' upper bound."""
+        return self.t_compute_s + self.t_memory_s + self.t_comm_s
+
+
+UNMODELED = Bound(0.0, 0.0, 0.0, "unmodeled")
+
+
+def bound_op(cost: OpCost, chip: Chip) -> Bound:
+    if cost.unmodeled is not None:
+        return UNMODELED
+    t_compute = 0.0
+    if cost.matrix_flops:
+        t_compute += cost.matrix_flops / chip.matrix_peak(cost.matrix_dtype or "bf16")
+    if cost.vector_flops:
+        t_compute += cost.vector_flops / chip.vector_peak(cost.vector_dtype or "f32")
+    t_memory = cost.hbm_bytes / chip.hbm_bw
+    t_comm = 0.0
+    if cost.comm_bytes:
+        if not chip.interconnect_bw:
+            return UNMODELED
+        t_comm = cost.comm_bytes / chip.interconnect_bw
+    times = {"compute": t_compute, "memory": t_memory, "communication": t_comm}
+    bound_by = max(times, key=lambda k: times[k])
+    return Bound(t_compute, t_memory, t_comm, bound_by)

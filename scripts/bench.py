@@ -1,0 +1,208 @@
+"""`make bench`: hlogap against xprof's own converter on large profiles built from a real one.
+
+A real GPU trace (the MI300X profile in ../shared/fixtures, or a committed CPU fixture when that
+is absent) is scaled up by repeating the events of its op lines N times, each copy shifted past
+the previous one, to ~300 k and ~3 M events. In the same run, on the same file:
+- `hlogap audit FILE --format json` (the CLI, as a user runs it), and
+- xprof's converter `xspace_to_tool_data([FILE], "hlo_stats", {})` on a fresh copy of the file
+  in its own directory (xprof writes a cache file beside its input).
+Each command runs in a child process; wall time and that child's peak RSS (os.wait4) are taken.
+`--write-docs` rewrites the table in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hlogap.proto import xplane_pb2  # noqa: E402
+
+REAL_GPU = ROOT.parent / "shared" / "fixtures" / "amd-gpu" / "mi300x_conv3d.xplane.pb"
+XPROF_SNIPPET = (
+    "import sys; from xprof.convert import raw_to_tool_data as r; "
+    "r.xspace_to_tool_data([sys.argv[1]], 'hlo_stats', {})"
+)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field; repeated fields of a message may be concatenated."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _is_op_line(plane: xplane_pb2.XPlane, line: xplane_pb2.XLine) -> bool:
+    if plane.name.startswith("/device:"):
+        return True
+    return plane.name == "/host:CPU" and line.name.startswith("tf_")
+
+
+def scale_profile(source: Path, target: Path, events_wanted: int) -> int:
+    """Write `source` with its op lines' events repeated to about `events_wanted`; return count."""
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(source.read_bytes())
+    base = sum(len(ln.events) for p in space.planes for ln in p.lines if _is_op_line(p, ln))
+    copies = max(1, round(events_wanted / base))
+    out = bytearray()
+    total = 0
+    for plane in space.planes:
+        op_lines = [ln for ln in plane.lines if _is_op_line(plane, ln)]
+        if not op_lines:
+            out += _field(1, plane.SerializeToString())
+            continue
+        shell = xplane_pb2.XPlane()
+        shell.CopyFrom(plane)
+        del shell.lines[:]
+        plane_bytes = bytearray(shell.SerializeToString())
+        for line in plane.lines:
+            if line not in op_lines:
+                plane_bytes += _field(3, line.SerializeToString())
+                continue
+            span = max((e.offset_ps + e.duration_ps for e in line.events), default=0) + 1000
+            offsets = [e.offset_ps for e in line.events]
+            template = xplane_pb2.XLine()
+            template.CopyFrom(line)
+            line_bytes = bytearray()
+            for k in range(copies):
+                for ev, off in zip(template.events, offsets):
+                    ev.offset_ps = off + k * span
+                line_bytes += template.SerializeToString()
+            total += copies * len(offsets)
+            plane_bytes += _field(3, bytes(line_bytes))
+        out += _field(1, bytes(plane_bytes))
+    for host in space.hostnames:
+        out += _field(4, host.encode())
+    target.write_bytes(bytes(out))
+    return total
+
+
+@dataclass
+class Run:
+    wall_s: float
+    peak_rss_mb: float
+    ok: bool
+
+
+def measure(cmd: list[str], cwd: Path) -> Run:
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    # ru_maxrss is in KiB on Linux.
+    return Run(wall, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status) == 0)
+
+
+def bench(sizes: list[int], repeats: int, chip: str) -> list[dict[str, object]]:
+    source = REAL_GPU if REAL_GPU.is_file() else next((ROOT / "tests" / "fixtures").rglob("*.pb"))
+    hlogap = [str(Path(sys.executable).parent / "hlogap")]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="hlogap-bench-") as tmp:
+        for wanted in sizes:
+            big = Path(tmp) / f"scaled_{wanted}.xplane.pb"
+            events = scale_profile(source, big, wanted)
+            size_mb = big.stat().st_size / 1e6
+            ours = [
+                measure([*hlogap, "audit", str(big), "--format", "json", "--chip", chip], Path(tmp))
+                for _ in range(repeats)
+            ]
+            theirs = []
+            for i in range(repeats):
+                fresh = Path(tmp) / f"xprof_{wanted}_{i}"
+                fresh.mkdir()
+                shutil.copy(big, fresh / big.name)
+                theirs.append(
+                    measure([sys.executable, "-c", XPROF_SNIPPET, str(fresh / big.name)], fresh)
+                )
+                shutil.rmtree(fresh)
+            best_ours = min(ours, key=lambda r: r.wall_s)
+            best_theirs = min(theirs, key=lambda r: r.wall_s)
+            row = {
+                "events": events,
+                "size_mb": size_mb,
+                "source": source.name,
+                "hlogap_s": best_ours.wall_s,
+                "hlogap_rss_mb": max(r.peak_rss_mb for r in ours),
+                "hlogap_ok": all(r.ok for r in ours),
+                "xprof_s": best_theirs.wall_s,
+                "xprof_rss_mb": max(r.peak_rss_mb for r in theirs),
+                "xprof_ok": all(r.ok for r in theirs),
+            }
+            results.append(row)
+            print(_format_row(row), flush=True)
+            big.unlink()
+    return results
+
+
+def _format_row(r: dict[str, object]) -> str:
+    ev = float(r["events"])  # type: ignore[arg-type]
+    ours, theirs = float(r["hlogap_s"]), float(r["xprof_s"])  # type: ignore[arg-type]
+    return (
+        f"| {int(ev):,} | {float(r['size_mb']):.1f} MB | {ours:.2f} s | {ev / ours / 1e6:.2f} M/s "  # type: ignore[arg-type]
+        f"| {float(r['hlogap_rss_mb']):.0f} MB | {theirs:.2f} s | {ev / theirs / 1e6:.2f} M/s "  # type: ignore[arg-type]
+        f"| {float(r['xprof_rss_mb']):.0f} MB | {ours / theirs:.2f}x |"  # type: ignore[arg-type]
+        + ("" if r["hlogap_ok"] and r["xprof_ok"] else " (a run failed)")
+    )
+
+
+HEADER = (
+    "| events | file | hlogap wall | hlogap events/s | hlogap peak RSS | xprof wall "
+    "| xprof events/s | xprof peak RSS | hlogap / xprof |\n"
+    "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+)
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+
+def write_docs(results: list[dict[str, object]]) -> None:
+    doc = ROOT / "docs" / "performance.md"
+    text = doc.read_text()
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    table = "\n".join(
+        [
+            BEGIN,
+            f"Measured {time.strftime('%Y-%m-%d')} on {machine}, source `{results[0]['source']}`:",
+            "",
+            HEADER,
+            *(_format_row(r) for r in results),
+            END,
+        ]
+    )
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    doc.write_text(text[:start] + table + text[end:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, nargs="+", default=[300_000, 3_000_000])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--chip", default="mi300x")
+    parser.add_argument("--write-docs", action="store_true")
+    args = parser.parse_args()
+    print(HEADER)
+    results = bench(args.events, args.repeats, args.chip)
+    if args.write_docs:
+        write_docs(results)
+
+
+if __name__ == "__main__":
+    main()

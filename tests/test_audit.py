@@ -1,0 +1,130 @@
+"""End-to-end audits of real profiles: the op set, the times, the contract's JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import hlogap.audit as api
+from hlogap.render import render
+from tests.conftest import FIXTURES, SAMPLE, cpu_fixtures
+from tests.test_timing import _events_by_op
+
+CONTRACT_OP_KEYS = {
+    "rank",
+    "module",
+    "program_id",
+    "name",
+    "opcode",
+    "category",
+    "occurrences",
+    "measured_us",
+    "bound_us",
+    "gap_us",
+    "efficiency",
+    "bound_by",
+    "flops",
+    "bytes",
+    "comm_bytes",
+    "intensity",
+    "hlo",
+    "hints",
+}
+CONTRACT_SUMMARY_KEYS = {
+    "devices",
+    "ops",
+    "measured_us",
+    "bound_us",
+    "gap_us",
+    "efficiency",
+    "modeled_fraction",
+}
+
+
+def _tree(path: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in path.rglob("*")}
+
+
+def test_amd_report_is_the_device_events(amd_file: Path) -> None:
+    report = api.audit(amd_file)
+    expected = _events_by_op(amd_file, "/device:GPU:")
+    got = {(r.module, r.name): r for r in report.ops}
+    assert set(got) == set(expected)
+    for key, durations in expected.items():
+        assert got[key].measured_us == pytest.approx(sum(durations) / 1e6, abs=1e-6)
+    assert report.measured_us == pytest.approx(sum(map(sum, expected.values())) / 1e6)
+    # The MI300X run used all 8 GPUs; the MI355X step ran on one of its 8.
+    assert report.devices == (8 if "mi300x" in amd_file.name else 1)
+
+
+def test_amd_chip_is_detected_and_no_op_beats_the_roof(amd_file: Path) -> None:
+    report = api.audit(amd_file)
+    assert report.chip_source == "detected"
+    assert report.chip.name == ("mi300x" if "mi300x" in amd_file.name else "mi355x")
+    assert report.chip.hbm_bw in (5.3e12, 8.0e12)  # data sheets, not the driver's 2.66e12/4.1e12
+    for row in report.ops:
+        assert row.efficiency is None or row.efficiency <= 1.0, row.name
+
+
+@pytest.mark.parametrize("program", [p.name for p in cpu_fixtures()])
+def test_cpu_report_is_the_thunk_events(program: str, cpu_chip_file: Path) -> None:
+    logdir = FIXTURES / program
+    report = api.audit(logdir, chip=str(cpu_chip_file))
+    files = sorted(logdir.rglob("*.xplane.pb"))
+    expected = _events_by_op(files[-1], "/host:CPU")
+    got = {(r.module, r.name): r for r in report.ops}
+    assert set(got) == set(expected)
+    for key, durations in expected.items():
+        # Self time: a while thunk encloses its body's thunks, which are charged to themselves.
+        assert 0 < got[key].measured_us <= sum(durations) / 1e6 + 1e-9
+    report_json = json.loads(render(report, "json", 0))
+    assert report_json["summary"]["measured_us"] == pytest.approx(report.measured_us)
+
+
+def test_json_follows_the_contract(amd_file: Path) -> None:
+    doc = json.loads(render(api.audit(amd_file), "json", 2))
+    assert doc["schema"] == "hlogap.audit/1"
+    assert {"path", "run", "files", "hosts"} <= set(doc["source"])
+    assert {"name", "display", "vendor", "source", "peak_flops", "hbm_bw"} <= set(doc["chip"])
+    assert set(doc["summary"]) >= CONTRACT_SUMMARY_KEYS
+    assert len(doc["ops"]) == 2 and doc["summary"]["ops"] > 2
+    for rank, op in enumerate(doc["ops"], 1):
+        assert set(op) >= CONTRACT_OP_KEYS
+        assert op["rank"] == rank
+        assert op["gap_us"] == pytest.approx(op["measured_us"] - op["bound_us"])
+        assert op["bound_by"] in ("compute", "memory", "communication", "unmodeled")
+    gaps = [op["gap_us"] for op in doc["ops"]]
+    assert gaps == sorted(gaps, reverse=True)
+
+
+def test_cli_json_pipes_into_json_tool(amd_file: Path, tmp_path: Path) -> None:
+    before = _tree(amd_file.parent)
+    cli = [sys.executable, "-m", "hlogap", "audit", str(amd_file), "--format", "json"]
+    out = subprocess.run(cli, capture_output=True, text=True, check=True)
+    tool = subprocess.run(
+        [sys.executable, "-m", "json.tool"],
+        input=out.stdout,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(tool.stdout)["schema"] == "hlogap.audit/1"
+    assert out.stderr == ""
+    assert _tree(amd_file.parent) == before  # never writes into the profile directory
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "md"])
+def test_other_formats_name_the_top_op(amd_file: Path, fmt: str) -> None:
+    report = api.audit(amd_file)
+    text = render(report, fmt, 5)
+    assert report.ops[0].name in text
+
+
+def test_sample_profile_audits(cpu_chip_file: Path) -> None:
+    report = api.audit(SAMPLE, chip=str(cpu_chip_file))
+    assert report.ops and report.backend == "cpu"
+    assert report.modeled_fraction is not None and report.modeled_fraction > 0.5

@@ -19,8 +19,21 @@ from hlogap.proto import xplane_pb2
 
 DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):(\d+)$")
 _MODULE_META = re.compile(r"^(?P<name>.*)\((?P<program_id>\d+)\)$")
-# Largest file we parse in memory: upb needs the bytes plus roughly the same again.
-MAX_FILE_BYTES = 4 << 30
+# upb holds the file's bytes and its parsed messages; measured peak RSS stays under about
+# 4x the file size (docs/performance.md), so that much must be free before we start.
+MEMORY_PER_FILE_BYTE = 4
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel says can be allocated without swapping (Linux), else None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 @dataclass(frozen=True)
@@ -77,13 +90,20 @@ def read_xspace(path: Path) -> xplane_pb2.XSpace:
         size = path.stat().st_size
         if size == 0:
             raise InputError(f"empty profile file: {path}")
-        if size > MAX_FILE_BYTES:
-            raise InputError(f"profile file too large to read ({size >> 20} MiB): {path}")
+        free = available_memory()
+        if free is not None and size * MEMORY_PER_FILE_BYTE > free:
+            raise InputError(
+                f"profile too large for this machine's memory: {path} is {size >> 20} MiB, "
+                f"reading it needs about {size * MEMORY_PER_FILE_BYTE >> 20} MiB, "
+                f"{free >> 20} MiB available (audit one host at a time with --host)"
+            )
         data = path.read_bytes()
     except PermissionError as exc:
         raise InputError(f"permission denied: {path}") from exc
     except IsADirectoryError as exc:
         raise InputError(f"not a file: {path}") from exc
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}") from exc
     space = xplane_pb2.XSpace()
     try:
         space.ParseFromString(data)

@@ -52,9 +52,10 @@ def _field(number: int, payload: bytes) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
-def _is_op_line(plane: xplane_pb2.XPlane, line: xplane_pb2.XLine) -> bool:
-    if plane.name.startswith("/device:"):
-        return True
+def _is_op_line(plane: xplane_pb2.XPlane, line: xplane_pb2.XLine, device: bool) -> bool:
+    """Lines holding op events: device planes' lines (GPU/TPU) or CPU thunk threads."""
+    if device:
+        return plane.name.startswith("/device:")
     return plane.name == "/host:CPU" and line.name.startswith("tf_")
 
 
@@ -62,12 +63,13 @@ def scale_profile(source: Path, target: Path, events_wanted: int) -> int:
     """Write `source` with its op lines' events repeated to about `events_wanted`; return count."""
     space = xplane_pb2.XSpace()
     space.ParseFromString(source.read_bytes())
-    base = sum(len(ln.events) for p in space.planes for ln in p.lines if _is_op_line(p, ln))
+    device = any(p.name.startswith("/device:") for p in space.planes)
+    base = sum(len(ln.events) for p in space.planes for ln in p.lines if _is_op_line(p, ln, device))
     copies = max(1, round(events_wanted / base))
     out = bytearray()
     total = 0
     for plane in space.planes:
-        op_lines = [ln for ln in plane.lines if _is_op_line(plane, ln)]
+        op_lines = [ln for ln in plane.lines if _is_op_line(plane, ln, device)]
         if not op_lines:
             out += _field(1, plane.SerializeToString())
             continue

@@ -1,0 +1,319 @@
+"""Every bad input gets one line on stderr and the contract's exit code, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from hlogap import xplane
+from hlogap.cli import main
+from hlogap.proto import xplane_pb2
+from tests.conftest import AMD_FILES, FIXTURES, SAMPLE
+
+SAMPLE_FILE = next(SAMPLE.rglob("*.xplane.pb"))
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    old = sys.argv
+    sys.argv = ["hlogap", *args]
+    try:
+        with pytest.raises(SystemExit) as exc:
+            main()
+    finally:
+        sys.argv = old
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err
+
+
+def _space(path: Path) -> xplane_pb2.XSpace:
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(path.read_bytes())
+    return space
+
+
+def _write(tmp: Path, name: str, data: bytes) -> Path:
+    path = tmp / name
+    path.write_bytes(data)
+    return path
+
+
+def _strip_metadata_stat(tmp: Path, replace: bytes | None) -> Path:
+    """The sample with every module's `Hlo Proto` removed (None) or replaced by `replace`."""
+    space = _space(SAMPLE_FILE)
+    for plane in space.planes:
+        if plane.name != "/host:metadata":
+            continue
+        hlo_id = next(k for k, v in plane.stat_metadata.items() if v.name == "Hlo Proto")
+        for md in plane.event_metadata.values():
+            for stat in list(md.stats):
+                if stat.metadata_id == hlo_id:
+                    if replace is None:
+                        md.stats.remove(stat)
+                    else:
+                        stat.bytes_value = replace
+    return _write(tmp, "vm.xplane.pb", space.SerializeToString())
+
+
+def _no_ops(tmp: Path) -> Path:
+    space = _space(SAMPLE_FILE)
+    for plane in space.planes:
+        if plane.name == "/host:CPU":
+            del plane.lines[:]
+    return _write(tmp, "vm.xplane.pb", space.SerializeToString())
+
+
+def _gpu_without_stats(tmp: Path) -> Path:
+    path = AMD_FILES["mi300x"]
+    if not path.is_file():
+        pytest.skip("AMD fixture absent")
+    space = _space(path)
+    for plane in space.planes:
+        del plane.stats[:]
+    return _write(tmp, "gpu.xplane.pb", space.SerializeToString())
+
+
+def _dir(tmp: Path, *parts: str) -> Path:
+    path = tmp.joinpath(*parts)
+    path.mkdir(parents=True)
+    return tmp
+
+
+# (id, builder of the argument list, exit code, start of the stderr line)
+CASES: list[tuple[str, Callable[[Path], list[str]], int, str]] = [
+    ("missing path", lambda t: ["audit", str(t / "nope")], 3, "hlogap: error: no such file"),
+    ("logdir without profiles", lambda t: ["audit", str(t)], 3, "hlogap: error: no profile found"),
+    (
+        "empty run",
+        lambda t: ["audit", str(_dir(t, "plugins", "profile", "run1"))],
+        3,
+        "hlogap: error: no profile found",
+    ),
+    (
+        "zero-byte file",
+        lambda t: ["audit", str(_write(t, "a.xplane.pb", b""))],
+        3,
+        "hlogap: error: empty profile file",
+    ),
+    (
+        "truncated file",
+        lambda t: [
+            "audit",
+            str(
+                _write(
+                    t, "a.xplane.pb", SAMPLE_FILE.read_bytes()[: SAMPLE_FILE.stat().st_size // 2]
+                )
+            ),
+        ],
+        3,
+        "hlogap: error: corrupt or truncated profile",
+    ),
+    (
+        "random bytes",
+        lambda t: ["audit", str(_write(t, "a.xplane.pb", os.urandom(4096)))],
+        3,
+        "hlogap: error: ",
+    ),
+    (
+        "text file",
+        lambda t: ["audit", str(_write(t, "a.xplane.pb", b"hello, world\n" * 20))],
+        3,
+        "hlogap: error: ",
+    ),
+    (
+        "XSpace without planes",
+        lambda t: [
+            "audit",
+            str(_write(t, "a.xplane.pb", xplane_pb2.XSpace(hostnames=["h"]).SerializeToString())),
+        ],
+        3,
+        "hlogap: error: not an xprof profile",
+    ),
+    (
+        "profile without XLA ops",
+        lambda t: ["audit", str(_no_ops(t))],
+        3,
+        "hlogap: error: no XLA op events",
+    ),
+    (
+        "unknown chip name",
+        lambda t: ["audit", str(SAMPLE), "--chip", "tpu-v99"],
+        2,
+        "hlogap: error: unknown chip 'tpu-v99'",
+    ),
+    (
+        "missing chip file",
+        lambda t: ["audit", str(SAMPLE), "--chip", str(t / "x.toml")],
+        2,
+        "hlogap: error: ",
+    ),
+    (
+        "malformed chip file",
+        lambda t: ["audit", str(SAMPLE), "--chip", str(_write(t, "c.toml", b"name = [oops"))],
+        2,
+        "hlogap: error: ",
+    ),
+    (
+        "unknown option",
+        lambda t: ["audit", str(SAMPLE), "--frobnicate"],
+        2,
+        "hlogap: usage error: No such option",
+    ),
+    (
+        "unknown format",
+        lambda t: ["audit", str(SAMPLE), "--format", "xml"],
+        2,
+        "hlogap: error: unknown format 'xml'",
+    ),
+    (
+        "unknown sort key",
+        lambda t: ["audit", str(SAMPLE), "--sort", "name"],
+        2,
+        "hlogap: error: unknown sort key",
+    ),
+    (
+        "bad module regex",
+        lambda t: ["audit", str(SAMPLE), "--module", "("],
+        2,
+        "hlogap: error: bad --module regex",
+    ),
+    (
+        "unknown run",
+        lambda t: ["audit", str(SAMPLE), "--run", "1999"],
+        3,
+        "hlogap: error: no run '1999'",
+    ),
+    (
+        "unknown host",
+        lambda t: ["audit", str(SAMPLE), "--host", "nohost"],
+        3,
+        "hlogap: error: no host 'nohost'",
+    ),
+    (
+        "unknown device",
+        lambda t: ["audit", str(SAMPLE), "--device", "99"],
+        2,
+        "hlogap: error: no device 99",
+    ),
+    (
+        "hlo dump not a directory",
+        lambda t: ["audit", str(SAMPLE), "--hlo-dump", str(t / "d")],
+        3,
+        "hlogap: error: --hlo-dump is not a directory",
+    ),
+    (
+        "malformed HLO to bound",
+        lambda t: ["bound", "%x = f32[2 add(", "--chip", "h100-sxm"],
+        2,
+        "hlogap: error: malformed HLO",
+    ),
+    (
+        "empty HLO to bound",
+        lambda t: ["bound", "  ", "--chip", "h100-sxm"],
+        2,
+        "hlogap: error: no HLO instruction given",
+    ),
+    (
+        "bound with unknown chip",
+        lambda t: ["bound", "%a = f32[8] add(f32[8] %x, f32[8] %y)", "--chip", "z80"],
+        2,
+        "hlogap: error: unknown chip",
+    ),
+    (
+        "GPU with undetectable chip",
+        lambda t: ["audit", str(_gpu_without_stats(t))],
+        3,
+        "hlogap: error: cannot tell which GPU",
+    ),
+    (
+        "unwritable output",
+        lambda t: ["audit", str(SAMPLE), "-o", str(t / "no" / "such" / "f")],
+        3,
+        "hlogap: error: cannot write",
+    ),
+    ("missing command argument", lambda t: ["audit"], 2, "hlogap: usage error: Missing argument"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "first"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_bad_input(
+    args: Callable[[Path], list[str]],
+    code: int,
+    first: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    cpu_chip_file: Path,
+) -> None:
+    argv = args(tmp_path)
+    if argv[0] == "audit" and "--chip" not in argv and "GPU" not in first:
+        argv += ["--chip", str(cpu_chip_file)]
+    got, out, err = run_cli(argv, capsys)
+    assert got == code, err
+    assert err.startswith(first), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert out == ""
+
+
+def test_cpu_profile_without_a_chip_says_how_to_get_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HLOGAP_CACHE_DIR", str(tmp_path))  # no calibrated chip there
+    code, _, err = run_cli(["audit", str(SAMPLE)], capsys)
+    assert code == 3
+    assert err.startswith("hlogap: error: a CPU profile needs a CPU chip: run `hlogap calibrate`")
+
+
+@pytest.mark.parametrize("replace", [None, b"\xff\x00garbage"], ids=["missing", "undecodable"])
+def test_module_without_usable_hlo_keeps_its_time(
+    replace: bytes | None, tmp_path: Path, cpu_chip_file: Path
+) -> None:
+    from hlogap.audit import audit
+
+    broken = audit(_strip_metadata_stat(tmp_path, replace), chip=str(cpu_chip_file))
+    intact = audit(SAMPLE_FILE, chip=str(cpu_chip_file))
+    assert broken.measured_us == pytest.approx(intact.measured_us)
+    assert {r.name for r in broken.ops} == {r.name for r in intact.ops}
+    assert all(r.bound_by == "unmodeled" for r in broken.ops)
+    assert broken.modeled_fraction == 0
+    word = "no HLO" if replace is None else "undecodable"
+    assert all(word in r.hints[0] for r in broken.ops)
+
+
+def test_internal_error_is_one_line_with_exit_4(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, cpu_chip_file: Path
+) -> None:
+    def boom(*_: object, **__: object) -> None:
+        raise ZeroDivisionError("simulated bug")
+
+    monkeypatch.setattr("hlogap.audit.time_ops", boom)
+    code, out, err = run_cli(["audit", str(SAMPLE), "--chip", str(cpu_chip_file)], capsys)
+    assert code == 4 and out == ""
+    assert err.startswith("hlogap: internal error (ZeroDivisionError: simulated bug)")
+    assert err.count("\n") == 1
+
+
+def test_profile_too_big_for_memory_is_refused_before_reading(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], cpu_chip_file: Path
+) -> None:
+    monkeypatch.setattr(xplane, "available_memory", lambda: 1000)
+    code, _, err = run_cli(["audit", str(SAMPLE), "--chip", str(cpu_chip_file)], capsys)
+    assert code == 3
+    assert err.startswith("hlogap: error: profile too large for this machine's memory")
+
+
+def test_audit_never_writes_into_the_profile_tree(
+    capsys: pytest.CaptureFixture[str], cpu_chip_file: Path
+) -> None:
+    logdir = FIXTURES / "sharded_train"
+    before = {p: p.stat().st_mtime_ns for p in logdir.rglob("*")}
+    for fmt in ("table", "json", "csv", "md"):
+        code, _, _ = run_cli(
+            ["audit", str(logdir), "--chip", str(cpu_chip_file), "-f", fmt], capsys
+        )
+        assert code == 0
+    assert {p: p.stat().st_mtime_ns for p in logdir.rglob("*")} == before

@@ -176,7 +176,7 @@ def check(
         typer.Option(
             "--max-regression",
             metavar="PCT",
-            help="Fail if the total measured time per step grows more than PCT %. [default: 5]",
+            help="Fail if the total measured time per step grows more than PCT % (default 5).",
         ),
     ] = None,
     max_gap_regression: Annotated[
@@ -184,8 +184,8 @@ def check(
         typer.Option(
             "--max-gap-regression",
             metavar="PCT",
-            help="Fail if the total gap grows more than PCT % of the baseline's measured time. "
-            "[default: 5]",
+            help="Fail if the total gap grows more than PCT % of the baseline's measured time "
+            "(default 5).",
         ),
     ] = None,
     max_op_regression: Annotated[
@@ -193,7 +193,7 @@ def check(
         typer.Option(
             "--max-op-regression",
             metavar="PCT",
-            help="Fail if a non-tiny op's time per occurrence grows more than PCT %. [default: 20]",
+            help="Fail if a non-tiny op's time per occurrence grows more than PCT % (default 20).",
         ),
     ] = None,
     min_efficiency: Annotated[
@@ -209,7 +209,7 @@ def check(
         typer.Option(
             "--min-op-share",
             metavar="PCT",
-            help="Ops under PCT % of the total time are not gated one by one. [default: 1]",
+            help="Ops under PCT % of the total time are not gated one by one (default 1).",
         ),
     ] = None,
     chip: ChipOpt = None,

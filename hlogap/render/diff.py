@@ -142,16 +142,21 @@ def _more(shown: int, total: int, hint: str) -> list[str]:
     return [f"({shown} of {total} ops; {hint})"] if shown < total else []
 
 
+def _md_diff(diff: Diff, top: int) -> list[str]:
+    rows = diff.rows if top <= 0 else diff.rows[:top]
+    more = _more(len(rows), len(diff.rows), "--top 0 shows all")
+    header = [f"- {_md_cell(h)}" for h in _header(diff)]
+    return [*header, "", *_md_table(rows, _multi_module(diff.rows)), *more]
+
+
 def render_diff(diff: Diff, fmt: str, top: int) -> str:
     if fmt == "json":
         return json.dumps(_finite(diff.to_dict(top)), indent=2) + "\n"
-    rows = diff.rows if top <= 0 else diff.rows[:top]
-    with_module = _multi_module(diff.rows)
-    more = _more(len(rows), len(diff.rows), "--top 0 shows all")
     if fmt == "md":
-        lines = ["## hlogap diff", "", *(f"- {_md_cell(h)}" for h in _header(diff)), ""]
-        return "\n".join([*lines, *_md_table(rows, with_module), *more]) + "\n"
-    return _print([*_header(diff), ""], _rich_table(rows, with_module), more)
+        return "\n".join(["## hlogap diff", "", *_md_diff(diff, top)]) + "\n"
+    rows = diff.rows if top <= 0 else diff.rows[:top]
+    more = _more(len(rows), len(diff.rows), "--top 0 shows all")
+    return _print([*_header(diff), ""], _rich_table(rows, _multi_module(diff.rows)), more)
 
 
 def _thresholds_line(result: CheckResult) -> str:
@@ -214,7 +219,7 @@ def render_check(result: CheckResult, fmt: str) -> str:
             "",
             "<details><summary>op-by-op diff</summary>",
             "",
-            render_diff(diff, "md", 20).rstrip("\n"),
+            *_md_diff(diff, 20),
             "",
             "</details>",
         ]

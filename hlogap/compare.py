@@ -1,0 +1,543 @@
+"""Run-to-run comparison: load two reports, pair their ops across recompiles, and diff them.
+
+Either side is a profile (audited here) or a saved ``audit --format json`` report. Ops are paired
+within one HLO module name, strongest evidence first, because XLA renames fusions between compiles
+(``fusion.41`` becomes ``fusion.43`` when an unrelated op is added):
+
+1. same name and same fingerprint            -> ``name+fingerprint``
+2. fingerprint unique on both sides           -> ``fingerprint``
+3. fingerprint several times on both sides    -> ``fingerprint (ordered)``, paired by measured time
+4. same name and opcode among the rest        -> ``name``
+
+What is left is ``appeared`` (only in NEW) or ``vanished`` (only in BASE).
+
+Noise and run length: per-op figures are compared per occurrence, and totals of BASE are scaled by
+the run-length ratio (the median over matched ops of NEW occurrences / BASE occurrences), so that a
+profile of 6 steps compares fairly with a baseline of 3.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hlogap import __version__
+from hlogap.errors import InputError, UsageError
+from hlogap.report import SCHEMA
+
+MATCH_METHODS = ("name+fingerprint", "fingerprint", "fingerprint (ordered)", "name")
+DIFF_SCHEMA = "hlogap.diff/1"
+
+
+@dataclass(frozen=True)
+class Op:
+    """One op of a report: the fields a comparison needs (totals over occurrences and devices)."""
+
+    module: str
+    name: str
+    opcode: str
+    occurrences: int
+    measured_us: float
+    bound_us: float
+    fingerprint: str  # "" when the op had no HLO
+
+    @property
+    def gap_us(self) -> float:
+        return self.measured_us - self.bound_us
+
+    def per_occurrence(self, total_us: float) -> float:
+        return total_us / self.occurrences if self.occurrences > 0 else total_us
+
+
+@dataclass
+class Report:
+    """One side of a comparison. Totals cover every op even when `ops` was cut by `--top`."""
+
+    path: str
+    kind: str  # "profile" or "report"
+    chip: dict[str, object]
+    ops: list[Op]
+    measured_us: float
+    bound_us: float
+    total_ops: int  # ops the totals cover; more than len(ops) for a report saved with --top N
+
+    @property
+    def gap_us(self) -> float:
+        return self.measured_us - self.bound_us
+
+    @property
+    def efficiency(self) -> float | None:
+        return self.bound_us / self.measured_us if self.measured_us > 0 else None
+
+    @property
+    def truncated(self) -> bool:
+        return self.total_ops > len(self.ops)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "chip": self.chip.get("name"),
+            "ops": self.total_ops,
+            "ops_listed": len(self.ops),
+            "measured_us": self.measured_us,
+            "bound_us": self.bound_us,
+            "gap_us": self.gap_us,
+            "efficiency": self.efficiency,
+        }
+
+
+# --------------------------------------------------------------------------------------- loading
+
+
+def is_json_report(path: Path) -> bool:
+    """A saved report: a `.json` file, or any file (not `.pb`) whose content starts with `{`."""
+    if path.suffix.lower() == ".json":
+        return True
+    if not path.is_file() or path.suffix.lower() == ".pb":
+        return False
+    try:
+        with path.open("rb") as f:
+            head = f.read(64)
+    except OSError:
+        return False
+    return head.lstrip().startswith(b"{")
+
+
+def load_report(
+    path: str | Path,
+    role: str,
+    *,
+    chip: str | None = None,
+    run: str | None = None,
+    host: str | None = None,
+    device: int | None = None,
+    module: str | None = None,
+) -> Report:
+    """Read a saved JSON report or audit a profile. `role` ("baseline", "BASE"...) names it in
+    errors. `module` (a regex) also filters the ops of a saved report."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{role} not found: {p}")
+    if is_json_report(p):
+        return _from_json(p, role, module)
+    from hlogap.audit import audit
+
+    data = audit(p, chip, run=run, host=host, device=device, module=module).to_dict(0)
+    return _from_dict(data, str(p), "profile", role, None)
+
+
+def _from_json(path: Path, role: str, module: str | None) -> Report:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise InputError(f"cannot read {role} {path}: {reason}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{role} {path} is not JSON (line {exc.lineno}: {exc.msg}); "
+            "save it with `hlogap audit PATH --format json --top 0`"
+        ) from exc
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise InputError(
+            f"{role} {path} is not an hlogap audit report (schema {found!r}, expected {SCHEMA!r})"
+        )
+    try:
+        module_re = re.compile(module) if module else None
+    except re.error as exc:
+        raise UsageError(f"bad --module regex '{module}': {exc}") from exc
+    return _from_dict(data, str(path), "report", role, module_re)
+
+
+def _num(value: object, what: str) -> float:
+    if value is None:  # the JSON writer turns non-finite numbers into null
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{what} is {value!r}, not a number")
+    return float(value)
+
+
+def _str(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} is {value!r}, not a string")
+    return value
+
+
+def _from_dict(
+    data: dict[str, object],
+    path: str,
+    kind: str,
+    role: str,
+    module_re: re.Pattern[str] | None,
+) -> Report:
+    try:
+        raw_ops = data["ops"]
+        summary = data["summary"]
+        if not isinstance(raw_ops, list) or not isinstance(summary, dict):
+            raise ValueError("'ops' is not a list or 'summary' not an object")
+        ops = [_op(o, i) for i, o in enumerate(raw_ops)]
+        chip = data.get("chip")
+        if module_re is not None:
+            ops = [o for o in ops if module_re.search(o.module)]
+            measured = sum(o.measured_us for o in ops)
+            bound = sum(o.bound_us for o in ops)
+            total_ops = len(ops)
+        else:
+            measured = _num(summary["measured_us"], "summary.measured_us")
+            bound = _num(summary["bound_us"], "summary.bound_us")
+            total_ops = int(_num(summary.get("ops", len(ops)), "summary.ops"))
+    except (KeyError, ValueError, TypeError) as exc:
+        detail = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise InputError(f"{role} {path} is a corrupt hlogap report: {detail}") from exc
+    return Report(
+        path=path,
+        kind=kind,
+        chip=chip if isinstance(chip, dict) else {},
+        ops=ops,
+        measured_us=measured,
+        bound_us=bound,
+        total_ops=max(total_ops, len(ops)),
+    )
+
+
+def _op(raw: object, index: int) -> Op:
+    if not isinstance(raw, dict):
+        raise ValueError(f"ops[{index}] is not an object")
+    where = f"ops[{index}]"
+    occurrences = _num(raw["occurrences"], f"{where}.occurrences")
+    return Op(
+        module=_str(raw["module"], f"{where}.module"),
+        name=_str(raw["name"], f"{where}.name"),
+        opcode=_str(raw.get("opcode", "unknown"), f"{where}.opcode"),
+        occurrences=int(occurrences),
+        measured_us=_num(raw["measured_us"], f"{where}.measured_us"),
+        bound_us=_num(raw.get("bound_us"), f"{where}.bound_us"),
+        # Reports written before fingerprints existed lack the key: such ops match by name.
+        fingerprint=_str(raw.get("fingerprint") or "", f"{where}.fingerprint"),
+    )
+
+
+# -------------------------------------------------------------------------------------- matching
+
+
+@dataclass(frozen=True)
+class Pair:
+    module: str
+    base: Op | None
+    new: Op | None
+    method: str  # one of MATCH_METHODS, "appeared" or "vanished"
+
+
+def _by_time(ops: Iterable[Op]) -> list[Op]:
+    return sorted(ops, key=lambda o: (-o.measured_us, o.name))
+
+
+def _pair_groups(
+    base: list[Op],
+    new: list[Op],
+    key: Callable[[Op], object],
+    method: str,
+    accept: Callable[[int, int], bool],
+    pairs: list[Pair],
+) -> tuple[list[Op], list[Op]]:
+    """Pair ops of BASE and NEW sharing `key` (a None key never pairs) in order of measured time,
+    for the groups whose sizes `accept`; return what stays unpaired."""
+    groups_b: dict[object, list[Op]] = defaultdict(list)
+    groups_n: dict[object, list[Op]] = defaultdict(list)
+    for op in base:
+        groups_b[key(op)].append(op)
+    for op in new:
+        groups_n[key(op)].append(op)
+    paired: set[int] = set()
+    for k, group_b in groups_b.items():
+        group_n = groups_n.get(k)
+        if k is None or not group_n or not accept(len(group_b), len(group_n)):
+            continue
+        for b, n in zip(_by_time(group_b), _by_time(group_n)):
+            pairs.append(Pair(b.module, b, n, method))
+            paired.update((id(b), id(n)))
+    return (
+        [o for o in base if id(o) not in paired],
+        [o for o in new if id(o) not in paired],
+    )
+
+
+def _match_module(module: str, base: list[Op], new: list[Op]) -> list[Pair]:
+    pairs: list[Pair] = []
+
+    def fp(o: Op) -> str | None:
+        return o.fingerprint or None
+
+    def name_fp(o: Op) -> tuple[str, str] | None:
+        return (o.name, o.fingerprint) if o.fingerprint else None
+
+    def anything(nb: int, nn: int) -> bool:
+        return True
+
+    base, new = _pair_groups(base, new, name_fp, "name+fingerprint", anything, pairs)
+    base, new = _pair_groups(
+        base, new, fp, "fingerprint", lambda nb, nn: nb == 1 and nn == 1, pairs
+    )
+    base, new = _pair_groups(
+        base, new, fp, "fingerprint (ordered)", lambda nb, nn: nb > 1 and nn > 1, pairs
+    )
+    base, new = _pair_groups(base, new, lambda o: (o.name, o.opcode), "name", anything, pairs)
+    pairs += [Pair(module, b, None, "vanished") for b in _by_time(base)]
+    pairs += [Pair(module, None, n, "appeared") for n in _by_time(new)]
+    return pairs
+
+
+def match_ops(base: Sequence[Op], new: Sequence[Op]) -> list[Pair]:
+    """Pair the ops of two reports, module by module (see the module docstring)."""
+    by_module_b: dict[str, list[Op]] = defaultdict(list)
+    by_module_n: dict[str, list[Op]] = defaultdict(list)
+    for op in base:
+        by_module_b[op.module].append(op)
+    for op in new:
+        by_module_n[op.module].append(op)
+    pairs: list[Pair] = []
+    for module in sorted(set(by_module_b) | set(by_module_n)):
+        pairs += _match_module(module, by_module_b.get(module, []), by_module_n.get(module, []))
+    return pairs
+
+
+# --------------------------------------------------------------------------------------- diffing
+
+
+def _pct(delta: float, reference: float) -> float | None:
+    return delta / reference * 100.0 if reference > 0 else None
+
+
+@dataclass(frozen=True)
+class DiffRow:
+    """A pair of ops with its deltas; BASE totals are scaled by the run-length `ratio`."""
+
+    pair: Pair
+    ratio: float
+
+    @property
+    def base(self) -> Op | None:
+        return self.pair.base
+
+    @property
+    def new(self) -> Op | None:
+        return self.pair.new
+
+    @property
+    def op(self) -> Op:
+        """NEW's op, or BASE's for a vanished op."""
+        op = self.new or self.base
+        assert op is not None, "a pair holds at least one op"
+        return op
+
+    @property
+    def name(self) -> str:
+        """`name`, or `old -> new` when XLA renamed the op."""
+        b, n = self.base, self.new
+        if b is not None and n is not None and b.name != n.name:
+            return f"{b.name} -> {n.name}"
+        return self.op.name
+
+    @property
+    def status(self) -> str:
+        if self.pair.method in ("appeared", "vanished"):
+            return self.pair.method
+        delta = self.measured_per_occ_delta_us
+        return "slower" if delta > 0 else "faster" if delta < 0 else "unchanged"
+
+    def _per_occ(self, which: str, field_name: str) -> float | None:
+        op = self.base if which == "base" else self.new
+        return None if op is None else op.per_occurrence(getattr(op, field_name))
+
+    def _per_occ_delta(self, field_name: str) -> float:
+        b = self._per_occ("base", field_name)
+        n = self._per_occ("new", field_name)
+        return (n or 0.0) - (b or 0.0)
+
+    def _total_delta(self, field_name: str) -> float:
+        b = getattr(self.base, field_name) if self.base is not None else 0.0
+        n = getattr(self.new, field_name) if self.new is not None else 0.0
+        return float(n) - self.ratio * float(b)
+
+    @property
+    def base_measured_per_occ_us(self) -> float | None:
+        return self._per_occ("base", "measured_us")
+
+    @property
+    def new_measured_per_occ_us(self) -> float | None:
+        return self._per_occ("new", "measured_us")
+
+    @property
+    def measured_per_occ_delta_us(self) -> float:
+        return self._per_occ_delta("measured_us")
+
+    @property
+    def measured_per_occ_delta_pct(self) -> float | None:
+        """Per-occurrence change in % of BASE; None unless the op is on both sides."""
+        b = self.base_measured_per_occ_us
+        if b is None or self.new is None:
+            return None
+        return _pct(self.measured_per_occ_delta_us, b)
+
+    @property
+    def measured_delta_us(self) -> float:
+        return self._total_delta("measured_us")
+
+    @property
+    def bound_delta_us(self) -> float:
+        return self._total_delta("bound_us")
+
+    @property
+    def gap_delta_us(self) -> float:
+        return self._total_delta("gap_us")
+
+    def to_dict(self) -> dict[str, object]:
+        b, n = self.base, self.new
+        return {
+            "module": self.pair.module,
+            "name": self.op.name,
+            "base_name": b.name if b else None,
+            "new_name": n.name if n else None,
+            "opcode": self.op.opcode,
+            "fingerprint": self.op.fingerprint,
+            "match": self.pair.method,
+            "status": self.status,
+            "base_occurrences": b.occurrences if b else None,
+            "new_occurrences": n.occurrences if n else None,
+            "base_measured_us": b.measured_us if b else None,
+            "new_measured_us": n.measured_us if n else None,
+            "base_bound_us": b.bound_us if b else None,
+            "new_bound_us": n.bound_us if n else None,
+            "base_gap_us": b.gap_us if b else None,
+            "new_gap_us": n.gap_us if n else None,
+            "base_measured_per_occ_us": self.base_measured_per_occ_us,
+            "new_measured_per_occ_us": self.new_measured_per_occ_us,
+            "measured_per_occ_delta_us": self.measured_per_occ_delta_us,
+            "measured_per_occ_delta_pct": self.measured_per_occ_delta_pct,
+            "bound_per_occ_delta_us": self._per_occ_delta("bound_us"),
+            "gap_per_occ_delta_us": self._per_occ_delta("gap_us"),
+            "measured_delta_us": self.measured_delta_us,
+            "bound_delta_us": self.bound_delta_us,
+            "gap_delta_us": self.gap_delta_us,
+        }
+
+
+@dataclass
+class Diff:
+    base: Report
+    new: Report
+    ratio: float  # run-length ratio: median over matched ops of new / base occurrences
+    rows: list[DiffRow]  # sorted by |measured_delta_us|, largest first
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def measured_delta_us(self) -> float:
+        return self.new.measured_us - self.ratio * self.base.measured_us
+
+    @property
+    def measured_delta_pct(self) -> float | None:
+        """Change of the total measured time per step, in % of BASE."""
+        return _pct(self.measured_delta_us, self.ratio * self.base.measured_us)
+
+    @property
+    def bound_delta_us(self) -> float:
+        return self.new.bound_us - self.ratio * self.base.bound_us
+
+    @property
+    def gap_delta_us(self) -> float:
+        return self.new.gap_us - self.ratio * self.base.gap_us
+
+    @property
+    def gap_delta_pct(self) -> float | None:
+        """Growth of the total gap, in % of BASE's total measured time (per step)."""
+        return _pct(self.gap_delta_us, self.ratio * self.base.measured_us)
+
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys((*MATCH_METHODS, "appeared", "vanished"), 0)
+        for row in self.rows:
+            out[row.pair.method] += 1
+        return out
+
+    def summary_dict(self) -> dict[str, object]:
+        eff_b, eff_n = self.base.efficiency, self.new.efficiency
+        return {
+            "run_ratio": self.ratio,
+            "measured_delta_us": self.measured_delta_us,
+            "measured_delta_pct": self.measured_delta_pct,
+            "bound_delta_us": self.bound_delta_us,
+            "gap_delta_us": self.gap_delta_us,
+            "gap_delta_pct": self.gap_delta_pct,
+            "efficiency_delta": None if eff_b is None or eff_n is None else eff_n - eff_b,
+            "matches": self.counts(),
+        }
+
+    def to_dict(self, top: int = 0) -> dict[str, object]:
+        rows = self.rows if top <= 0 else self.rows[:top]
+        return {
+            "schema": DIFF_SCHEMA,
+            "version": __version__,
+            "base": self.base.to_dict(),
+            "new": self.new.to_dict(),
+            "summary": self.summary_dict(),
+            "ops": [r.to_dict() for r in rows],
+            "warnings": self.warnings,
+        }
+
+
+def run_ratio(pairs: Iterable[Pair]) -> float:
+    """Median over matched ops of NEW occurrences / BASE occurrences; 1 when nothing matched."""
+    ratios = [
+        p.new.occurrences / p.base.occurrences
+        for p in pairs
+        if p.base is not None
+        and p.new is not None
+        and p.base.occurrences > 0
+        and p.new.occurrences > 0
+    ]
+    return float(statistics.median(ratios)) if ratios else 1.0
+
+
+def _chip_key(chip: dict[str, object]) -> tuple[object, ...]:
+    return (
+        chip.get("name"),
+        json.dumps(chip.get("peak_flops"), sort_keys=True),
+        chip.get("hbm_bw"),
+        chip.get("interconnect_bw"),
+    )
+
+
+def compare(base: Report, new: Report) -> Diff:
+    """Match the ops of BASE and NEW and compute every delta."""
+    pairs = match_ops(base.ops, new.ops)
+    ratio = run_ratio(pairs)
+    rows = [DiffRow(p, ratio) for p in pairs]
+    rows.sort(key=lambda r: (-abs(r.measured_delta_us), r.pair.module, r.name))
+    warnings: list[str] = []
+    if not any(p.base is not None and p.new is not None for p in pairs):
+        warnings.append("no op of BASE matches an op of NEW: are these the same program?")
+    elif not math.isclose(ratio, 1.0):
+        warnings.append(
+            f"NEW ran {ratio:.3g}x the occurrences of BASE (median over matched ops): "
+            "BASE totals are scaled by that"
+        )
+    for side, report in (("BASE", base), ("NEW", new)):
+        if report.truncated:
+            warnings.append(
+                f"{side} lists {len(report.ops)} of {report.total_ops} ops (saved with --top): "
+                "unlisted ops show as appeared/vanished; save reports with --top 0"
+            )
+    if base.chip and new.chip and _chip_key(base.chip) != _chip_key(new.chip):
+        warnings.append(
+            f"the chips differ (BASE {base.chip.get('name')}, NEW {new.chip.get('name')}): "
+            "bounds and gaps are not comparable; pass the same --chip to both"
+        )
+    return Diff(base=base, new=new, ratio=ratio, rows=rows, warnings=warnings)

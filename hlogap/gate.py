@@ -1,0 +1,252 @@
+"""`hlogap check`: thresholds (flags, config file, defaults) and the pass/fail verdict on a Diff.
+
+Three checks always run, one more on request (docs/ci.md explains the defaults):
+
+- total measured time per step grows by more than `max_regression` % (BASE scaled by the
+  run-length ratio, see hlogap.compare);
+- total gap grows by more than `max_gap_regression` % of BASE's total measured time;
+- some op's measured time per occurrence grows by more than `max_op_regression` %, among ops that
+  are not tiny: at least `min_op_share` % of the total measured time and at least MIN_OP_US per
+  occurrence, on either side;
+- the overall efficiency (bound / measured) of NEW is below `min_efficiency` (off by default).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from hlogap import __version__
+from hlogap.compare import Diff, DiffRow
+from hlogap.errors import InputError, UsageError
+from hlogap.render.text import fmt_us
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the tomli backport has the same API
+    import tomli as tomllib
+
+CHECK_SCHEMA = "hlogap.check/1"
+MIN_OP_US = 1.0  # ops faster than this per occurrence (on both sides) are launch noise
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    max_regression: float = 5.0  # % of BASE's total measured time per step
+    max_gap_regression: float = 5.0  # gap growth, % of BASE's total measured time per step
+    max_op_regression: float = 20.0  # % of the op's BASE time per occurrence
+    min_efficiency: float | None = None  # fraction, 0..1
+    min_op_share: float = 1.0  # % of the total measured time below which an op is not gated
+    config: str | None = field(default=None, compare=False)  # the file that set some values
+
+    def to_dict(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+KEYS = tuple(f.name for f in fields(Thresholds) if f.name != "config")
+
+
+def find_config(directory: Path) -> tuple[Path, dict[str, object]] | None:
+    """`hlogap.toml` (top-level keys) if present, else `pyproject.toml`'s `[tool.hlogap]`;
+    only `directory` is searched, and the first file found is the only one read."""
+    for name in ("hlogap.toml", "pyproject.toml"):
+        path = directory / name
+        if not path.is_file():
+            continue
+        try:
+            with path.open("rb") as f:
+                data = tomllib.load(f)
+        except OSError as exc:
+            raise InputError(f"cannot read {path}: {exc.strerror}") from exc
+        except ValueError as exc:  # tomllib.TOMLDecodeError, UnicodeDecodeError
+            raise UsageError(f"{path} is not valid TOML: {exc}") from exc
+        if name == "pyproject.toml":
+            tool = data.get("tool", {})
+            section = tool.get("hlogap") if isinstance(tool, dict) else None
+            if section is None:
+                return None
+            if not isinstance(section, dict):
+                raise UsageError(f"{path}: [tool.hlogap] is not a table")
+            data = section
+        return path, data
+    return None
+
+
+def _validate(key: str, value: object, label: str) -> float:
+    """A threshold's value as a float; `label` is how the user wrote it (flag or file: key)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UsageError(f"{label} must be a number, not {value!r}")
+    number = float(value)
+    if not number >= 0:  # also rejects NaN
+        raise UsageError(f"{label} must be >= 0, not {number:g}")
+    if key == "min_efficiency" and number > 1:
+        raise UsageError(f"{label} is a fraction between 0 and 1, not {number:g}")
+    return number
+
+
+def resolve_thresholds(flags: dict[str, float | None], directory: Path) -> Thresholds:
+    """Each threshold from its flag if given, else the config file in `directory`, else the
+    default. `flags` maps the keys of Thresholds to the command line's values (None: not given)."""
+    values: dict[str, float] = {}
+    found = find_config(directory)
+    config: str | None = None
+    if found is not None:
+        path, data = found
+        unknown = sorted(set(data) - set(KEYS))
+        if unknown:
+            raise UsageError(
+                f"{path}: unknown hlogap setting {', '.join(unknown)} (known: {', '.join(KEYS)})"
+            )
+        for key, value in data.items():
+            values[key] = _validate(key, value, f"{path}: {key}")
+        config = str(path) if data else None
+    for key, value in flags.items():
+        if value is not None:
+            values[key] = _validate(key, value, "--" + key.replace("_", "-"))
+    return Thresholds(**values, config=config)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str  # "measured", "gap", "ops", "efficiency"
+    value: float | None  # % for measured/gap, ops over the limit for ops, a fraction for efficiency
+    limit: float
+    failed: bool
+    text: str  # the check in words, one line
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "value": self.value,
+            "limit": self.limit,
+            "failed": self.failed,
+            "text": self.text,
+        }
+
+
+@dataclass
+class CheckResult:
+    diff: Diff
+    thresholds: Thresholds
+    checks: list[Check]
+    gated: list[DiffRow]  # matched ops the per-op check looked at
+    regressed: list[DiffRow]  # gated ops over the per-op limit, largest total delta first
+    appeared: list[DiffRow]  # new ops that would not be tiny (they count in the totals only)
+
+    @property
+    def passed(self) -> bool:
+        return not any(c.failed for c in self.checks)
+
+    def verdict(self) -> str:
+        """The first line of every output format: PASS or FAIL and the checks that failed."""
+        failed = [c for c in self.checks if c.failed]
+        if not failed:
+            return "hlogap check: PASS: " + "; ".join(_short(c) for c in self.checks)
+        return "hlogap check: FAIL: " + "; ".join(_short(c) for c in failed)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "schema": CHECK_SCHEMA,
+            "version": __version__,
+            "verdict": "pass" if self.passed else "fail",
+            "line": self.verdict(),
+            "thresholds": self.thresholds.to_dict(),
+            "checks": [c.to_dict() for c in self.checks],
+            "regressed_ops": [r.to_dict() for r in self.regressed],
+            "appeared_ops": [r.to_dict() for r in self.appeared],
+            "gated_ops": len(self.gated),
+            "diff": self.diff.to_dict(0),
+        }
+
+
+def _short(check: Check) -> str:
+    if check.name == "ops":
+        return f"{check.value:.0f} op{'' if check.value == 1 else 's'} over +{check.limit:g}%"
+    if check.name == "efficiency":
+        value = "unknown" if check.value is None else f"{check.value:.2f}"
+        return f"efficiency {value} (min {check.limit:g})"
+    label = "measured" if check.name == "measured" else "gap"
+    return f"{label} {_pct(check.value)} (limit +{check.limit:g}%)"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f}%"
+
+
+def _share(row: DiffRow, diff: Diff) -> float:
+    """The op's largest share of its side's total measured time, in %."""
+    shares = [0.0]
+    for op, report in ((row.base, diff.base), (row.new, diff.new)):
+        if op is not None and report.measured_us > 0:
+            shares.append(op.measured_us / report.measured_us * 100.0)
+    return max(shares)
+
+
+def is_tiny(row: DiffRow, diff: Diff, min_op_share: float) -> bool:
+    """Too small to gate on its own: under `min_op_share` % of the time or MIN_OP_US per
+    occurrence on both sides (its time still counts in the totals)."""
+    per_occ = max(row.base_measured_per_occ_us or 0.0, row.new_measured_per_occ_us or 0.0)
+    return _share(row, diff) < min_op_share or per_occ < MIN_OP_US
+
+
+def run_check(diff: Diff, t: Thresholds) -> CheckResult:
+    """Apply the thresholds to a BASE (the baseline) -> NEW diff."""
+    if diff.base.measured_us <= 0:
+        raise InputError(f"baseline {diff.base.path} measured no time: nothing to compare with")
+    r = diff.ratio
+    scaled = "" if r == 1 else f" (x{r:.3g} run length)"
+    checks = [
+        Check(
+            "measured",
+            diff.measured_delta_pct,
+            t.max_regression,
+            (diff.measured_delta_pct or 0.0) > t.max_regression,
+            f"total measured {fmt_us(r * diff.base.measured_us)}{scaled} -> "
+            f"{fmt_us(diff.new.measured_us)}: {_pct(diff.measured_delta_pct)} "
+            f"(limit +{t.max_regression:g}%)",
+        ),
+        Check(
+            "gap",
+            diff.gap_delta_pct,
+            t.max_gap_regression,
+            (diff.gap_delta_pct or 0.0) > t.max_gap_regression,
+            f"total gap {fmt_us(r * diff.base.gap_us)}{scaled} -> {fmt_us(diff.new.gap_us)}: "
+            f"{_pct(diff.gap_delta_pct)} of the baseline's measured time "
+            f"(limit +{t.max_gap_regression:g}%)",
+        ),
+    ]
+    matched = [row for row in diff.rows if row.base is not None and row.new is not None]
+    gated = [row for row in matched if not is_tiny(row, diff, t.min_op_share)]
+    regressed = [
+        row for row in gated if (row.measured_per_occ_delta_pct or 0.0) > t.max_op_regression
+    ]
+    regressed.sort(key=lambda row: -row.measured_delta_us)
+    checks.append(
+        Check(
+            "ops",
+            float(len(regressed)),
+            t.max_op_regression,
+            bool(regressed),
+            f"ops: {len(regressed)} of {len(gated)} compared ops slower than "
+            f"+{t.max_op_regression:g}% per occurrence ({len(matched) - len(gated)} tiny ops "
+            f"under {t.min_op_share:g}% of the time or {MIN_OP_US:g} us not gated)",
+        )
+    )
+    if t.min_efficiency is not None:
+        eff = diff.new.efficiency
+        checks.append(
+            Check(
+                "efficiency",
+                eff,
+                t.min_efficiency,
+                eff is None or eff < t.min_efficiency,
+                "efficiency "
+                + ("unknown" if eff is None else f"{eff:.3f}")
+                + f" (bound / measured; min {t.min_efficiency:g})",
+            )
+        )
+    appeared = [
+        row for row in diff.rows if row.base is None and not is_tiny(row, diff, t.min_op_share)
+    ]
+    return CheckResult(diff, t, checks, gated, regressed, appeared)

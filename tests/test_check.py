@@ -1,0 +1,284 @@
+"""`hlogap check`, the CI gate: exit codes, the verdict, thresholds and where they come from.
+
+The profile checked is the real CPU fixture `mlp`; baselines are its own audit report, as is or
+edited the way a faster or longer earlier run would have written it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hlogap.audit import audit
+from hlogap.compare import Op, Report, compare
+from hlogap.errors import UsageError
+from hlogap.gate import Thresholds, resolve_thresholds, run_check
+from tests.conftest import FIXTURES, ROOT
+
+MLP = FIXTURES / "mlp"
+MLP_OPS = {"ynn_fusion", "ynn_fusion.1", "multiply_multiply_fusion", "broadcast_add_fusion"}
+
+
+@pytest.fixture
+def mlp_report(cpu_chip_file: Path) -> dict[str, Any]:
+    return audit(MLP, str(cpu_chip_file)).to_dict(0)
+
+
+def _save(tmp_path: Path, report: dict[str, Any], name: str = "baseline.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(report))
+    return path
+
+
+def _scaled(report: dict[str, Any], measured: float = 1.0, occurrences: int = 1) -> dict:
+    """The report of a run whose ops took `measured` times as long (per occurrence) and which ran
+    `occurrences` times as many steps."""
+    out = copy.deepcopy(report)
+    for op in out["ops"]:
+        op["measured_us"] *= measured * occurrences
+        op["bound_us"] *= occurrences
+        op["occurrences"] *= occurrences
+        op["gap_us"] = op["measured_us"] - op["bound_us"]
+    summary = out["summary"]
+    summary["measured_us"] = sum(o["measured_us"] for o in out["ops"])
+    summary["bound_us"] = sum(o["bound_us"] for o in out["ops"])
+    return out
+
+
+def _check(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    full_env.pop("GITHUB_STEP_SUMMARY", None)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "hlogap", "check", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=full_env,
+    )
+
+
+def _gate(
+    baseline: Path, chip: Path, *extra: str, cwd: Path, **kw: Any
+) -> subprocess.CompletedProcess[str]:
+    return _check(str(MLP), "--baseline", str(baseline), "--chip", str(chip), *extra, cwd=cwd, **kw)
+
+
+# ------------------------------------------------------------------------ the done-when criteria
+
+
+def test_profile_passes_against_its_own_report(
+    mlp_report: dict, cpu_chip_file: Path, tmp_path: Path
+) -> None:
+    out = _gate(_save(tmp_path, mlp_report), cpu_chip_file, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("hlogap check: PASS: measured +0.0%")
+    assert out.stderr == ""
+
+
+def test_faster_baseline_fails_and_names_the_ops(
+    mlp_report: dict, cpu_chip_file: Path, tmp_path: Path
+) -> None:
+    baseline = _save(tmp_path, _scaled(mlp_report, measured=0.5))
+    out = _gate(baseline, cpu_chip_file, cwd=tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr
+    first, *rest = out.stdout.splitlines()
+    assert first == (
+        "hlogap check: FAIL: measured +100.0% (limit +5%); gap +100.0% (limit +5%); 4 ops over +20%"
+    )
+    body = "\n".join(rest)
+    for name in MLP_OPS:
+        assert f" {name} " in body
+    assert "+100.0%" in body
+    assert len(out.stdout.splitlines()) <= 24  # one screen
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "baseline not found"),
+        ("{truncated", "is not JSON"),
+        ('{"schema": "hlogap.audit/2", "ops": []}', "is not an hlogap audit report"),
+        ('{"schema": "hlogap.audit/1", "ops": [{}], "summary": {}}', "corrupt"),
+    ],
+)
+def test_missing_or_corrupt_baseline_exits_3(
+    content: str | None, message: str, cpu_chip_file: Path, tmp_path: Path
+) -> None:
+    baseline = tmp_path / "baseline.json"
+    if content is not None:
+        baseline.write_text(content)
+    out = _gate(baseline, cpu_chip_file, cwd=tmp_path)
+    assert out.returncode == 3
+    assert out.stdout == ""
+    assert out.stderr.count("\n") == 1 and message in out.stderr
+
+
+def test_baseline_that_is_not_utf8_exits_3(cpu_chip_file: Path, tmp_path: Path) -> None:
+    baseline = tmp_path / "baseline.json"
+    baseline.write_bytes(b"\xff\xfe\x00garbage")
+    out = _gate(baseline, cpu_chip_file, cwd=tmp_path)
+    assert out.returncode == 3 and "cannot read baseline" in out.stderr
+
+
+# ------------------------------------------------------------------------------ noise handling
+
+
+def test_longer_baseline_run_is_scaled_per_step(
+    mlp_report: dict, cpu_chip_file: Path, tmp_path: Path
+) -> None:
+    # The baseline profiled twice the steps at the same speed: no regression.
+    baseline = _save(tmp_path, _scaled(mlp_report, occurrences=2))
+    out = _gate(baseline, cpu_chip_file, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout
+    assert "x0.5 run length" in out.stdout
+
+
+def test_small_slowdowns_pass_within_the_thresholds(
+    mlp_report: dict, cpu_chip_file: Path, tmp_path: Path
+) -> None:
+    baseline = _save(tmp_path, _scaled(mlp_report, measured=1 / 1.04))  # NEW is 4% slower
+    assert _gate(baseline, cpu_chip_file, cwd=tmp_path).returncode == 0
+    out = _gate(baseline, cpu_chip_file, "--max-regression", "3", cwd=tmp_path)
+    assert out.returncode == 1
+    assert out.stdout.startswith("hlogap check: FAIL: measured +4.0% (limit +3%)\n")
+
+
+def _side(ops: list[Op]) -> Report:
+    return Report(
+        "x",
+        "report",
+        {},
+        ops,
+        sum(o.measured_us for o in ops),
+        sum(o.bound_us for o in ops),
+        len(ops),
+    )
+
+
+def test_tiny_ops_are_not_gated_one_by_one() -> None:
+    big = Op("m", "big", "fusion", 10, 10_000.0, 5_000.0, "B")
+    small = Op("m", "small", "fusion", 10, 50.0, 10.0, "S")  # 0.5% of the time
+    short = Op("m", "short", "copy", 1000, 300.0, 10.0, "C")  # 0.3 us per occurrence
+    slow_small = Op("m", "small", "fusion", 10, 99.0, 10.0, "S")
+    slow_short = Op("m", "short", "copy", 1000, 900.0, 10.0, "C")
+    diff = compare(_side([big, small, short]), _side([big, slow_small, slow_short]))
+    result = run_check(diff, Thresholds(max_regression=50, max_gap_regression=50))
+    assert result.passed, result.verdict()
+    assert [r.op.name for r in result.gated] == ["big"]
+    strict = run_check(diff, Thresholds(max_regression=50, max_gap_regression=50, min_op_share=0))
+    assert [r.op.name for r in strict.regressed] == ["small"]  # `short` stays under 1 us
+
+
+def test_min_efficiency(mlp_report: dict, cpu_chip_file: Path, tmp_path: Path) -> None:
+    baseline = _save(tmp_path, mlp_report)
+    efficiency = mlp_report["summary"]["efficiency"]
+    ok = _gate(baseline, cpu_chip_file, "--min-efficiency", f"{efficiency - 0.01}", cwd=tmp_path)
+    assert ok.returncode == 0
+    low = _gate(baseline, cpu_chip_file, "--min-efficiency", f"{efficiency + 0.01}", cwd=tmp_path)
+    assert low.returncode == 1
+    assert low.stdout.startswith(f"hlogap check: FAIL: efficiency {efficiency:.2f}")
+
+
+# ----------------------------------------------------------------------- outputs and CI summary
+
+
+def test_json_output_is_pure_json(mlp_report: dict, cpu_chip_file: Path, tmp_path: Path) -> None:
+    baseline = _save(tmp_path, _scaled(mlp_report, measured=0.5))
+    out = _gate(baseline, cpu_chip_file, "--format", "json", cwd=tmp_path)
+    assert out.returncode == 1
+    doc = json.loads(out.stdout)
+    assert doc["schema"] == "hlogap.check/1"
+    assert doc["verdict"] == "fail"
+    assert {c["name"]: c["failed"] for c in doc["checks"]} == {
+        "measured": True,
+        "gap": True,
+        "ops": True,
+    }
+    assert {r["name"] for r in doc["regressed_ops"]} == MLP_OPS
+    assert doc["diff"]["schema"] == "hlogap.diff/1"
+    assert doc["thresholds"]["max_regression"] == 5.0
+
+
+def test_step_summary_is_appended(mlp_report: dict, cpu_chip_file: Path, tmp_path: Path) -> None:
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    baseline = _save(tmp_path, mlp_report)
+    env = {"GITHUB_STEP_SUMMARY": str(summary)}
+    assert _gate(baseline, cpu_chip_file, cwd=tmp_path, env=env).returncode == 0
+    bad = _save(tmp_path, _scaled(mlp_report, measured=0.5), "fast.json")
+    out = _gate(bad, cpu_chip_file, "--format", "json", cwd=tmp_path, env=env)
+    assert out.returncode == 1
+    json.loads(out.stdout)  # the summary goes to the file, never to stdout
+    text = summary.read_text()
+    assert text.startswith("earlier step\n### ✅ hlogap check: PASS")
+    assert "### ❌ hlogap check: FAIL" in text
+    assert "| ops | **FAIL**" in text and "`ynn_fusion.1`" in text
+
+
+def test_unwritable_step_summary_warns_and_keeps_the_verdict(
+    mlp_report: dict, cpu_chip_file: Path, tmp_path: Path
+) -> None:
+    env = {"GITHUB_STEP_SUMMARY": str(tmp_path / "no" / "such" / "dir.md")}
+    out = _gate(_save(tmp_path, mlp_report), cpu_chip_file, cwd=tmp_path, env=env)
+    assert out.returncode == 0
+    assert "warning: cannot write the step summary" in out.stderr
+
+
+# ------------------------------------------------------------------- configuration precedence
+
+
+def test_config_files_and_flags(mlp_report: dict, cpu_chip_file: Path, tmp_path: Path) -> None:
+    baseline = _save(tmp_path, _scaled(mlp_report, measured=0.5))  # NEW is +100%
+    loose = "max_regression = 150\nmax_gap_regression = 150\nmax_op_regression = 150\n"
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n\n[tool.hlogap]\n" + loose)
+    out = _gate(baseline, cpu_chip_file, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout
+    assert f"(config: {tmp_path / 'pyproject.toml'})" in out.stdout
+    # A flag wins over the file.
+    out = _gate(baseline, cpu_chip_file, "--max-regression", "50", cwd=tmp_path)
+    assert out.returncode == 1
+    assert out.stdout.startswith("hlogap check: FAIL: measured +100.0% (limit +50%)\n")
+    # hlogap.toml wins over pyproject.toml, which is then not read at all.
+    (tmp_path / "hlogap.toml").write_text("max_op_regression = 30\n")
+    out = _gate(baseline, cpu_chip_file, cwd=tmp_path)
+    assert out.returncode == 1
+    assert "measured +100.0% (limit +5%)" in out.stdout.splitlines()[0]
+    assert "4 ops over +30%" in out.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("hlogap.toml", "max_regresion = 5\n", "unknown hlogap setting max_regresion"),
+        ("hlogap.toml", "max_regression = '5%'\n", "must be a number"),
+        ("hlogap.toml", "min_efficiency = 1.5\n", "fraction between 0 and 1"),
+        ("hlogap.toml", "max_regression = [\n", "not valid TOML"),
+        ("pyproject.toml", "[tool]\nhlogap = 3\n", "is not a table"),
+    ],
+)
+def test_bad_config_is_a_usage_error(tmp_path: Path, name: str, content: str, message: str) -> None:
+    (tmp_path / name).write_text(content)
+    with pytest.raises(UsageError, match=message):
+        resolve_thresholds({}, tmp_path)
+
+
+def test_bad_flag_exits_2(mlp_report: dict, cpu_chip_file: Path, tmp_path: Path) -> None:
+    out = _gate(_save(tmp_path, mlp_report), cpu_chip_file, "--max-regression", "-1", cwd=tmp_path)
+    assert out.returncode == 2 and "--max-regression must be >= 0" in out.stderr
+
+
+def test_defaults_without_config(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    t = resolve_thresholds({"max_regression": None, "min_efficiency": 0.5}, tmp_path)
+    assert t == Thresholds(min_efficiency=0.5)
+    assert t.config is None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from typer.exceptions import Abort, Exit, TyperException
@@ -23,7 +23,7 @@ app = typer.Typer(
 )
 
 ChipOpt = Annotated[
-    Optional[str],  # noqa: UP045 - Typer reads the annotation at run time on Python 3.10
+    str | None,
     typer.Option(
         "--chip",
         help="Chip name (see `hlogap chips`) or a chip TOML file; default: detect from the trace.",
@@ -32,7 +32,7 @@ ChipOpt = Annotated[
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, json, csv or md.")]
 TopOpt = Annotated[int, typer.Option("--top", "-n", help="Rows to show; 0 = all.")]
 OutputOpt = Annotated[
-    Optional[Path],  # noqa: UP045
+    Path | None,
     typer.Option("--output", "-o", help="Write to FILE instead of stdout."),
 ]
 
@@ -59,13 +59,13 @@ def audit(
     top: TopOpt = 20,
     fmt: FormatOpt = "table",
     output: OutputOpt = None,
-    run: Annotated[Optional[str], typer.Option(help="Run name; default: newest.")] = None,  # noqa: UP045
-    host: Annotated[Optional[str], typer.Option(help="Only this host's file.")] = None,  # noqa: UP045
-    device: Annotated[Optional[int], typer.Option(help="Only this device ordinal.")] = None,  # noqa: UP045
-    module: Annotated[Optional[str], typer.Option(help="Only modules matching REGEX.")] = None,  # noqa: UP045
+    run: Annotated[str | None, typer.Option(help="Run name; default: newest.")] = None,
+    host: Annotated[str | None, typer.Option(help="Only this host's file.")] = None,
+    device: Annotated[int | None, typer.Option(help="Only this device ordinal.")] = None,
+    module: Annotated[str | None, typer.Option(help="Only modules matching REGEX.")] = None,
     sort: Annotated[str, typer.Option(help="gap, measured or efficiency.")] = "gap",
     hlo_dump: Annotated[
-        Optional[Path],  # noqa: UP045
+        Path | None,
         typer.Option("--hlo-dump", help="Directory of XLA HLO text dumps (--xla_dump_to)."),
     ] = None,
     jobs: Annotated[
@@ -135,7 +135,7 @@ def bound(
     chip: Annotated[str, typer.Option("--chip", help="Chip name or chip TOML file.")],
     fmt: FormatOpt = "table",
     devices: Annotated[
-        Optional[int],  # noqa: UP045
+        int | None,
         typer.Option("--devices", help="Devices in a collective whose replica_groups are empty."),
     ] = None,
 ) -> None:
@@ -213,10 +213,10 @@ def check(
         ),
     ] = None,
     chip: ChipOpt = None,
-    run: Annotated[Optional[str], typer.Option(help="Run name; default: newest.")] = None,  # noqa: UP045
-    host: Annotated[Optional[str], typer.Option(help="Only this host's file.")] = None,  # noqa: UP045
-    device: Annotated[Optional[int], typer.Option(help="Only this device ordinal.")] = None,  # noqa: UP045
-    module: Annotated[Optional[str], typer.Option(help="Only modules matching REGEX.")] = None,  # noqa: UP045
+    run: Annotated[str | None, typer.Option(help="Run name; default: newest.")] = None,
+    host: Annotated[str | None, typer.Option(help="Only this host's file.")] = None,
+    device: Annotated[int | None, typer.Option(help="Only this device ordinal.")] = None,
+    module: Annotated[str | None, typer.Option(help="Only modules matching REGEX.")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, json or md.")] = "table",
 ) -> None:
     """CI gate: compare PATH with a baseline report; exit 1 if it regressed."""
@@ -258,10 +258,10 @@ def diff(
     chip: ChipOpt = None,
     top: TopOpt = 20,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, json or md.")] = "table",
-    run: Annotated[Optional[str], typer.Option(help="Run name; default: newest.")] = None,  # noqa: UP045
-    host: Annotated[Optional[str], typer.Option(help="Only this host's file.")] = None,  # noqa: UP045
-    device: Annotated[Optional[int], typer.Option(help="Only this device ordinal.")] = None,  # noqa: UP045
-    module: Annotated[Optional[str], typer.Option(help="Only modules matching REGEX.")] = None,  # noqa: UP045
+    run: Annotated[str | None, typer.Option(help="Run name; default: newest.")] = None,
+    host: Annotated[str | None, typer.Option(help="Only this host's file.")] = None,
+    device: Annotated[int | None, typer.Option(help="Only this device ordinal.")] = None,
+    module: Annotated[str | None, typer.Option(help="Only modules matching REGEX.")] = None,
 ) -> None:
     """Op-by-op comparison of two profiles or reports, ops matched across recompiles."""
     from hlogap.compare import compare, load_report

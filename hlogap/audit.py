@@ -24,7 +24,7 @@ from hlogap.timing import OpTimes, time_ops
 from hlogap.xplane import TraceData, merge_traces
 
 
-def _read_one(args: tuple[Path, str]) -> TraceData:
+def _read_one(args: tuple[str, str]) -> TraceData:
     return read_trace(*args)
 
 
@@ -95,9 +95,9 @@ def audit(
         raise UsageError(f"no device {device} in this profile")
     rows = _rows(trace, times, the_chip, HloIndex(trace.modules, dump_dir), module_re)
     return AuditReport(
-        path=str(source.path),
+        path=source.path,
         run=source.run,
-        files=[str(f) for f in source.files],
+        files=list(source.files),
         hosts=source.hosts,
         backend=trace.backend,
         chip=the_chip,

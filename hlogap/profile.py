@@ -3,7 +3,8 @@
 Layout written by jax.profiler / xprof:
     LOGDIR/plugins/profile/<run>/<host>.xplane.pb
 The newest run is the default; every host file of the run is read unless `host` narrows it.
-Nothing here writes anywhere.
+Remote logdirs (`gs://`, `s3://`, any fsspec URL) are listed and read through fsspec, as xprof
+does. Nothing here writes anywhere.
 """
 
 from __future__ import annotations
@@ -18,18 +19,22 @@ XPLANE_SUFFIX = ".xplane.pb"
 
 @dataclass(frozen=True)
 class ProfileSource:
-    path: Path  # what the user gave
+    path: str  # what the user gave
     run: str | None  # run directory name, when the files sit in one
-    files: tuple[Path, ...]  # one .xplane.pb per host, sorted by host
+    files: tuple[str, ...]  # one .xplane.pb per host (a local path or a URL), sorted by host
 
     @property
     def hosts(self) -> list[str]:
         return [host_of(f) for f in self.files]
 
 
-def host_of(path: Path) -> str:
-    name = path.name
-    return name[: -len(XPLANE_SUFFIX)] if name.endswith(XPLANE_SUFFIX) else path.stem
+def is_url(path: str | Path) -> bool:
+    return "://" in str(path)
+
+
+def host_of(path: str | Path) -> str:
+    name = str(path).rstrip("/").rsplit("/", 1)[-1]
+    return name[: -len(XPLANE_SUFFIX)] if name.endswith(XPLANE_SUFFIX) else name.split(".")[0]
 
 
 def _xplane_files(run_dir: Path) -> list[Path]:
@@ -39,18 +44,19 @@ def _xplane_files(run_dir: Path) -> list[Path]:
 def _runs(profile_dir: Path) -> list[Path]:
     """Run directories holding at least one .xplane.pb, oldest first.
 
-    Runs are named by timestamp (`2026_11_22_04_58_39`), so name order is time order; other names
-    sort by modification time among themselves after the timestamped ones would be guesswork, so
-    we sort by (mtime, name) which agrees with the names for real runs.
+    jax names runs by timestamp (`2026_11_22_04_58_39`), so name order is time order.
     """
     runs = [d for d in profile_dir.iterdir() if d.is_dir() and _xplane_files(d)]
-    return sorted(runs, key=lambda d: (d.name, d.stat().st_mtime))
+    return sorted(runs, key=lambda d: d.name)
 
 
 def find_profile(
     path: str | Path, run: str | None = None, host: str | None = None
 ) -> ProfileSource:
-    """Resolve PATH (logdir, run directory or file) to the files of one run."""
+    """Resolve PATH (logdir, run directory or file; local or a URL) to the files of one run."""
+    if is_url(path):
+        run_name, urls = _find_remote(str(path), run)
+        return _select_host(ProfileSource(str(path), run_name, tuple(urls)), host)
     given = Path(path)
     try:
         if not given.exists():
@@ -66,13 +72,63 @@ def find_profile(
             files = _xplane_files(run_dir)
     except PermissionError as exc:
         raise InputError(f"permission denied: {exc.filename or given}") from exc
-    if host is not None:
-        chosen = [f for f in files if host_of(f) == host]
-        if not chosen:
-            known = ", ".join(host_of(f) for f in files) or "none"
-            raise InputError(f"no host '{host}' in {given} (hosts: {known})")
-        files = chosen
-    return ProfileSource(path=given, run=run_name, files=tuple(files))
+    return _select_host(ProfileSource(str(given), run_name, tuple(str(f) for f in files)), host)
+
+
+def _select_host(source: ProfileSource, host: str | None) -> ProfileSource:
+    if host is None:
+        return source
+    chosen = tuple(f for f in source.files if host_of(f) == host)
+    if not chosen:
+        known = ", ".join(source.hosts) or "none"
+        raise InputError(f"no host '{host}' in {source.path} (hosts: {known})")
+    return ProfileSource(source.path, source.run, chosen)
+
+
+def _find_remote(url: str, run: str | None) -> tuple[str | None, list[str]]:
+    """The same search as for local paths, through fsspec (gs://, s3://, memory://, ...)."""
+    try:
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(url)
+        if fs.isfile(root):
+            return None, [url]
+        root = root.rstrip("/")
+
+        def children(directory: str) -> list[str]:
+            # Some fsspec backends let `*` match across `/`; keep direct children only.
+            return [
+                f
+                for f in fs.glob(f"{directory}/*{XPLANE_SUFFIX}")
+                if f.rsplit("/", 1)[0] == directory
+            ]
+
+        for base in (root, f"{root}/plugins/profile", f"{root}/profile"):
+            if children(base):
+                runs = [base]
+            else:
+                subdirs = (
+                    [d for d in fs.ls(base, detail=False) if fs.isdir(d)] if fs.isdir(base) else []
+                )
+                runs = sorted(d.rstrip("/") for d in subdirs if children(d.rstrip("/")))
+            if not runs:
+                continue
+            if run is None:
+                chosen = runs[-1]
+            else:
+                chosen = next((r for r in runs if r.rsplit("/", 1)[-1] == run), "")
+                if not chosen:
+                    names = ", ".join(r.rsplit("/", 1)[-1] for r in runs)
+                    raise InputError(f"no run '{run}' in {url} (runs: {names})")
+            files = sorted(children(chosen))
+            return chosen.rsplit("/", 1)[-1], [fs.unstrip_protocol(f) for f in files]
+    except InputError:
+        raise
+    except ImportError as exc:
+        raise InputError(f"reading {url} needs fsspec (pip install fsspec)") from exc
+    except Exception as exc:  # any backend's error (auth, network, missing bucket)
+        raise InputError(f"cannot list {url}: {exc}") from exc
+    raise InputError(f"no profile found in {url} (expected plugins/profile/<run>/*.xplane.pb)")
 
 
 def _select_run(directory: Path, run: str | None) -> Path:

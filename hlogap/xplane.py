@@ -85,25 +85,45 @@ class TraceData:
         return len(self.op_index)
 
 
-def read_xspace(path: Path) -> xplane_pb2.XSpace:
+def _read_bytes(path: str | Path) -> bytes:
+    """A local file, or a URL through fsspec; memory is checked before anything is read."""
+    if "://" in str(path):
+        try:
+            import fsspec
+
+            fs, remote = fsspec.core.url_to_fs(str(path))
+            _check_size(path, int(fs.size(remote)))
+            return fs.cat_file(remote)
+        except InputError:
+            raise
+        except Exception as exc:  # any backend's error (auth, network, missing object)
+            raise InputError(f"cannot read {path}: {exc}") from exc
+    local = Path(path)
     try:
-        size = path.stat().st_size
-        if size == 0:
-            raise InputError(f"empty profile file: {path}")
-        free = available_memory()
-        if free is not None and size * MEMORY_PER_FILE_BYTE > free:
-            raise InputError(
-                f"profile too large for this machine's memory: {path} is {size >> 20} MiB, "
-                f"reading it needs about {size * MEMORY_PER_FILE_BYTE >> 20} MiB, "
-                f"{free >> 20} MiB available (audit one host at a time with --host)"
-            )
-        data = path.read_bytes()
+        _check_size(path, local.stat().st_size)
+        return local.read_bytes()
     except PermissionError as exc:
         raise InputError(f"permission denied: {path}") from exc
     except IsADirectoryError as exc:
         raise InputError(f"not a file: {path}") from exc
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _check_size(path: str | Path, size: int) -> None:
+    if size == 0:
+        raise InputError(f"empty profile file: {path}")
+    free = available_memory()
+    if free is not None and size * MEMORY_PER_FILE_BYTE > free:
+        raise InputError(
+            f"profile too large for this machine's memory: {path} is {size >> 20} MiB, "
+            f"reading it needs about {size * MEMORY_PER_FILE_BYTE >> 20} MiB, "
+            f"{free >> 20} MiB available (audit one host at a time with --host)"
+        )
+
+
+def read_xspace(path: str | Path) -> xplane_pb2.XSpace:
+    data = _read_bytes(path)
     space = xplane_pb2.XSpace()
     try:
         space.ParseFromString(data)

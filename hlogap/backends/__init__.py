@@ -13,7 +13,7 @@ from hlogap.xplane import TraceBuilder, TraceData, detect_backend, read_metadata
 READERS = {"tpu": tpu.read, "gpu": gpu.read, "cpu": cpu.read}
 
 
-def read_trace(path: Path, host: str) -> TraceData:
+def read_trace(path: str | Path, host: str) -> TraceData:
     """Parse one .xplane.pb and return its op events (backend "none" when it has none)."""
     space = read_xspace(path)
     backend = detect_backend(space)

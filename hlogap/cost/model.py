@@ -1,0 +1,280 @@
+"""Costs of ops, computations and modules."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from hlogap.cost.base import (
+    ModuleIndex,
+    OpCost,
+    Traffic,
+    Work,
+    bare,
+    called,
+    config,
+    first_leaf,
+    index_of,
+    logical,
+    operand_shapes,
+)
+from hlogap.cost.collectives import Comm, collective_comm, named_collective_fusion
+from hlogap.cost.custom_calls import custom_call
+from hlogap.cost.flops import collective_kind, work
+from hlogap.cost.traffic import is_bitcast, op_traffic
+from hlogap.hlo.ir import Computation, Instruction, Module
+
+# No computation and no memory traffic of their own.
+FREE = frozenset(
+    {
+        "parameter",
+        "constant",
+        "get-tuple-element",
+        "tuple",
+        "bitcast",
+        "after-all",
+        "add-dependency",
+        "domain",
+        "opt-barrier",
+    }
+)
+# Their bodies' ops are timed as events of their own (CPU thunks, GPU kernels, TPU ops).
+CONTROL_FLOW = frozenset({"while", "conditional", "call"})
+# The second half of an async pair: the work is counted on the start.
+ASYNC_DONE = frozenset(
+    {
+        "all-reduce-done",
+        "all-gather-done",
+        "collective-permute-done",
+        "copy-done",
+        "async-done",
+        "async-update",
+        "send-done",
+        "recv-done",
+    }
+)
+
+
+def cost_instruction(
+    inst: Instruction,
+    module: Module | None = None,
+    *,
+    num_devices: int | None = None,
+) -> OpCost:
+    """Counts for one execution of `inst` as a timed op, on one device.
+
+    `module` resolves operand shapes and called computations (fused bodies, reducers); without
+    it a fusion's FLOPs are unknown. `num_devices` sizes collectives whose replica_groups are
+    empty (else the module header's replica_count x num_partitions). Control flow (while,
+    conditional, call) costs nothing itself: its bodies' ops are timed as events of their own
+    on CPU, GPU and TPU alike; `cost_computation` adds bodies up.
+    """
+    ix = index_of(module)
+    op = inst.opcode
+    if op in FREE:
+        return OpCost()
+    if op in CONTROL_FLOW:
+        return OpCost(note=f"{op}: its bodies' ops are timed as ops of their own")
+    if op in ASYNC_DONE:
+        return OpCost(note=f"{op}: counted on its start")
+    if op in ("reshape", "transpose") and is_bitcast(inst, (operand_shapes(inst, ix) or [None])[0]):
+        return OpCost(note=f"{op} is a bitcast: no data moves")
+    if op == "async-start":
+        wrapped = called(inst, ix)
+        root = wrapped[0].root if wrapped else None
+        if root is None:
+            return OpCost(unmodeled=f"the computation wrapped by '{inst.name}' is not available")
+        inner = cost_instruction(root, module, num_devices=num_devices)
+        return replace(inner, note=inner.note or f"runs {root.opcode} '{root.name}'")
+    custom = custom_call(inst, ix) if op == "custom-call" else None
+    w = custom.work if custom is not None else work(inst, ix)
+    t = Traffic()
+    op_traffic(inst, ix, t, custom)
+    comm = Comm()
+    if w.collective is not None and (op == "fusion" or collective_kind(op)):
+        comm = collective_comm(w.collective, ix, num_devices)
+    elif op == "fusion" and not called(inst, ix):
+        comm = named_collective_fusion(inst, num_devices)
+        if comm.kind is not None:
+            w.unmodeled = None  # its only FLOPs, a reduction's, are negligible next to the transfer
+    elif op in ("send", "recv"):
+        sent = [first_leaf(inst.shape)] if op == "recv" else operand_shapes(inst, ix)[:1]
+        comm = Comm(float(logical(sent)), op)
+    note = (custom.note if custom else None) or comm.note or w.note
+    if op in ("copy-start", "copy", "custom-call") and _crosses_host(inst, ix):
+        note = note or "host transfer: only the HBM side is counted"
+    out = first_leaf(inst.shape)
+    return OpCost(
+        flops=w.flops,
+        matrix_flops=w.matrix_flops,
+        matrix_dtype=w.matrix_dtype,
+        vector_dtype=out.element_type if out.element_type not in ("tuple", "token") else None,
+        transcendentals=w.transcendentals,
+        hbm_read_bytes=float(t.read),
+        hbm_write_bytes=float(t.write),
+        padding_bytes=float(t.padding),
+        comm_bytes=comm.bytes,
+        collective=comm.kind,
+        group_size=comm.group_size,
+        unmodeled=w.unmodeled or comm.unmodeled,
+        note=note,
+    )
+
+
+def _crosses_host(inst: Instruction, ix: ModuleIndex | None) -> bool:
+    shapes = [inst.shape, *(s for s in operand_shapes(inst, ix) if s is not None)]
+    return any(leaf.memory_space == 5 for s in shapes for leaf in s.leaves())  # S(5): host
+
+
+def trip_count(inst: Instruction) -> int | None:
+    """A while loop's trip count, when XLA knows it (`known_trip_count` in backend_config)."""
+    known = config(inst).get("known_trip_count")
+    value = known.get("n") if isinstance(known, dict) else None
+    try:
+        return int(value) if isinstance(value, (int, str)) else None
+    except ValueError:
+        return None
+
+
+def while_parts(inst: Instruction, module: Module) -> tuple[Computation | None, Computation | None]:
+    """(body, condition) of a while loop."""
+    ix = index_of(module)
+    assert ix is not None
+    body = ix.computation(inst.attrs["body"]) if "body" in inst.attrs else None
+    cond = ix.computation(inst.attrs["condition"]) if "condition" in inst.attrs else None
+    if body is None or cond is None:  # the condition is the one returning pred[]
+        for comp in called(inst, ix):
+            root = comp.root
+            if root is not None and root.shape.element_type == "pred" and root.shape.rank == 0:
+                cond = comp
+            else:
+                body = comp
+    return body, cond
+
+
+@dataclass
+class _Sum:
+    w: Work = field(default_factory=Work)
+    read: float = 0.0
+    write: float = 0.0
+    padding: float = 0.0
+    comm: float = 0.0
+    unmodeled: list[str] = field(default_factory=list)
+
+    def add(self, c: OpCost, times: float = 1.0) -> None:
+        self.w.flops += c.flops * times
+        self.w.transcendentals += c.transcendentals * times
+        if c.matrix_flops:
+            dtype = c.matrix_dtype or "f32"
+            self.w.matrix[dtype] = self.w.matrix.get(dtype, 0.0) + c.matrix_flops * times
+        self.read += c.hbm_read_bytes * times
+        self.write += c.hbm_write_bytes * times
+        self.padding += c.padding_bytes * times
+        self.comm += c.comm_bytes * times
+        if c.unmodeled:
+            self.unmodeled.append(c.unmodeled)
+
+    def cost(self) -> OpCost:
+        reasons = list(dict.fromkeys(self.unmodeled))
+        return OpCost(
+            flops=self.w.flops,
+            matrix_flops=self.w.matrix_flops,
+            matrix_dtype=self.w.matrix_dtype,
+            transcendentals=self.w.transcendentals,
+            hbm_read_bytes=self.read,
+            hbm_write_bytes=self.write,
+            padding_bytes=self.padding,
+            comm_bytes=self.comm,
+            unmodeled=f"{len(self.unmodeled)} op(s) unmodeled: " + "; ".join(reasons[:3])
+            if reasons
+            else None,
+        )
+
+
+def cost_computation(
+    comp: Computation,
+    module: Module,
+    trip_counts: bool = True,
+    *,
+    num_devices: int | None = None,
+) -> OpCost:
+    """Everything a computation runs, control flow included, as one sum.
+
+    A while loop runs its body `known_trip_count` times and its condition once more when
+    `trip_counts` is set and XLA knows the count; otherwise once each, which is what XLA's
+    HloCostAnalysis (and so `cost_analysis()`) counts. A conditional counts its costliest branch,
+    quantity by quantity, as XLA does.
+    """
+    total = _Sum()
+    ix = index_of(module)
+    for inst in comp.instructions:
+        if inst.opcode == "while":
+            body, cond = while_parts(inst, module)
+            n = trip_count(inst) if trip_counts else 1
+            if n is None:
+                total.unmodeled.append(f"while '{inst.name}': trip count unknown, counted once")
+            runs = ((body, n or 1), (cond, n + 1 if trip_counts and n else 1))
+            for part, times in runs:
+                if part is not None:
+                    total.add(
+                        cost_computation(part, module, trip_counts, num_devices=num_devices), times
+                    )
+        elif inst.opcode == "call":
+            for part in called(inst, ix):
+                total.add(cost_computation(part, module, trip_counts, num_devices=num_devices))
+        elif inst.opcode == "conditional":
+            branches = [
+                cost_computation(c, module, trip_counts, num_devices=num_devices)
+                for c in called(inst, ix)
+            ]
+            if branches:
+                total.add(_max_cost(branches))
+        else:
+            total.add(cost_instruction(inst, module, num_devices=num_devices))
+    return total.cost()
+
+
+def _max_cost(costs: Sequence[OpCost]) -> OpCost:
+    matrix = max(costs, key=lambda c: c.matrix_flops)
+    return OpCost(
+        flops=max(c.flops for c in costs),
+        matrix_flops=matrix.matrix_flops,
+        matrix_dtype=matrix.matrix_dtype,
+        transcendentals=max(c.transcendentals for c in costs),
+        hbm_read_bytes=max(c.hbm_read_bytes for c in costs),
+        hbm_write_bytes=max(c.hbm_write_bytes for c in costs),
+        padding_bytes=max(c.padding_bytes for c in costs),
+        comm_bytes=max(c.comm_bytes for c in costs),
+        unmodeled=next((c.unmodeled for c in costs if c.unmodeled), None),
+    )
+
+
+def timed_computations(module: Module) -> list[Computation]:
+    """The entry and every computation control flow runs: their ops are timed on their own.
+
+    Fused bodies, reducers, comparators and async-wrapped computations are not: they run inside
+    one op.
+    """
+    ix = index_of(module)
+    entry = module.entry_computation
+    if entry is None or ix is None:
+        return []
+    seen = {bare(entry.name): entry}
+    stack = [entry]
+    while stack:
+        for inst in stack.pop().instructions:
+            if inst.opcode in CONTROL_FLOW:
+                for callee in called(inst, ix):
+                    if bare(callee.name) not in seen:
+                        seen[bare(callee.name)] = callee
+                        stack.append(callee)
+    return list(seen.values())
+
+
+def cost_module(module: Module, *, num_devices: int | None = None) -> dict[str, OpCost]:
+    """Every instruction of every computation timed on its own, by name."""
+    return {
+        inst.name: cost_instruction(inst, module, num_devices=num_devices)
+        for comp in timed_computations(module)
+        for inst in comp.instructions
+    }

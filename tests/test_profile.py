@@ -1,0 +1,66 @@
+"""Finding a profile: logdir, run directory, file, newest run, hosts, and remote (fsspec) URLs."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from hlogap.audit import audit
+from hlogap.errors import InputError
+from hlogap.profile import find_profile
+from tests.conftest import SAMPLE
+
+SAMPLE_FILE = next(SAMPLE.rglob("*.xplane.pb"))
+
+
+def _logdir(tmp: Path, runs: dict[str, list[str]]) -> Path:
+    for run, hosts in runs.items():
+        run_dir = tmp / "plugins" / "profile" / run
+        run_dir.mkdir(parents=True)
+        for host in hosts:
+            shutil.copy(SAMPLE_FILE, run_dir / f"{host}.xplane.pb")
+            (run_dir / f"{host}.trace.json.gz").write_bytes(b"derived; ignored")
+    return tmp
+
+
+def test_logdir_picks_newest_run_and_every_host(tmp_path: Path) -> None:
+    logdir = _logdir(tmp_path, {"2026_11_21_10_00_00": ["a"], "2026_11_22_04_58_39": ["b", "c"]})
+    source = find_profile(logdir)
+    assert source.run == "2026_11_22_04_58_39"
+    assert source.hosts == ["b", "c"]
+    assert find_profile(logdir, run="2026_11_21_10_00_00").hosts == ["a"]
+    assert find_profile(logdir, host="c").hosts == ["c"]
+
+
+def test_run_directory_and_single_file(tmp_path: Path) -> None:
+    logdir = _logdir(tmp_path, {"r1": ["h1", "h2"]})
+    run_dir = logdir / "plugins" / "profile" / "r1"
+    assert find_profile(run_dir).hosts == ["h1", "h2"]
+    single = find_profile(run_dir / "h2.xplane.pb")
+    assert single.files == (str(run_dir / "h2.xplane.pb"),) and single.run == "r1"
+
+
+def test_every_host_of_a_run_is_audited(tmp_path: Path, cpu_chip_file: Path) -> None:
+    logdir = _logdir(tmp_path, {"r1": ["h1", "h2"]})
+    one = audit(logdir, chip=str(cpu_chip_file), host="h1", jobs=1)
+    both = audit(logdir, chip=str(cpu_chip_file), jobs=2)
+    assert both.hosts == ["h1", "h2"]
+    assert both.measured_us == pytest.approx(2 * one.measured_us)
+    assert both.devices == 2 * one.devices
+
+
+def test_remote_logdir_through_fsspec(cpu_chip_file: Path) -> None:
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/bucket/logs/plugins/profile/2026_11_22_04_58_39/vm.xplane.pb",
+            SAMPLE_FILE.read_bytes())
+    fs.pipe("/bucket/logs/plugins/profile/2026_11_01_00_00_00/old.xplane.pb", b"junk")
+    source = find_profile("memory://bucket/logs")
+    assert source.run == "2026_11_22_04_58_39" and source.hosts == ["vm"]
+    remote = audit("memory://bucket/logs", chip=str(cpu_chip_file), jobs=1)
+    local = audit(SAMPLE_FILE, chip=str(cpu_chip_file))
+    assert remote.measured_us == pytest.approx(local.measured_us)
+    with pytest.raises(InputError, match="no profile found"):
+        find_profile("memory://bucket/empty")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
 from concurrent.futures import ProcessPoolExecutor
@@ -11,6 +12,7 @@ import numpy as np
 
 from hlogap.backends import read_trace
 from hlogap.chips import Chip, detect_chip, load_chip
+from hlogap.cost.trace_stats import cost_from_trace_stats
 from hlogap.costs import OpCost, cost_instruction
 from hlogap.errors import InputError, UsageError
 from hlogap.fingerprint import fingerprint
@@ -35,7 +37,10 @@ def read_profile(source: ProfileSource, jobs: int | None = None) -> TraceData:
     if workers <= 1:
         traces = [_read_one(p) for p in pairs]
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        # Not fork: the caller may be multithreaded (JAX in the same process, say).
+        methods = multiprocessing.get_all_start_methods()
+        context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             traces = list(pool.map(_read_one, pairs))
     return merge_traces(traces)
 
@@ -130,6 +135,10 @@ def _rows(
             cost = OpCost(unmodeled=resolved.missing or "no HLO")
         else:
             cost = cost_instruction(inst, resolved.module, num_devices=num_devices)
+            if cost.unmodeled and info.xla_flops is not None:
+                cost = cost_from_trace_stats(
+                    cost, info.xla_flops, info.xla_bytes, info.key.name, chip.name
+                )
         bound = bound_op(cost, chip)
         occurrences = int(times.occurrences[i])
         rows.append(

@@ -1,0 +1,38 @@
+"""Costs from XLA's own per-op stats in a TPU trace, for ops whose HLO we cannot count.
+
+A TPU op's event metadata carries XLA's `flops` and `bytes_accessed`. hlogap counts from the HLO
+where it can; where it cannot (a fusion whose body is not in the trace), XLA's figures are better
+than nothing. On megacore chips (v4, v5p: two TensorCores as one device) XLA counts a matmul
+fusion per TensorCore, half of the device's work, except ops named `...in_megacore...`
+(checked against ../shared/fixtures/tpu-v5p-xprof, see docs/cost-model.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hlogap.cost.base import OpCost
+
+MEGACORE_CHIPS = frozenset({"tpu-v4", "tpu-v5p"})
+
+
+def cost_from_trace_stats(
+    unmodeled: OpCost, xla_flops: float, xla_bytes: float | None, op_name: str, chip: str
+) -> OpCost:
+    """Fill an unmodeled op's FLOPs (and bytes, when counted as 0) from XLA's trace stats."""
+    scale = 2.0 if chip in MEGACORE_CHIPS and "in_megacore" not in op_name else 1.0
+    read = unmodeled.hbm_read_bytes
+    write = unmodeled.hbm_write_bytes
+    if not read and not write and xla_bytes:
+        read = xla_bytes
+    # Which unit does the work is unknown: the matrix unit's peak keeps the bound a lower bound.
+    return replace(
+        unmodeled,
+        flops=xla_flops * scale,
+        matrix_flops=xla_flops * scale,
+        matrix_dtype=unmodeled.vector_dtype or "bf16",
+        hbm_read_bytes=read,
+        hbm_write_bytes=write,
+        unmodeled=None,
+        note=f"FLOPs from XLA's cost analysis in the trace ({unmodeled.unmodeled})",
+    )

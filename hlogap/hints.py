@@ -33,7 +33,7 @@ def hints_for(
         intensity = cost.flops / cost.hbm_bytes
         if intensity < ridge:
             out.append(
-                f"intensity {intensity:.0f} FLOP/B is below {chip.name}'s {dtype} ridge point "
+                f"intensity {intensity:.3g} FLOP/B is below {chip.name}'s {dtype} ridge point "
                 f"{ridge:.0f}: memory-bound even at peak; more rows per weight read (batch) help"
             )
         # Against the chip's true f32 rate: an f32 dot that XLA does not lower to TF32.

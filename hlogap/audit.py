@@ -163,7 +163,14 @@ def _rows(
                 t_comm_us=bound.t_comm_s * 1e6,
                 hlo=info.hlo_text or (print_instruction(inst) if inst else ""),
                 fingerprint=fingerprint(inst, resolved.module) if inst else "",
-                hints=hints_for(inst, cost, bound, chip, resolved.missing),
+                hints=hints_for(
+                    inst,
+                    cost,
+                    bound,
+                    chip,
+                    resolved.missing,
+                    measured_us=float(times.measured_ps[i]) / 1e6 / max(occurrences, 1),
+                ),
             )
         )
     return rows

@@ -71,6 +71,10 @@ def audit(
     jobs: Annotated[
         int | None, typer.Option(help="Hosts read in parallel; default: cores.")
     ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option("--plot", help="Also draw the roofline chart to FILE (.svg, .png, .html)."),
+    ] = None,
 ) -> None:
     """Rank a profile's XLA ops by the time they lose against the roofline."""
     from hlogap.audit import audit as run_audit
@@ -89,6 +93,10 @@ def audit(
         jobs=jobs,
     )
     _emit(render(report, fmt, top, color=output is None and sys.stdout.isatty()), output)
+    if plot is not None:
+        from hlogap.render.plot import write_plot
+
+        write_plot(report, plot)
 
 
 @app.command()

@@ -7,8 +7,19 @@ from hlogap.costs import OpCost
 from hlogap.hlo.ir import Instruction
 from hlogap.roofline import Bound
 
-# Below this share of its bound an op is worth explaining; tiny ops are noise.
+# Padding above this share of the bytes moved is worth a hint.
 PADDING_HINT_FRACTION = 0.1
+ASYNC_DONE = (
+    "all-reduce-done",
+    "all-gather-done",
+    "collective-permute-done",
+    "async-done",
+    "reduce-scatter-done",
+    "all-to-all-done",
+    "copy-done",
+    "recv-done",
+    "send-done",
+)
 
 
 def hints_for(
@@ -17,7 +28,9 @@ def hints_for(
     bound: Bound,
     chip: Chip,
     missing: str | None,
+    measured_us: float | None = None,
 ) -> list[str]:
+    """Hints for one op; `measured_us` is its time per occurrence when it was measured."""
     out: list[str] = []
     if missing:
         out.append(f"unmodeled: {missing}")
@@ -52,6 +65,13 @@ def hints_for(
         inst.opcode == "fusion" and "transpose" in inst.name
     ):
         out.append("layout change: data is copied to another layout; check producer layouts")
+    if inst.opcode in ASYNC_DONE and measured_us:
+        # The work is counted on the -start; time on the -done is the device waiting for it.
+        started = inst.opcode.removesuffix("-done")
+        out.append(
+            f"{started} not overlapped: the device waits {measured_us:.3g} us per "
+            "occurrence at its -done; schedule independent work between start and done"
+        )
     if cost.collective and bound.bound_by == "communication":
         out.append(f"{cost.collective} over {cost.group_size or '?'} devices is link-bound")
     return out

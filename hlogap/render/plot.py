@@ -1,0 +1,67 @@
+"""`audit --plot FILE`: a roofline chart of the audited ops (needs the `plot` extra, matplotlib).
+
+Each modeled op is a point at (arithmetic intensity, achieved FLOP/s) under the chip's roofs
+(HBM bandwidth x intensity, and each dtype's peak), its area proportional to the time it loses.
+`.svg` and `.png` are written by matplotlib; `.html` wraps the SVG in a page.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from hlogap.errors import HlogapError, UsageError
+from hlogap.report import AuditReport
+
+PLOT_SUFFIXES = (".svg", ".png", ".html")
+
+
+def write_plot(report: AuditReport, target: Path) -> None:
+    suffix = target.suffix.lower()
+    if suffix not in PLOT_SUFFIXES:
+        raise UsageError(f"--plot takes a .svg, .png or .html file, not {target.name}")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise UsageError("--plot needs matplotlib: pip install 'hlogap[plot]'") from exc
+
+    chip = report.chip
+    rows = [r for r in report.ops if r.bound_by != "unmodeled" and r.flops > 0 and r.bytes > 0]
+    fig, ax = plt.subplots(figsize=(9, 6))
+    intensities = [r.flops / r.bytes for r in rows]
+    lo = min([*intensities, 0.1]) / 2
+    hi = max([*intensities, max(chip.peak_flops.values()) / chip.hbm_bw]) * 4
+    xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    for dtype, peak in sorted(chip.peak_flops.items(), key=lambda kv: -kv[1]):
+        ax.plot(xs, [min(peak, x * chip.hbm_bw) for x in xs], lw=1.2, label=f"roof {dtype}")
+    if rows:
+        achieved = [r.flops * r.occurrences / (r.measured_us * 1e-6) for r in rows]
+        worst = max(max(r.gap_us for r in rows), 1e-9)
+        sizes = [20 + 400 * max(r.gap_us, 0.0) / worst for r in rows]
+        ax.scatter(intensities, achieved, s=sizes, alpha=0.5, c="tab:red", edgecolors="k")
+        for r, x, y in sorted(zip(rows, intensities, achieved), key=lambda t: -t[0].gap_us)[:8]:
+            ax.annotate(r.name, (x, y), fontsize=7, xytext=(4, 4), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / HBM byte)")
+    ax.set_ylabel("achieved FLOP/s")
+    ax.set_title(f"{chip.display}: ops by time lost (area)")
+    ax.grid(True, which="both", alpha=0.2)
+    ax.legend(fontsize=8, loc="lower right")
+    try:
+        if suffix == ".html":
+            svg = io.StringIO()
+            fig.savefig(svg, format="svg", bbox_inches="tight")
+            target.write_text(
+                "<!doctype html><meta charset=utf-8><title>hlogap roofline</title>\n"
+                + svg.getvalue()
+            )
+        else:
+            fig.savefig(target, bbox_inches="tight", dpi=120)
+    except OSError as exc:
+        raise HlogapError(f"cannot write {target}: {exc.strerror}") from exc
+    finally:
+        plt.close(fig)

@@ -1,0 +1,93 @@
+"""Hints say why an op is slow; the roofline chart draws the audit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hlogap.audit import audit
+from hlogap.bound import bound_instruction
+from hlogap.chips import load_chip
+from hlogap.costs import cost_instruction
+from hlogap.errors import UsageError
+from hlogap.hints import hints_for
+from hlogap.hlo.text import parse_instruction
+from hlogap.roofline import bound_op
+from tests.conftest import AMD_FILES
+
+
+def hints(hlo: str, chip: str, measured_us: float | None = None) -> list[str]:
+    inst = parse_instruction(hlo)
+    the_chip = load_chip(chip)
+    cost = cost_instruction(inst)
+    return hints_for(inst, cost, bound_op(cost, the_chip), the_chip, None, measured_us)
+
+
+def test_low_intensity_matmul_names_the_ridge_point() -> None:
+    hlo = (
+        "%d = bf16[16,8192]{1,0} dot(bf16[16,8192]{1,0} %x, bf16[8192,8192]{1,0} %w), "
+        "lhs_contracting_dims={1}, rhs_contracting_dims={0}"
+    )
+    (hint,) = [h for h in hints(hlo, "tpu-v5e") if "ridge point" in h]
+    assert "below tpu-v5e's bf16 ridge point 241" in hint
+
+
+def test_f32_matmul_on_a_bf16_machine() -> None:
+    hlo = (
+        "%d = f32[4096,4096]{1,0} dot(f32[4096,4096]{1,0} %x, f32[4096,4096]{1,0} %w), "
+        "lhs_contracting_dims={1}, rhs_contracting_dims={0}"
+    )
+    assert any(h.startswith("f32 matmul: a100-sxm runs bf16") for h in hints(hlo, "a100-sxm"))
+
+
+def test_tile_padding_is_reported_with_its_share() -> None:
+    hlo = "%a = f32[3,5]{1,0:T(8,128)} add(f32[3,5]{1,0:T(8,128)} %x, f32[3,5]{1,0:T(8,128)} %y)"
+    (hint,) = [h for h in hints(hlo, "tpu-v5e") if "padding" in h]
+    assert hint.startswith("tile padding is 99% of the bytes moved")
+
+
+def test_layout_copy_and_transpose() -> None:
+    hlo = "%t = f32[1024,512]{1,0} transpose(f32[512,1024]{1,0} %x), dimensions={1,0}"
+    assert any(h.startswith("layout change") for h in hints(hlo, "h100-sxm"))
+
+
+def test_exposed_async_collective() -> None:
+    hlo = "%ard = f32[1024]{0} all-reduce-done(f32[1024]{0} %ars)"
+    found = hints(hlo, "tpu-v5e", measured_us=37.0)
+    assert any(h.startswith("all-reduce not overlapped: the device waits 37 us") for h in found)
+
+
+def test_unmodeled_custom_call_says_why() -> None:
+    result = bound_instruction(
+        '%c = f32[64]{0} custom-call(f32[64]{0} %x), custom_call_target="my_kernel"', "h100-sxm"
+    )
+    assert result.bound.bound_by == "unmodeled"
+    assert result.hints == ["unmodeled: custom call 'my_kernel' has no cost model"]
+
+
+@pytest.mark.parametrize("suffix", [".svg", ".png", ".html"])
+def test_roofline_chart(suffix: str, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    path = AMD_FILES["mi355x"]
+    if not path.is_file():
+        pytest.skip("AMD fixture absent")
+    from hlogap.render.plot import write_plot
+
+    target = tmp_path / f"roofline{suffix}"
+    write_plot(audit(path), target)
+    data = target.read_bytes()
+    assert data.startswith(b"\x89PNG") if suffix == ".png" else b"<svg" in data
+    if suffix == ".svg":
+        assert b"gemm_fusion_dot" in data  # the ops losing most time are labelled
+
+
+def test_roofline_chart_rejects_other_formats(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from hlogap.render.plot import write_plot
+
+    path = AMD_FILES["mi300x"]
+    if not path.is_file():
+        pytest.skip("AMD fixture absent")
+    with pytest.raises(UsageError, match=r"takes a \.svg, \.png or \.html"):
+        write_plot(audit(path), tmp_path / "chart.pdf")

@@ -258,6 +258,12 @@ def self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
 
 
 def read_metadata_plane(plane: xplane_pb2.XPlane, builder: TraceBuilder) -> None:
+    """Modules by program id, with their `Hlo Proto` when the trace carries it.
+
+    The plane also holds other entries (`SYMBOL_MAP:...`, `ThreadpoolListener::Region` on TPU);
+    only those named `<module>(<program_id>)`, or carrying a program id or an HLO proto, are
+    modules.
+    """
     names = {k: v.name for k, v in plane.stat_metadata.items()}
     for md in plane.event_metadata.values():
         proto = None
@@ -269,6 +275,8 @@ def read_metadata_plane(plane: xplane_pb2.XPlane, builder: TraceBuilder) -> None
             elif stat_name == "program_id":
                 program_id = str(stat_value(s, names))
         m = _MODULE_META.match(md.name)
+        if m is None and program_id is None and proto is None:
+            continue
         module = m.group("name") if m else md.name
         if program_id is None and m:
             program_id = m.group("program_id")

@@ -21,7 +21,7 @@ from hlogap.hlo.printer import print_instruction
 from hlogap.hlo_ops import HloIndex
 from hlogap.profile import ProfileSource, find_profile
 from hlogap.report import SORT_KEYS, AuditReport, OpRow, sort_rows
-from hlogap.roofline import bound_op
+from hlogap.roofline import async_role, bound_op
 from hlogap.timing import OpTimes, time_ops
 from hlogap.xplane import TraceData, merge_traces
 
@@ -135,11 +135,12 @@ def _rows(
             cost = OpCost(unmodeled=resolved.missing or "no HLO")
         else:
             cost = cost_instruction(inst, resolved.module, num_devices=num_devices)
-            if cost.unmodeled and info.xla_flops is not None:
+            # XLA's trace FLOPs for a custom call are only the kernel's own estimate.
+            if cost.unmodeled and info.xla_flops is not None and inst.opcode != "custom-call":
                 cost = cost_from_trace_stats(
                     cost, info.xla_flops, info.xla_bytes, info.key.name, chip.name
                 )
-        bound = bound_op(cost, chip)
+        bound = bound_op(cost, chip, async_role(inst.opcode, inst.name) if inst else "")
         occurrences = int(times.occurrences[i])
         rows.append(
             OpRow(

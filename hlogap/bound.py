@@ -10,7 +10,7 @@ from hlogap.errors import UsageError
 from hlogap.hints import hints_for
 from hlogap.hlo.ir import Instruction
 from hlogap.hlo.text import HloParseError, parse_instruction
-from hlogap.roofline import Bound, bound_op
+from hlogap.roofline import Bound, async_role, bound_op
 
 
 @dataclass
@@ -55,7 +55,7 @@ def bound_instruction(text: str, chip: str, num_devices: int | None = None) -> I
     except HloParseError as exc:
         raise UsageError(f"malformed HLO: {exc}") from exc
     cost = cost_instruction(inst, None, num_devices=num_devices)
-    result = bound_op(cost, the_chip)
+    result = bound_op(cost, the_chip, async_role(inst.opcode, inst.name))
     return InstructionBound(
         inst, the_chip, cost, result, hints_for(inst, cost, result, the_chip, None)
     )

@@ -9,17 +9,6 @@ from hlogap.roofline import Bound
 
 # Padding above this share of the bytes moved is worth a hint.
 PADDING_HINT_FRACTION = 0.1
-ASYNC_DONE = (
-    "all-reduce-done",
-    "all-gather-done",
-    "collective-permute-done",
-    "async-done",
-    "reduce-scatter-done",
-    "all-to-all-done",
-    "copy-done",
-    "recv-done",
-    "send-done",
-)
 
 
 def hints_for(
@@ -65,12 +54,17 @@ def hints_for(
         inst.opcode == "fusion" and "transpose" in inst.name
     ):
         out.append("layout change: data is copied to another layout; check producer layouts")
-    if inst.opcode in ASYNC_DONE and measured_us:
-        # The work is counted on the -start; time on the -done is the device waiting for it.
-        started = inst.opcode.removesuffix("-done")
+    transfer = max(bound.t_compute_s, bound.t_memory_s, bound.t_comm_s) * 1e6
+    if bound.overlapped and transfer > 0:
         out.append(
-            f"{started} not overlapped: the device waits {measured_us:.3g} us per "
-            "occurrence at its -done; schedule independent work between start and done"
+            f"async transfer needs >= {transfer:.3g} us and overlaps later ops; "
+            "waiting for it shows on its done"
+        )
+    elif bound.overlapped and measured_us:
+        # The work is counted on the start; time on the done is the device waiting for it.
+        out.append(
+            f"async op not overlapped: the device waits {measured_us:.3g} us per "
+            "occurrence at this done; schedule independent work between start and done"
         )
     if cost.collective and bound.bound_by == "communication":
         out.append(f"{cost.collective} over {cost.group_size or '?'} devices is link-bound")

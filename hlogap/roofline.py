@@ -20,10 +20,13 @@ class Bound:
     t_memory_s: float
     t_comm_s: float
     bound_by: str  # "compute", "memory", "communication" or "unmodeled"
+    overlapped: bool = False  # an async start: its transfer runs beside other ops
 
     @property
     def lower_s(self) -> float:
         """The roofline: no schedule can beat the slowest resource."""
+        if self.overlapped:
+            return 0.0
         return max(self.t_compute_s, self.t_memory_s, self.t_comm_s)
 
     @property
@@ -35,7 +38,18 @@ class Bound:
 UNMODELED = Bound(0.0, 0.0, 0.0, "unmodeled")
 
 
-def bound_op(cost: OpCost, chip: Chip) -> Bound:
+def async_role(opcode: str, name: str) -> str:
+    """ "start", "done" or "" for an op of an async pair (opcode, or TPU's wrapping fusion name)."""
+    base = name.rsplit(".", 1)[0] if opcode == "fusion" else opcode
+    if base.endswith("-start"):
+        return "start"
+    if base.endswith("-done"):
+        return "done"
+    return ""
+
+
+def bound_op(cost: OpCost, chip: Chip, role: str = "") -> Bound:
+    """`role` is the op's `async_role`: starts overlap, dones only wait."""
     if cost.unmodeled is not None:
         return UNMODELED
     t_compute = 0.0
@@ -51,4 +65,4 @@ def bound_op(cost: OpCost, chip: Chip) -> Bound:
         t_comm = cost.comm_bytes / chip.interconnect_bw
     times = {"compute": t_compute, "memory": t_memory, "communication": t_comm}
     bound_by = max(times, key=lambda k: times[k])
-    return Bound(t_compute, t_memory, t_comm, bound_by)
+    return Bound(t_compute, t_memory, t_comm, bound_by, overlapped=role in ("start", "done"))

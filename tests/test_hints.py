@@ -13,7 +13,7 @@ from hlogap.costs import cost_instruction
 from hlogap.errors import UsageError
 from hlogap.hints import hints_for
 from hlogap.hlo.text import parse_instruction
-from hlogap.roofline import bound_op
+from hlogap.roofline import async_role, bound_op
 from tests.conftest import AMD_FILES
 
 
@@ -21,7 +21,8 @@ def hints(hlo: str, chip: str, measured_us: float | None = None) -> list[str]:
     inst = parse_instruction(hlo)
     the_chip = load_chip(chip)
     cost = cost_instruction(inst)
-    return hints_for(inst, cost, bound_op(cost, the_chip), the_chip, None, measured_us)
+    bound = bound_op(cost, the_chip, async_role(inst.opcode, inst.name))
+    return hints_for(inst, cost, bound, the_chip, None, measured_us)
 
 
 def test_low_intensity_matmul_names_the_ridge_point() -> None:
@@ -55,7 +56,7 @@ def test_layout_copy_and_transpose() -> None:
 def test_exposed_async_collective() -> None:
     hlo = "%ard = f32[1024]{0} all-reduce-done(f32[1024]{0} %ars)"
     found = hints(hlo, "tpu-v5e", measured_us=37.0)
-    assert any(h.startswith("all-reduce not overlapped: the device waits 37 us") for h in found)
+    assert any(h.startswith("async op not overlapped: the device waits 37 us") for h in found)
 
 
 def test_unmodeled_custom_call_says_why() -> None:

@@ -23,8 +23,10 @@ def cost_from_trace_stats(
     scale = 2.0 if chip in MEGACORE_CHIPS and "in_megacore" not in op_name else 1.0
     read = unmodeled.hbm_read_bytes
     write = unmodeled.hbm_write_bytes
-    if not read and not write and xla_bytes:
-        read = xla_bytes
+    # Without the fused body, operands + outputs overstate what a fusion that slices or updates
+    # in place moves; XLA saw the body. The smaller of the two keeps the bound a lower bound.
+    if xla_bytes is not None and (read + write == 0 or xla_bytes < read + write):
+        read, write = xla_bytes, 0.0
     # Which unit does the work is unknown: the matrix unit's peak keeps the bound a lower bound.
     return replace(
         unmodeled,

@@ -1,4 +1,4 @@
-"""The HLO intermediate representation shared by the text parser, the proto decoder and the cost model.
+"""The HLO IR shared by the text parser, the proto decoder and the cost model.
 
 One IR whatever the source: a module holds computations, a computation holds instructions in
 program order, an instruction has a shape, operands (by name, with their shapes when known) and
@@ -14,13 +14,37 @@ from dataclasses import dataclass, field
 # Bits per element. Sub-byte types pack; `token` and `tuple` hold no data.
 ELEMENT_BITS: dict[str, int] = {
     "pred": 8,
-    "s2": 2, "s4": 4, "s8": 8, "s16": 16, "s32": 32, "s64": 64,
-    "u2": 2, "u4": 4, "u8": 8, "u16": 16, "u32": 32, "u64": 64,
-    "f4e2m1fn": 4, "f8e3m4": 8, "f8e4m3": 8, "f8e4m3fn": 8, "f8e4m3b11fnuz": 8,
-    "f8e4m3fnuz": 8, "f8e5m2": 8, "f8e5m2fnuz": 8, "f8e8m0fnu": 8,
-    "bf16": 16, "f16": 16, "f32": 32, "f64": 64,
-    "c64": 64, "c128": 128,
-    "token": 0, "opaque": 0,
+    "s1": 1,
+    "u1": 1,
+    "s2": 2,
+    "s4": 4,
+    "s8": 8,
+    "s16": 16,
+    "s32": 32,
+    "s64": 64,
+    "u2": 2,
+    "u4": 4,
+    "u8": 8,
+    "u16": 16,
+    "u32": 32,
+    "u64": 64,
+    "f4e2m1fn": 4,
+    "f8e3m4": 8,
+    "f8e4m3": 8,
+    "f8e4m3fn": 8,
+    "f8e4m3b11fnuz": 8,
+    "f8e4m3fnuz": 8,
+    "f8e5m2": 8,
+    "f8e5m2fnuz": 8,
+    "f8e8m0fnu": 8,
+    "bf16": 16,
+    "f16": 16,
+    "f32": 32,
+    "f64": 64,
+    "c64": 64,
+    "c128": 128,
+    "token": 0,
+    "opaque": 0,
 }
 
 
@@ -31,8 +55,12 @@ class Layout:
     minor_to_major: tuple[int, ...] = ()
     tiles: tuple[tuple[int, ...], ...] = ()
     memory_space: int = 0
-    # Layout items the cost model ignores (`E(4)`, `L(...)`, `P(...)`, ...), as written.
+    # Layout items the cost model ignores (`#(u32)`, `SC(...)`, `P(...)`, `M(8)`, ...), as written.
     extra: tuple[str, ...] = ()
+    # `E(4)`: bits per element when packed (sub-byte types); 0 means the type's own width.
+    element_size_in_bits: int = 0
+    # `L(n)`: the tiled element count is rounded up to a multiple of n.
+    tail_padding_alignment: int = 1
 
 
 @dataclass(frozen=True)
@@ -124,7 +152,8 @@ class ReplicaGroups:
     """`{{0,1},{2,3}}` (explicit) or `[4,2]<=[2,4]T(1,0)` (iota); `groups` is always expanded."""
 
     groups: tuple[tuple[int, ...], ...] = ()
-    # The iota form as written, kept so that printing round-trips; None for the list form.
+    # The compact form as written, kept so that printing round-trips: iota `[4,2]<=[2,4]T(1,0)`
+    # or mesh axes `mesh['x'=4,'y'=2] {'x'}`; None for the list form.
     iota: str | None = None
 
     @property
@@ -168,6 +197,8 @@ class Instruction:
     op_name: str | None = None  # metadata op_name
     source: str | None = None  # "file:line" from metadata, when present
     parameter_number: int | None = None
+    tuple_index: int | None = None  # get-tuple-element `index=`
+    literal: str | None = None  # constant payload as written inside `constant(...)`
     # Every attribute as written (`name -> raw value text`), typed or not, in order.
     attrs: dict[str, str] = field(default_factory=dict)
 
@@ -177,6 +208,7 @@ class Computation:
     name: str
     instructions: list[Instruction] = field(default_factory=list)
     is_entry: bool = False
+    execution_thread: str = ""  # `execution_thread="..."`; empty is the main thread
 
     @property
     def root(self) -> Instruction | None:
@@ -192,11 +224,57 @@ class Computation:
         return None
 
 
+@dataclass(frozen=True)
+class FileLocation:
+    file_name_id: int  # 1-based into StackFrameIndex.file_names
+    function_name_id: int  # 1-based into StackFrameIndex.function_names
+    line: int = 0
+    end_line: int = 0
+    column: int = 0
+    end_column: int = 0
+
+
+@dataclass(frozen=True)
+class StackFrame:
+    file_location_id: int  # 1-based into StackFrameIndex.file_locations
+    # 1-based id of the calling frame, 0 for none (the proto's numbering; XLA's text prints it + 1).
+    parent_frame_id: int = 0
+
+
+@dataclass(frozen=True)
+class StackFrameIndex:
+    """The module's `FileNames`/`FunctionNames`/`FileLocations`/`StackFrames` tables.
+
+    Instruction metadata points into them with `stack_frame_id` (1-based), the innermost frame.
+    """
+
+    file_names: tuple[str, ...] = ()
+    function_names: tuple[str, ...] = ()
+    file_locations: tuple[FileLocation, ...] = ()
+    stack_frames: tuple[StackFrame, ...] = ()
+
+    def source(self, frame_id: int) -> str | None:
+        """`file:line` of a frame, or None when the id points nowhere."""
+        if not 0 < frame_id <= len(self.stack_frames):
+            return None
+        loc_id = self.stack_frames[frame_id - 1].file_location_id
+        if not 0 < loc_id <= len(self.file_locations):
+            return None
+        loc = self.file_locations[loc_id - 1]
+        if not 0 < loc.file_name_id <= len(self.file_names):
+            return None
+        name = self.file_names[loc.file_name_id - 1]
+        return f"{name}:{loc.line}" if loc.line else name
+
+
 @dataclass
 class Module:
     name: str
     computations: list[Computation] = field(default_factory=list)
     entry: str | None = None
+    # Header attributes as written (`is_scheduled`, `entry_computation_layout`, ...), in order.
+    attrs: dict[str, str] = field(default_factory=dict)
+    frames: StackFrameIndex | None = None
 
     def computation(self, name: str) -> Computation | None:
         for comp in self.computations:

@@ -68,4 +68,22 @@ def hints_for(
         )
     if cost.collective and bound.bound_by == "communication":
         out.append(f"{cost.collective} over {cost.group_size or '?'} devices is link-bound")
+    if measured_us and not bound.overlapped:
+        out.extend(_achieved(cost, bound, chip, measured_us * 1e-6))
     return out
+
+
+def _achieved(cost: OpCost, bound: Bound, chip: Chip, seconds: float) -> list[str]:
+    """What the op achieved against the roof that bounds it: the rate behind the gap."""
+    if bound.bound_by == "compute" and cost.flops:
+        dtype = cost.matrix_dtype or cost.vector_dtype or "bf16"
+        peak = chip.matrix_peak(dtype) if cost.matrix_flops else chip.vector_peak(dtype)
+        rate = cost.flops / seconds
+        return [f"achieves {rate / 1e12:.3g} TFLOP/s, {rate / peak:.0%} of the {dtype} peak"]
+    if bound.bound_by == "memory" and cost.hbm_bytes:
+        rate = cost.hbm_bytes / seconds
+        return [f"moves {rate / 1e9:.3g} GB/s, {rate / chip.hbm_bw:.0%} of HBM bandwidth"]
+    if bound.bound_by == "communication" and cost.comm_bytes and chip.interconnect_bw:
+        rate = cost.comm_bytes / seconds
+        return [f"sends {rate / 1e9:.3g} GB/s, {rate / chip.interconnect_bw:.0%} of the link"]
+    return []

@@ -54,8 +54,9 @@ def test_every_host_of_a_run_is_audited(tmp_path: Path, cpu_chip_file: Path) -> 
 
 def test_remote_logdir_through_fsspec(cpu_chip_file: Path) -> None:
     fs = fsspec.filesystem("memory")
-    fs.pipe("/bucket/logs/plugins/profile/2026_11_22_04_58_39/vm.xplane.pb",
-            SAMPLE_FILE.read_bytes())
+    fs.pipe(
+        "/bucket/logs/plugins/profile/2026_11_22_04_58_39/vm.xplane.pb", SAMPLE_FILE.read_bytes()
+    )
     fs.pipe("/bucket/logs/plugins/profile/2026_11_01_00_00_00/old.xplane.pb", b"junk")
     source = find_profile("memory://bucket/logs")
     assert source.run == "2026_11_22_04_58_39" and source.hosts == ["vm"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Mapping
 
 from google.protobuf.message import DecodeError
 
@@ -45,7 +46,7 @@ from hlogap.hlo.printer import (
     format_window,
     print_shape,
 )
-from hlogap.hlo.text import AxisRef, expand_iota, expand_mesh_axes
+from hlogap.hlo.text import AxisRef, expand_iota, expand_mesh_axes, is_braced
 from hlogap.proto import hlo_pb2
 
 
@@ -243,7 +244,6 @@ class _Instruction:
         frames: StackFrameIndex | None,
     ) -> None:
         self.p = proto
-        self.comp = comp
         self.defined = defined
         self.comp_names = comp_names
         self.frames = frames
@@ -267,18 +267,8 @@ class _Instruction:
             inst.called.append(self.comp_names[called])
         self._opcode_attrs()
         self._called_attrs()
-        if p.HasField("frontend_attributes") and p.frontend_attributes.map:
-            items = sorted(p.frontend_attributes.map.items())
-            self.attrs["frontend_attributes"] = (
-                "{"
-                + ",".join(
-                    f"{k}={v}"
-                    if v.startswith("{") and v.endswith("}")
-                    else f"{k}={format_string(v)}"
-                    for k, v in items
-                )
-                + "}"
-            )
+        if p.frontend_attributes.map:
+            self.attrs["frontend_attributes"] = _frontend_attributes(p.frontend_attributes.map)
         if p.control_predecessor_ids:
             names = (f"%{self._defined(i)[0]}" for i in p.control_predecessor_ids)
             self.attrs["control-predecessors"] = "{" + ", ".join(names) + "}"
@@ -479,6 +469,12 @@ class _Instruction:
             inst.source = self.frames.source(m.stack_frame_id)
         if parts:
             self.attrs["metadata"] = "{" + " ".join(parts) + "}"
+
+
+def _frontend_attributes(values: Mapping[str, str]) -> str:
+    """`{a="1",b={}}`: sorted by key; values that are `{...}` groups unquoted, as XLA does."""
+    items = (f"{k}={v if is_braced(v) else format_string(v)}" for k, v in sorted(values.items()))
+    return "{" + ",".join(items) + "}"
 
 
 def _backend_config(raw: bytes) -> str:

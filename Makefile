@@ -23,7 +23,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check hlogap tests scripts
 
 bench: $(STAMP)
-	$(BIN)/python scripts/bench.py
+	$(BIN)/python scripts/bench.py --write-docs
 
 # Regenerate the protobuf modules from our own .proto files (committed, so users need no protoc).
 proto: $(STAMP)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import re
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +35,11 @@ def read_profile(source: ProfileSource, jobs: int | None = None) -> TraceData:
     if workers <= 1:
         traces = [_read_one(p) for p in pairs]
     else:
-        # Not fork: the caller may be multithreaded (JAX in the same process, say).
+        # Imported here: most audits read one file. Not fork: the caller may be multithreaded
+        # (JAX in the same process, say).
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
         methods = multiprocessing.get_all_start_methods()
         context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:

@@ -29,9 +29,13 @@ def _read_one(args: tuple[str, str]) -> TraceData:
 
 
 def read_profile(source: ProfileSource, jobs: int | None = None) -> TraceData:
-    """Read every host file of the run; several files are read in parallel processes."""
+    """Read every host file of the run: several files in parallel processes, one large file's
+    device planes split over `jobs` processes (default: the machine's cores)."""
     pairs = list(zip(source.files, source.hosts))
-    workers = min(len(pairs), jobs or os.cpu_count() or 1)
+    cores = jobs or os.cpu_count() or 1
+    if len(pairs) == 1:
+        return read_trace(*pairs[0], workers=cores)
+    workers = min(len(pairs), cores)
     if workers <= 1:
         traces = [_read_one(p) for p in pairs]
     else:

@@ -12,7 +12,7 @@ import pytest
 from hlogap.backends import read_trace
 from hlogap.proto import xplane_pb2
 from hlogap.timing import time_ops
-from hlogap.xplane import self_times
+from hlogap.xplane import TraceData, self_times
 from tests.conftest import cpu_fixtures
 
 
@@ -105,3 +105,25 @@ def test_cpu_thunks_sum_to_trace_events(program: str) -> None:
         i = got[key]
         assert times.duration_ps[i] == sum(durations)
         assert 0 <= times.measured_ps[i] <= sum(durations)
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_planes_read_in_forked_processes_give_the_same_times(
+    amd_file: Path, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hlogap.backends as backends
+
+    sequential = read_trace(amd_file, "host")
+    monkeypatch.setattr(backends, "PARALLEL_MIN_EVENTS", 0)
+    monkeypatch.setattr(backends, "_can_fork", lambda: True)
+    parallel = read_trace(amd_file, "host", workers=workers)
+    assert len(parallel.devices) == len(sequential.devices)
+
+    def totals(trace: TraceData) -> dict[tuple[str, str], tuple[float, int]]:
+        t = time_ops(trace)
+        return {
+            (o.key.module, o.key.name): (t.measured_ps[i], int(t.occurrences[i]))
+            for i, o in enumerate(trace.ops)
+        }
+
+    assert totals(parallel) == totals(sequential)

@@ -1,25 +1,123 @@
 """Backend readers: one module per way a trace stores XLA op executions.
 
-Each module has `read(space, builder)`, which walks only the planes and lines holding op events.
+Each module has `read(planes, builder)`, which walks only the lines holding op events. A large
+file's device planes are split between forked processes (the parsed file is shared
+copy-on-write, so nothing is parsed twice); their events are merged like extra hosts.
 """
 
 from __future__ import annotations
 
+import os
+import pickle
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hlogap.backends import cpu, gpu, tpu
-from hlogap.xplane import TraceBuilder, TraceData, detect_backend, read_metadata_plane, read_xspace
+from hlogap.proto import xplane_pb2
+from hlogap.xplane import (
+    TraceBuilder,
+    TraceData,
+    detect_backend,
+    merge_traces,
+    read_metadata_plane,
+    read_xspace,
+)
 
-READERS = {"tpu": tpu.read, "gpu": gpu.read, "cpu": cpu.read}
+Reader = Callable[[Sequence[xplane_pb2.XPlane], TraceBuilder], None]
+READERS: dict[str, Reader] = {"tpu": tpu.read, "gpu": gpu.read, "cpu": cpu.read}
+# Below this many events a fork costs more than it saves.
+PARALLEL_MIN_EVENTS = 100_000
 
 
-def read_trace(path: str | Path, host: str) -> TraceData:
-    """Parse one .xplane.pb and return its op events (backend "none" when it has none)."""
+def read_trace(path: str | Path, host: str, workers: int = 1) -> TraceData:
+    """Parse one .xplane.pb and return its op events (backend "none" when it has none).
+
+    With `workers` > 1, device planes are read by that many processes when the file is large
+    and fork is safe here.
+    """
     space = read_xspace(path)
     backend = detect_backend(space)
+    metadata = [p for p in space.planes if p.name == "/host:metadata"]
+    groups = _plane_groups(space, workers) if backend in ("gpu", "tpu") and _can_fork() else []
+    warnings = list(space.warnings)
+    if len(groups) < 2:
+        return _read_planes(backend, host, metadata, list(space.planes), warnings)
+    children = [_fork_reader(backend, host, metadata, group) for group in groups[1:]]
+    parts = [_read_planes(backend, host, metadata, groups[0], warnings)]
+    parts += [_collect(child) for child in children]
+    return merge_traces(parts)
+
+
+def _read_planes(
+    backend: str,
+    host: str,
+    metadata: list[xplane_pb2.XPlane],
+    planes: Sequence[xplane_pb2.XPlane],
+    warnings: list[str],
+) -> TraceData:
     builder = TraceBuilder(host)
+    for plane in metadata:
+        read_metadata_plane(plane, builder)
+    READERS[backend](planes, builder)
+    return builder.finish(backend, warnings)
+
+
+def _can_fork() -> bool:
+    # JAX (and other multithreaded runtimes) make fork unsafe: a library caller in such a
+    # process reads sequentially.
+    return hasattr(os, "fork") and "jax" not in sys.modules
+
+
+def _plane_groups(space: xplane_pb2.XSpace, workers: int) -> list[list[xplane_pb2.XPlane]]:
+    """Device planes in `workers` groups of about equal event counts (chunks of one plane,
+    which share its name, stay together); [] when the file is too small to split."""
+    by_name: dict[str, list[xplane_pb2.XPlane]] = {}
+    sizes: dict[str, int] = {}
     for plane in space.planes:
-        if plane.name == "/host:metadata":
-            read_metadata_plane(plane, builder)
-    READERS[backend](space, builder)
-    return builder.finish(backend, list(space.warnings))
+        if plane.name.startswith("/device:"):
+            by_name.setdefault(plane.name, []).append(plane)
+            sizes[plane.name] = sizes.get(plane.name, 0) + sum(len(ln.events) for ln in plane.lines)
+    if workers < 2 or sum(sizes.values()) < PARALLEL_MIN_EVENTS or len(by_name) < 2:
+        return []
+    groups: list[list[xplane_pb2.XPlane]] = [[] for _ in range(min(workers, len(by_name)))]
+    loads = [0] * len(groups)
+    for name in sorted(by_name, key=lambda n: -sizes[n]):
+        k = loads.index(min(loads))
+        groups[k].extend(by_name[name])
+        loads[k] += sizes[name]
+    return groups
+
+
+def _fork_reader(
+    backend: str,
+    host: str,
+    metadata: list[xplane_pb2.XPlane],
+    planes: list[xplane_pb2.XPlane],
+) -> tuple[int, int]:
+    """Fork a child that reads `planes` and writes its pickled result to a pipe."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        os.close(read_end)
+        try:
+            # The file's warnings travel with the parent's part only.
+            result: object = _read_planes(backend, host, metadata, planes, [])
+        except BaseException as exc:  # reported to the parent, which raises it
+            result = RuntimeError(f"{type(exc).__name__}: {exc}")
+        with os.fdopen(write_end, "wb") as out:
+            out.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+        os._exit(0)
+    os.close(write_end)
+    return pid, read_end
+
+
+def _collect(child: tuple[int, int]) -> TraceData:
+    pid, read_end = child
+    with os.fdopen(read_end, "rb") as src:
+        data = src.read()
+    os.waitpid(pid, 0)
+    result = pickle.loads(data) if data else RuntimeError("a reader process died")
+    if isinstance(result, BaseException):
+        raise result
+    return result  # type: ignore[no-any-return]

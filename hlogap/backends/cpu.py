@@ -8,6 +8,8 @@ encloses its body's thunks on the same thread, so the while gets self time.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hlogap.backends.stat_events import read_stat_events
 from hlogap.proto import xplane_pb2
 from hlogap.xplane import TraceBuilder
@@ -15,7 +17,7 @@ from hlogap.xplane import TraceBuilder
 HOST_PLANE = "/host:CPU"
 
 
-def read(space: xplane_pb2.XSpace, builder: TraceBuilder) -> None:
-    for plane in space.planes:
+def read(planes: Sequence[xplane_pb2.XPlane], builder: TraceBuilder) -> None:
+    for plane in planes:
         if plane.name == HOST_PLANE:
             read_stat_events(plane, builder, list(plane.lines), None, False)

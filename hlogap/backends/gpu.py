@@ -7,6 +7,8 @@ its time is the sum of its kernels.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hlogap.backends.stat_events import read_stat_events
 from hlogap.proto import xplane_pb2
 from hlogap.xplane import DEVICE_PLANE, TraceBuilder
@@ -28,8 +30,8 @@ DERIVED_LINES = frozenset(
 )
 
 
-def read(space: xplane_pb2.XSpace, builder: TraceBuilder) -> None:
-    for plane in space.planes:
+def read(planes: Sequence[xplane_pb2.XPlane], builder: TraceBuilder) -> None:
+    for plane in planes:
         m = DEVICE_PLANE.match(plane.name)
         if not m or m.group(1) != "GPU":
             continue

@@ -23,7 +23,7 @@ Metadata are interned once per metadata id; the per-event work is reading two st
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -37,9 +37,9 @@ _MODULE_EVENT = re.compile(r"^(?P<name>.*)\((?P<program_id>\d+)\)$")
 _TEXT_NAME = re.compile(r"^%?(?P<name>[^\s=%]+) = \S")
 
 
-def read(space: xplane_pb2.XSpace, builder: TraceBuilder) -> None:
+def read(planes: Sequence[xplane_pb2.XPlane], builder: TraceBuilder) -> None:
     devices: dict[str, int] = {}  # a plane split into chunks (same name) is one device
-    for plane in space.planes:
+    for plane in planes:
         m = DEVICE_PLANE.match(plane.name)
         if not m or m.group(1) != "TPU":
             continue

@@ -8,6 +8,7 @@ numpy columns. `TraceData` is what the rest of the pipeline reads.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,9 +20,9 @@ from hlogap.proto import xplane_pb2
 
 DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):(\d+)$")
 _MODULE_META = re.compile(r"^(?P<name>.*)\((?P<program_id>\d+)\)$")
-# upb holds the file's bytes and its parsed messages; measured peak RSS stays under about
-# 4x the file size (docs/performance.md), so that much must be free before we start.
-MEMORY_PER_FILE_BYTE = 4
+# Reading keeps the file's bytes plus one line's messages at a time: peak RSS measured at 2.6x
+# the file's size for a 173 MB profile (docs/performance.md); 3x must be free before we start.
+MEMORY_PER_FILE_BYTE = 3
 
 
 def available_memory() -> int | None:
@@ -85,7 +86,7 @@ class TraceData:
         return len(self.op_index)
 
 
-def _read_bytes(path: str | Path) -> bytes:
+def read_bytes(path: str | Path) -> bytes:
     """A local file, or a URL through fsspec; memory is checked before anything is read."""
     if "://" in str(path):
         try:
@@ -122,8 +123,63 @@ def _check_size(path: str | Path, size: int) -> None:
         )
 
 
+class Plane:
+    """A plane whose lines are parsed one at a time, as they are iterated.
+
+    Readers see the XPlane interface (`name`, `stats`, `stat_metadata`, `event_metadata`,
+    `lines`); only one line's messages exist at a time, so a file needs about its own size in
+    memory rather than its whole message tree.
+    """
+
+    def __init__(self, raw: bytes, path: str | Path) -> None:
+        self._path = path
+        try:
+            self._head = xplane_pb2.XPlaneShallow.FromString(raw)
+        except DecodeError as exc:
+            raise InputError(f"corrupt or truncated profile (bad plane): {path}") from exc
+        self.id = self._head.id
+        self.name = self._head.name
+        self.stats = self._head.stats
+        self.stat_metadata = self._head.stat_metadata
+        self.event_metadata = self._head.event_metadata
+
+    @property
+    def lines(self) -> Iterator[xplane_pb2.XLine]:
+        for raw in self._head.lines:
+            try:
+                yield xplane_pb2.XLine.FromString(raw)
+            except DecodeError as exc:
+                raise InputError(
+                    f"corrupt or truncated profile (bad line on {self.name}): {self._path}"
+                ) from exc
+
+    @property
+    def size(self) -> int:
+        """Serialized bytes of its lines: what reading them costs."""
+        return sum(len(raw) for raw in self._head.lines)
+
+
+# What readers accept: a lazily parsed Plane or a whole XPlane message (tests, tools).
+AnyPlane = Plane | xplane_pb2.XPlane
+
+
+def read_planes(path: str | Path) -> tuple[list[Plane], list[str]]:
+    """The file's planes (lines still serialized) and the XSpace's warnings."""
+    data = read_bytes(path)
+    try:
+        space = xplane_pb2.XSpaceShallow.FromString(data)
+    except DecodeError as exc:
+        raise InputError(f"corrupt or truncated profile (not an XSpace): {path}") from exc
+    del data  # the planes hold their own copies
+    planes = [Plane(raw, path) for raw in space.planes]
+    if not planes:
+        raise InputError(f"not an xprof profile (no planes): {path}")
+    return planes, list(space.warnings)
+
+
 def read_xspace(path: str | Path) -> xplane_pb2.XSpace:
-    data = _read_bytes(path)
+    """The whole file as one message tree (for tools and tests; audits use `read_planes`)."""
+    data = read_bytes(path)
     space = xplane_pb2.XSpace()
     try:
         space.ParseFromString(data)
@@ -143,7 +199,7 @@ def stat_value(stat: xplane_pb2.XStat, names: dict[int, str]) -> object:
     return getattr(stat, kind)
 
 
-def plane_stats(plane: xplane_pb2.XPlane) -> dict[str, object]:
+def plane_stats(plane: AnyPlane) -> dict[str, object]:
     names = {k: v.name for k, v in plane.stat_metadata.items()}
     return {
         names.get(s.metadata_id, str(s.metadata_id)): stat_value(s, names)
@@ -152,8 +208,8 @@ def plane_stats(plane: xplane_pb2.XPlane) -> dict[str, object]:
     }
 
 
-def detect_backend(space: xplane_pb2.XSpace) -> str:
-    kinds = {m.group(1) for p in space.planes if (m := DEVICE_PLANE.match(p.name))}
+def detect_backend(planes: Iterable[AnyPlane]) -> str:
+    kinds = {m.group(1) for p in planes if (m := DEVICE_PLANE.match(p.name))}
     if "TPU" in kinds:
         return "tpu"
     if "GPU" in kinds:
@@ -173,7 +229,7 @@ class TraceBuilder:
         self.module_names: dict[str, str] = {}  # program id -> module name
         self.columns: list[tuple[np.ndarray, ...]] = []
 
-    def new_device(self, plane: xplane_pb2.XPlane, ordinal: int) -> int:
+    def new_device(self, plane: AnyPlane, ordinal: int) -> int:
         self.devices.append(Device(self.host, plane.name, ordinal, plane_stats(plane)))
         return len(self.devices) - 1
 
@@ -257,7 +313,7 @@ def self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
     return self_ps
 
 
-def read_metadata_plane(plane: xplane_pb2.XPlane, builder: TraceBuilder) -> None:
+def read_metadata_plane(plane: AnyPlane, builder: TraceBuilder) -> None:
     """Modules by program id, with their `Hlo Proto` when the trace carries it.
 
     The plane also holds other entries (`SYMBOL_MAP:...`, `ThreadpoolListener::Region` on TPU);

@@ -1,8 +1,9 @@
 """Backend readers: one module per way a trace stores XLA op executions.
 
-Each module has `read(planes, builder)`, which walks only the lines holding op events. A large
-file's device planes are split between forked processes (the parsed file is shared
-copy-on-write, so nothing is parsed twice); their events are merged like extra hosts.
+Each module has `read(planes, builder)`, which walks only the lines holding op events; lines are
+parsed one at a time (`hlogap.xplane.Plane`). A large file's device planes are split between
+forked processes (the file's bytes are shared copy-on-write, nothing is read twice); their
+events are merged like extra hosts.
 """
 
 from __future__ import annotations
@@ -14,35 +15,34 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hlogap.backends import cpu, gpu, tpu
-from hlogap.proto import xplane_pb2
 from hlogap.xplane import (
+    Plane,
     TraceBuilder,
     TraceData,
     detect_backend,
     merge_traces,
     read_metadata_plane,
-    read_xspace,
+    read_planes,
 )
 
-Reader = Callable[[Sequence[xplane_pb2.XPlane], TraceBuilder], None]
+Reader = Callable[[Sequence[Plane], TraceBuilder], None]
 READERS: dict[str, Reader] = {"tpu": tpu.read, "gpu": gpu.read, "cpu": cpu.read}
-# Below this many events a fork costs more than it saves.
-PARALLEL_MIN_EVENTS = 100_000
+# Below this many bytes of device lines (~100k events) a fork costs more than it saves.
+PARALLEL_MIN_BYTES = 6_000_000
 
 
 def read_trace(path: str | Path, host: str, workers: int = 1) -> TraceData:
-    """Parse one .xplane.pb and return its op events (backend "none" when it has none).
+    """Read one .xplane.pb and return its op events (backend "none" when it has none).
 
     With `workers` > 1, device planes are read by that many processes when the file is large
     and fork is safe here.
     """
-    space = read_xspace(path)
-    backend = detect_backend(space)
-    metadata = [p for p in space.planes if p.name == "/host:metadata"]
-    groups = _plane_groups(space, workers) if backend in ("gpu", "tpu") and _can_fork() else []
-    warnings = list(space.warnings)
+    planes, warnings = read_planes(path)
+    backend = detect_backend(planes)
+    metadata = [p for p in planes if p.name == "/host:metadata"]
+    groups = _plane_groups(planes, workers) if backend in ("gpu", "tpu") and _can_fork() else []
     if len(groups) < 2:
-        return _read_planes(backend, host, metadata, list(space.planes), warnings)
+        return _read_planes(backend, host, metadata, planes, warnings)
     children = [_fork_reader(backend, host, metadata, group) for group in groups[1:]]
     parts = [_read_planes(backend, host, metadata, groups[0], warnings)]
     parts += [_collect(child) for child in children]
@@ -52,8 +52,8 @@ def read_trace(path: str | Path, host: str, workers: int = 1) -> TraceData:
 def _read_planes(
     backend: str,
     host: str,
-    metadata: list[xplane_pb2.XPlane],
-    planes: Sequence[xplane_pb2.XPlane],
+    metadata: list[Plane],
+    planes: Sequence[Plane],
     warnings: list[str],
 ) -> TraceData:
     builder = TraceBuilder(host)
@@ -69,18 +69,18 @@ def _can_fork() -> bool:
     return hasattr(os, "fork") and "jax" not in sys.modules
 
 
-def _plane_groups(space: xplane_pb2.XSpace, workers: int) -> list[list[xplane_pb2.XPlane]]:
-    """Device planes in `workers` groups of about equal event counts (chunks of one plane,
-    which share its name, stay together); [] when the file is too small to split."""
-    by_name: dict[str, list[xplane_pb2.XPlane]] = {}
+def _plane_groups(planes: list[Plane], workers: int) -> list[list[Plane]]:
+    """Device planes in `workers` groups of about equal size (chunks of one plane, which share
+    its name, stay together); [] when the file is too small to be worth splitting."""
+    by_name: dict[str, list[Plane]] = {}
     sizes: dict[str, int] = {}
-    for plane in space.planes:
+    for plane in planes:
         if plane.name.startswith("/device:"):
             by_name.setdefault(plane.name, []).append(plane)
-            sizes[plane.name] = sizes.get(plane.name, 0) + sum(len(ln.events) for ln in plane.lines)
-    if workers < 2 or sum(sizes.values()) < PARALLEL_MIN_EVENTS or len(by_name) < 2:
+            sizes[plane.name] = sizes.get(plane.name, 0) + plane.size
+    if workers < 2 or sum(sizes.values()) < PARALLEL_MIN_BYTES or len(by_name) < 2:
         return []
-    groups: list[list[xplane_pb2.XPlane]] = [[] for _ in range(min(workers, len(by_name)))]
+    groups: list[list[Plane]] = [[] for _ in range(min(workers, len(by_name)))]
     loads = [0] * len(groups)
     for name in sorted(by_name, key=lambda n: -sizes[n]):
         k = loads.index(min(loads))
@@ -92,8 +92,8 @@ def _plane_groups(space: xplane_pb2.XSpace, workers: int) -> list[list[xplane_pb
 def _fork_reader(
     backend: str,
     host: str,
-    metadata: list[xplane_pb2.XPlane],
-    planes: list[xplane_pb2.XPlane],
+    metadata: list[Plane],
+    planes: list[Plane],
 ) -> tuple[int, int]:
     """Fork a child that reads `planes` and writes its pickled result to a pipe."""
     read_end, write_end = os.pipe()

@@ -11,13 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hlogap.backends.stat_events import read_stat_events
-from hlogap.proto import xplane_pb2
-from hlogap.xplane import TraceBuilder
+from hlogap.xplane import Plane, TraceBuilder
 
 HOST_PLANE = "/host:CPU"
 
 
-def read(planes: Sequence[xplane_pb2.XPlane], builder: TraceBuilder) -> None:
+def read(planes: Sequence[Plane], builder: TraceBuilder) -> None:
     for plane in planes:
         if plane.name == HOST_PLANE:
-            read_stat_events(plane, builder, list(plane.lines), None, False)
+            read_stat_events(plane, builder, plane.lines, None, False)

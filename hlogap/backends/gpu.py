@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hlogap.backends.stat_events import read_stat_events
-from hlogap.proto import xplane_pb2
-from hlogap.xplane import DEVICE_PLANE, TraceBuilder
+from hlogap.xplane import DEVICE_PLANE, Plane, TraceBuilder
 
 # Lines xprof derives from the streams when it post-processes a trace; reading them too would
 # count every kernel twice.
@@ -30,10 +29,10 @@ DERIVED_LINES = frozenset(
 )
 
 
-def read(planes: Sequence[xplane_pb2.XPlane], builder: TraceBuilder) -> None:
+def read(planes: Sequence[Plane], builder: TraceBuilder) -> None:
     for plane in planes:
         m = DEVICE_PLANE.match(plane.name)
         if not m or m.group(1) != "GPU":
             continue
-        lines = [ln for ln in plane.lines if ln.name not in DERIVED_LINES]
+        lines = (ln for ln in plane.lines if ln.name not in DERIVED_LINES)
         read_stat_events(plane, builder, lines, builder.new_device(plane, int(m.group(2))), True)

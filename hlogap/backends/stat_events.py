@@ -7,19 +7,21 @@ few integer comparisons.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from hlogap.proto import xplane_pb2
-from hlogap.xplane import OpKey, TraceBuilder
+from hlogap.xplane import AnyPlane, OpKey, TraceBuilder
 
 
-def _stat_ids(plane: xplane_pb2.XPlane, wanted: tuple[str, ...]) -> list[int]:
+def _stat_ids(plane: AnyPlane, wanted: tuple[str, ...]) -> list[int]:
     by_name = {v.name: k for k, v in plane.stat_metadata.items()}
     return [by_name.get(w, -1) for w in wanted]
 
 
 def read_stat_events(
-    plane: xplane_pb2.XPlane,
+    plane: AnyPlane,
     builder: TraceBuilder,
-    lines: list[xplane_pb2.XLine],
+    lines: Iterable[xplane_pb2.XLine],
     device: int | None,
     gpu: bool,
 ) -> None:

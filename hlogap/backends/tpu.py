@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from hlogap.proto import xplane_pb2
-from hlogap.xplane import DEVICE_PLANE, OpKey, TraceBuilder, stat_value
+from hlogap.xplane import DEVICE_PLANE, AnyPlane, OpKey, Plane, TraceBuilder, stat_value
 
 OP_LINE = "XLA Ops"
 MODULE_LINE = "XLA Modules"
@@ -37,7 +37,7 @@ _MODULE_EVENT = re.compile(r"^(?P<name>.*)\((?P<program_id>\d+)\)$")
 _TEXT_NAME = re.compile(r"^%?(?P<name>[^\s=%]+) = \S")
 
 
-def read(planes: Sequence[xplane_pb2.XPlane], builder: TraceBuilder) -> None:
+def read(planes: Sequence[Plane], builder: TraceBuilder) -> None:
     devices: dict[str, int] = {}  # a plane split into chunks (same name) is one device
     for plane in planes:
         m = DEVICE_PLANE.match(plane.name)
@@ -50,7 +50,7 @@ def read(planes: Sequence[xplane_pb2.XPlane], builder: TraceBuilder) -> None:
 
 
 class _PlaneReader:
-    def __init__(self, plane: xplane_pb2.XPlane, builder: TraceBuilder, device: int) -> None:
+    def __init__(self, plane: AnyPlane, builder: TraceBuilder, device: int) -> None:
         self.plane = plane
         self.builder = builder
         self.device = device

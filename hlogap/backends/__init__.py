@@ -31,22 +31,35 @@ READERS: dict[str, Reader] = {"tpu": tpu.read, "gpu": gpu.read, "cpu": cpu.read}
 PARALLEL_MIN_BYTES = 6_000_000
 
 
-def read_trace(path: str | Path, host: str, workers: int = 1) -> TraceData:
-    """Read one .xplane.pb and return its op events (backend "none" when it has none).
+class PendingTrace:
+    """A file being read by forked processes; `result()` waits for them and merges."""
 
-    With `workers` > 1, device planes are read by that many processes when the file is large
-    and fork is safe here.
-    """
+    def __init__(self, own: TraceData, children: list[tuple[int, int]]) -> None:
+        self._own = own
+        self._children = children
+
+    def result(self) -> TraceData:
+        return merge_traces([self._own, *(_collect(child) for child in self._children)])
+
+
+def start_reading(path: str | Path, host: str, workers: int = 1) -> TraceData | PendingTrace:
+    """Read one .xplane.pb, or with `workers` > 1, when the file is large and fork is safe
+    here, start forked processes reading its device planes and return them pending."""
     planes, warnings = read_planes(path)
     backend = detect_backend(planes)
     metadata = [p for p in planes if p.name == "/host:metadata"]
     groups = _plane_groups(planes, workers) if backend in ("gpu", "tpu") and _can_fork() else []
     if len(groups) < 2:
         return _read_planes(backend, host, metadata, planes, warnings)
-    children = [_fork_reader(backend, host, metadata, group) for group in groups[1:]]
-    parts = [_read_planes(backend, host, metadata, groups[0], warnings)]
-    parts += [_collect(child) for child in children]
-    return merge_traces(parts)
+    children = [_fork_reader(backend, host, metadata, group) for group in groups]
+    # This process keeps the modules and the file's warnings; the children have the events.
+    return PendingTrace(_read_planes(backend, host, metadata, [], warnings), children)
+
+
+def read_trace(path: str | Path, host: str, workers: int = 1) -> TraceData:
+    """Read one .xplane.pb and return its op events (backend "none" when it has none)."""
+    reading = start_reading(path, host, workers)
+    return reading.result() if isinstance(reading, PendingTrace) else reading
 
 
 def _read_planes(

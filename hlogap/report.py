@@ -21,6 +21,7 @@ class OpRow:
     occurrences: int
     events: int
     measured_us: float  # total over occurrences and devices (self time)
+    total_us: float  # the same with nested ops included (xprof's "total time")
     bound_us: float  # total lower bound
     upper_bound_us: float  # total sum-of-times bound
     bound_by: str
@@ -58,6 +59,7 @@ class OpRow:
             "occurrences": self.occurrences,
             "events": self.events,
             "measured_us": self.measured_us,
+            "total_us": self.total_us,
             "bound_us": self.bound_us,
             "gap_us": self.gap_us,
             "efficiency": self.efficiency,
@@ -129,6 +131,8 @@ class AuditReport:
             "ops": len(self.ops),
             "events": self.events,
             "measured_us": self.measured_us,
+            # Every op event's duration summed: counts a loop body inside its while too.
+            "event_us": sum(r.total_us for r in self.ops),
             "bound_us": self.bound_us,
             "gap_us": self.gap_us,
             "efficiency": self.efficiency,

@@ -57,6 +57,7 @@ def test_amd_report_is_the_device_events(amd_file: Path) -> None:
     for key, durations in expected.items():
         assert got[key].measured_us == pytest.approx(sum(durations) / 1e6, abs=1e-6)
     assert report.measured_us == pytest.approx(sum(map(sum, expected.values())) / 1e6)
+    assert report.summary_dict()["event_us"] == pytest.approx(report.measured_us)  # no nesting
     # The MI300X run used all 8 GPUs; the MI355X step ran on one of its 8.
     assert report.devices == (8 if "mi300x" in amd_file.name else 1)
 
@@ -81,8 +82,13 @@ def test_cpu_report_is_the_thunk_events(program: str, cpu_chip_file: Path) -> No
     for key, durations in expected.items():
         # Self time: a while thunk encloses its body's thunks, which are charged to themselves.
         assert 0 < got[key].measured_us <= sum(durations) / 1e6 + 1e-9
-    report_json = json.loads(render(report, "json", 0))
-    assert report_json["summary"]["measured_us"] == pytest.approx(report.measured_us)
+    summary = json.loads(render(report, "json", 0))["summary"]
+    assert summary["measured_us"] == pytest.approx(report.measured_us)
+    # Every op event of the file is accounted for: event_us sums them all (a while thunk and the
+    # body thunks inside it both count); measured_us charges each moment to the innermost op.
+    all_events_us = sum(map(sum, expected.values())) / 1e6
+    assert summary["event_us"] == pytest.approx(all_events_us)
+    assert summary["measured_us"] <= all_events_us + 1e-9
 
 
 def test_json_follows_the_contract(amd_file: Path) -> None:

@@ -11,19 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hlogap.hlo.decode import HloDecodeError, decode_hlo_proto
-from hlogap.hlo.ir import Instruction, Module
+from hlogap.hlo.ir import COLLECTIVE_OPCODES, Instruction, Module
 from hlogap.hlo.text import HloParseError, parse_instruction, parse_module
 from hlogap.xplane import OpInfo
-
-COLLECTIVES = (
-    "all-reduce",
-    "all-gather",
-    "reduce-scatter",
-    "all-to-all",
-    "collective-permute",
-    "collective-broadcast",
-    "ragged-all-to-all",
-)
 
 
 @dataclass
@@ -114,13 +104,13 @@ def categorize(inst: Instruction, module: Module | None) -> str:
     """A short category in xprof's vocabulary (`loop fusion`, `convolution fusion`, ...)."""
     op = inst.opcode
     base = op.removesuffix("-start").removesuffix("-done")
-    if base in COLLECTIVES:
+    if base in COLLECTIVE_OPCODES:
         return base
     if op == "fusion":
         called = module.computation(inst.called[0]) if module and inst.called else None
         opcodes = {i.opcode for i in called.instructions} if called else set()
-        if opcodes & set(COLLECTIVES) or any(
-            o.removesuffix("-start") in COLLECTIVES for o in opcodes
+        if opcodes & COLLECTIVE_OPCODES or any(
+            o.removesuffix("-start") in COLLECTIVE_OPCODES for o in opcodes
         ):
             return "collective fusion"
         if "convolution" in opcodes:

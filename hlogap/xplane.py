@@ -227,7 +227,7 @@ class TraceBuilder:
         self.op_ids: dict[OpKey, int] = {}
         self.modules: dict[tuple[str, str], bytes] = {}
         self.module_names: dict[str, str] = {}  # program id -> module name
-        self.columns: list[tuple[np.ndarray, ...]] = []
+        self.columns: list[Columns] = []
 
     def new_device(self, plane: AnyPlane, ordinal: int) -> int:
         self.devices.append(Device(self.host, plane.name, ordinal, plane_stats(plane)))
@@ -264,27 +264,41 @@ class TraceBuilder:
         self.columns.append((op_arr, dev_arr, dur_arr, self_arr, occ))
 
     def finish(self, backend: str, warnings: list[str]) -> TraceData:
-        if self.columns:
-            op_index, device_index, dur, self_ps, occ = (
-                np.concatenate(c) for c in zip(*self.columns)
-            )
-        else:
-            backend = "none"
-            op_index = device_index = np.zeros(0, dtype=np.int32)
-            dur = self_ps = np.zeros(0, dtype=np.int64)
-            occ = np.zeros(0, dtype=bool)
-        return TraceData(
-            backend=backend,
-            devices=self.devices,
-            ops=self.ops,
-            modules=self.modules,
-            op_index=op_index,
-            device_index=device_index,
-            duration_ps=dur,
-            self_ps=self_ps,
-            occurrence_start=occ,
-            warnings=warnings,
-        )
+        return _trace(backend, self.devices, self.ops, self.modules, self.columns, warnings)
+
+
+Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _trace(
+    backend: str,
+    devices: list[Device],
+    ops: list[OpInfo],
+    modules: dict[tuple[str, str], bytes],
+    columns: list[Columns],
+    warnings: list[str],
+) -> TraceData:
+    """TraceData from per-line (op, device, duration, self, occurrence start) column blocks;
+    backend "none" when there are none."""
+    if columns:
+        op_index, device_index, dur, self_ps, occ = (np.concatenate(c) for c in zip(*columns))
+    else:
+        backend = "none"
+        op_index = device_index = np.zeros(0, dtype=np.int32)
+        dur = self_ps = np.zeros(0, dtype=np.int64)
+        occ = np.zeros(0, dtype=bool)
+    return TraceData(
+        backend=backend,
+        devices=devices,
+        ops=ops,
+        modules=modules,
+        op_index=op_index,
+        device_index=device_index,
+        duration_ps=dur,
+        self_ps=self_ps,
+        occurrence_start=occ,
+        warnings=warnings,
+    )
 
 
 def self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
@@ -350,7 +364,7 @@ def merge_traces(traces: list[TraceData]) -> TraceData:
     op_ids: dict[OpKey, int] = {}
     devices: list[Device] = []
     modules: dict[tuple[str, str], bytes] = {}
-    parts = []
+    parts: list[Columns] = []
     backends = {t.backend for t in traces} - {"none"}
     if len(backends) > 1:
         raise InputError(f"hosts of one run mix backends: {', '.join(sorted(backends))}")
@@ -373,16 +387,5 @@ def merge_traces(traces: list[TraceData]) -> TraceData:
         )
         devices.extend(t.devices)
         modules.update(t.modules)
-    op_index, device_index, dur, self_ps, occ = (np.concatenate(c) for c in zip(*parts))
-    return TraceData(
-        backend=backends.pop() if backends else "none",
-        devices=devices,
-        ops=ops,
-        modules=modules,
-        op_index=op_index,
-        device_index=device_index,
-        duration_ps=dur,
-        self_ps=self_ps,
-        occurrence_start=occ,
-        warnings=[w for t in traces for w in t.warnings],
-    )
+    warnings = [w for t in traces for w in t.warnings]
+    return _trace(backends.pop() if backends else "none", devices, ops, modules, parts, warnings)

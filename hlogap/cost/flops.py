@@ -21,7 +21,7 @@ from hlogap.cost.base import (
 )
 from hlogap.cost.custom_calls import custom_call
 from hlogap.cost.matmul import at, conv_flops, dot_flops, matmul_dtype
-from hlogap.hlo.ir import Computation, Instruction, Window
+from hlogap.hlo.ir import COLLECTIVE_OPCODES, Computation, Instruction, Window
 
 TRANSCENDENTAL = frozenset(
     {
@@ -81,16 +81,8 @@ ELEMENTWISE = frozenset(
         "count-leading-zeros",
     }
 )
-COLLECTIVES = frozenset(
-    {
-        "all-reduce",
-        "all-gather",
-        "reduce-scatter",
-        "all-to-all",
-        "collective-permute",
-        "collective-broadcast",
-    }
-)
+# The collectives the ring model costs; ragged-all-to-all moves data-dependent amounts.
+COLLECTIVES = COLLECTIVE_OPCODES - {"ragged-all-to-all"}
 _APPLYING = frozenset({"reduce", "reduce-window", "map", "scatter", "select-and-scatter", "sort"})
 
 

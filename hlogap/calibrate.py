@@ -41,7 +41,7 @@ COPY_SIZES_MIB = (1, 4, 16, 64, 256)
 MATMUL_SIZES = (512, 1024, 2048)
 
 
-def measure(repeats: int = 3) -> tuple[float, float]:
+def measure(repeats: int = 5) -> tuple[float, float]:
     """(best f32 matmul FLOP/s, best copy bandwidth in bytes/s counting read + write)."""
     rng = np.random.default_rng(0)
     flops = 0.0

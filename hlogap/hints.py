@@ -6,6 +6,7 @@ from hlogap.chips import Chip
 from hlogap.costs import OpCost
 from hlogap.hlo.ir import Instruction
 from hlogap.roofline import Bound
+from hlogap.units import fmt_si
 
 # Padding above this share of the bytes moved is worth a hint.
 PADDING_HINT_FRACTION = 0.1
@@ -68,6 +69,13 @@ def hints_for(
         )
     if cost.collective and bound.bound_by == "communication":
         out.append(f"{cost.collective} over {cost.group_size or '?'} devices is link-bound")
+    if measured_us and bound.lower_s * 1e6 > measured_us * 1.001:
+        # A bound is a floor: beating it means the roof itself is wrong for this op.
+        out.insert(
+            0,
+            f"faster than the roofline: {chip.name}'s peaks are too low for this op "
+            "(wrong --chip, or a CPU calibration taken while the machine was busy)",
+        )
     if measured_us and not bound.overlapped:
         out.extend(_achieved(cost, bound, chip, measured_us * 1e-6))
     return out
@@ -79,11 +87,11 @@ def _achieved(cost: OpCost, bound: Bound, chip: Chip, seconds: float) -> list[st
         dtype = cost.matrix_dtype or cost.vector_dtype or "bf16"
         peak = chip.matrix_peak(dtype) if cost.matrix_flops else chip.vector_peak(dtype)
         rate = cost.flops / seconds
-        return [f"achieves {rate / 1e12:.3g} TFLOP/s, {rate / peak:.0%} of the {dtype} peak"]
+        return [f"achieves {fmt_si(rate, 'FLOP/s')}, {rate / peak:.0%} of the {dtype} peak"]
     if bound.bound_by == "memory" and cost.hbm_bytes:
         rate = cost.hbm_bytes / seconds
-        return [f"moves {rate / 1e9:.3g} GB/s, {rate / chip.hbm_bw:.0%} of HBM bandwidth"]
+        return [f"moves {fmt_si(rate, 'B/s')}, {rate / chip.hbm_bw:.0%} of HBM bandwidth"]
     if bound.bound_by == "communication" and cost.comm_bytes and chip.interconnect_bw:
         rate = cost.comm_bytes / seconds
-        return [f"sends {rate / 1e9:.3g} GB/s, {rate / chip.interconnect_bw:.0%} of the link"]
+        return [f"sends {fmt_si(rate, 'B/s')}, {rate / chip.interconnect_bw:.0%} of the link"]
     return []

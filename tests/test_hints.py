@@ -92,3 +92,12 @@ def test_roofline_chart_rejects_other_formats(tmp_path: Path) -> None:
         pytest.skip("AMD fixture absent")
     with pytest.raises(UsageError, match=r"takes a \.svg, \.png or \.html"):
         write_plot(audit(path), tmp_path / "chart.pdf")
+
+
+def test_beating_the_roof_says_the_roof_is_wrong() -> None:
+    hlo = (
+        "%d = f32[512,512]{1,0} dot(f32[512,512]{1,0} %x, f32[512,512]{1,0} %w), "
+        "lhs_contracting_dims={1}, rhs_contracting_dims={0}"
+    )
+    found = hints(hlo, "l4", measured_us=0.001)
+    assert found[0].startswith("faster than the roofline: l4's peaks are too low")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from hlogap.bound import InstructionBound
-from hlogap.render.text import fmt_si
+from hlogap.units import fmt_si
 
 
 def render_bound(result: InstructionBound, fmt: str) -> str:

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hlogap.chips import Chip, builtin_chips
-from hlogap.render.text import fmt_si
+from hlogap.units import fmt_si
 
 
 def chip_dict(chip: Chip) -> dict[str, object]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hlogap.report import AuditReport
+from hlogap.units import fmt_si
 
 
 def fmt_us(us: float) -> str:
@@ -15,13 +16,6 @@ def fmt_us(us: float) -> str:
 
 def fmt_eff(eff: float | None) -> str:
     return "-" if eff is None else f"{eff:.0%}"
-
-
-def fmt_si(value: float, unit: str) -> str:
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
 
 
 def header_lines(report: AuditReport) -> list[str]:

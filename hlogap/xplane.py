@@ -8,7 +8,7 @@ numpy columns. `TraceData` is what the rest of the pipeline reads.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,6 +154,17 @@ class Plane:
                 ) from exc
 
     @property
+    def raw_lines(self) -> Iterator[xplane_pb2.XLineRaw]:
+        """The lines with their events left serialized (for the columnar reader)."""
+        for raw in self._head.lines:
+            try:
+                yield xplane_pb2.XLineRaw.FromString(raw)
+            except DecodeError as exc:
+                raise InputError(
+                    f"corrupt or truncated profile (bad line on {self.name}): {self._path}"
+                ) from exc
+
+    @property
     def size(self) -> int:
         """Serialized bytes of its lines: what reading them costs."""
         return sum(len(raw) for raw in self._head.lines)
@@ -241,12 +252,17 @@ class TraceBuilder:
         return idx
 
     def add_line(
-        self, device: int, op: list[int], start: list[int], dur: list[int], gpu: bool
+        self,
+        device: int,
+        op: Sequence[int] | np.ndarray,
+        start: Sequence[int] | np.ndarray,
+        dur: Sequence[int] | np.ndarray,
+        gpu: bool,
     ) -> None:
         """One line's events of one device. GPU kernels never nest (overlaps on a stream are
         clock jitter, and xprof charges each kernel its whole duration); CPU thunks and TPU ops
         nest inside while/call/conditional events, which then get self time."""
-        if not op:
+        if len(op) == 0:
             return
         op_arr = np.asarray(op, dtype=np.int32)
         start_arr = np.asarray(start, dtype=np.int64)

@@ -19,4 +19,4 @@ HOST_PLANE = "/host:CPU"
 def read(planes: Sequence[Plane], builder: TraceBuilder) -> None:
     for plane in planes:
         if plane.name == HOST_PLANE:
-            read_stat_events(plane, builder, plane.lines, None, False)
+            read_stat_events(plane, builder, plane.raw_lines, None, False)

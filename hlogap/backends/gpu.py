@@ -34,5 +34,5 @@ def read(planes: Sequence[Plane], builder: TraceBuilder) -> None:
         m = DEVICE_PLANE.match(plane.name)
         if not m or m.group(1) != "GPU":
             continue
-        lines = (ln for ln in plane.lines if ln.name not in DERIVED_LINES)
+        lines = (ln for ln in plane.raw_lines if ln.name not in DERIVED_LINES)
         read_stat_events(plane, builder, lines, builder.new_device(plane, int(m.group(2))), True)

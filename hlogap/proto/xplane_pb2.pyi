@@ -165,3 +165,21 @@ class XPlaneShallow(_message.Message):
     stat_metadata: _containers.MessageMap[int, XStatMetadata]
     stats: _containers.RepeatedCompositeFieldContainer[XStat]
     def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., lines: _Optional[_Iterable[bytes]] = ..., event_metadata: _Optional[_Mapping[int, XEventMetadata]] = ..., stat_metadata: _Optional[_Mapping[int, XStatMetadata]] = ..., stats: _Optional[_Iterable[_Union[XStat, _Mapping]]] = ...) -> None: ...
+
+class XLineRaw(_message.Message):
+    __slots__ = ("id", "display_id", "name", "display_name", "timestamp_ns", "duration_ps", "events")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    DISPLAY_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_NS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_PS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    display_id: int
+    name: str
+    display_name: str
+    timestamp_ns: int
+    duration_ps: int
+    events: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, id: _Optional[int] = ..., display_id: _Optional[int] = ..., name: _Optional[str] = ..., display_name: _Optional[str] = ..., timestamp_ns: _Optional[int] = ..., duration_ps: _Optional[int] = ..., events: _Optional[_Iterable[bytes]] = ...) -> None: ...

@@ -26,7 +26,10 @@ import re
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
+from hlogap.backends.columnar import LineColumns, decode_events
+from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
 from hlogap.xplane import DEVICE_PLANE, AnyPlane, OpKey, Plane, TraceBuilder, stat_value
 
@@ -63,78 +66,69 @@ class _PlaneReader:
         self._aggregated_line = False
 
     def read(self) -> None:
-        groups: dict[int, list[xplane_pb2.XLine]] = {}  # chunks of one line share its id
-        for line in self.plane.lines:
+        groups: dict[int, list[xplane_pb2.XLineRaw]] = {}  # chunks of one line share its id
+        for line in self.plane.raw_lines:
             if line.name == OP_LINE:
                 groups.setdefault(line.id, []).append(line)
         for lines in groups.values():
             self._read_line(lines)
 
-    def _read_line(self, lines: list[xplane_pb2.XLine]) -> None:
-        off_id = self.ids.get("device_offset_ps", -1)
-        dur_id = self.ids.get("device_duration_ps", -1)
-        md_ids: list[int] = []
-        start: list[int] = []
-        dur: list[int] = []
+    def _read_line(self, lines: list[xplane_pb2.XLineRaw]) -> None:
+        """One op line (all its chunks): events decoded in columns (hlogap.backends.columnar);
+        times from the device-clock stats where present, else the host-clock span."""
+        wanted = [self.ids.get("device_offset_ps", -1), self.ids.get("device_duration_ps", -1)]
+        md_parts: list[np.ndarray] = []
+        start_parts: list[np.ndarray] = []
+        dur_parts: list[np.ndarray] = []
+        host_parts: list[np.ndarray] = []  # host-clock (start, duration), for module lookup
         for line in lines:
-            events = line.events
-            if events and events[0].WhichOneof("data") == "num_occurrences":
-                self._aggregated_line = True
-                self._aggregated(events, md_ids, start, dur)
+            events = list(line.events)
+            if not events:
                 continue
-            base = line.timestamp_ns * 1000
-            for ev in events:
-                md_ids.append(ev.metadata_id)
-                stats = ev.stats
-                if len(stats) >= 2:  # libtpu writes the two device stats first
-                    a = stats[0]
-                    b = stats[1]
-                    if a.metadata_id == off_id and b.metadata_id == dur_id:
-                        start.append(a.uint64_value or a.int64_value)
-                        dur.append(b.uint64_value or b.int64_value)
-                        continue
-                dev_s = dev_d = -1
-                for st in stats:
-                    mid = st.metadata_id
-                    if mid == off_id:
-                        dev_s = st.uint64_value or st.int64_value
-                    elif mid == dur_id:
-                        dev_d = st.uint64_value or st.int64_value
-                if dev_s >= 0 and dev_d >= 0:
-                    start.append(dev_s)
-                    dur.append(dev_d)
-                else:
-                    start.append(base + ev.offset_ps)
-                    dur.append(ev.duration_ps)
-        if not md_ids:
+            first = _event(events[0], self.plane.name)
+            if first.WhichOneof("data") == "num_occurrences":
+                self._aggregated_line = True
+                md, start, dur = self._aggregated([_event(e, self.plane.name) for e in events])
+                host = np.stack([start, dur])
+            else:
+                cols = decode_events(events, wanted)
+                for i in np.flatnonzero(cols.irregular).tolist():
+                    _fill(cols, i, _event(events[i], self.plane.name), wanted)
+                dev_start, dev_dur = cols.stats
+                on_device = (dev_start >= 0) & (dev_dur >= 0)
+                base = line.timestamp_ns * 1000
+                md = cols.metadata_id
+                start = np.where(on_device, dev_start, base + cols.offset_ps)
+                dur = np.where(on_device, dev_dur, cols.duration_ps)
+                host = np.stack([base + cols.offset_ps, cols.duration_ps])
+            host_parts.append(host)
+            md_parts.append(md)
+            start_parts.append(start)
+            dur_parts.append(dur)
+        if not md_parts:
             return
-        ops = self._ops(lines, np.asarray(md_ids, dtype=np.int64))
-        start_arr = np.asarray(start, dtype=np.int64)
-        dur_arr = np.asarray(dur, dtype=np.int64)
+        md_ids = np.concatenate(md_parts)
+        start_arr = np.concatenate(start_parts)
+        dur_arr = np.concatenate(dur_parts)
+        host_start, host_dur = np.concatenate(host_parts, axis=1)
+        ops = self._ops(md_ids, host_start, host_dur)
         keep = ops >= 0
         # Parents first where events start together, so nesting sees the enclosing op first.
         order = np.lexsort((-dur_arr, start_arr))
         order = order[keep[order]]
-        self.builder.add_line(
-            self.device,
-            ops[order].tolist(),
-            start_arr[order].tolist(),
-            dur_arr[order].tolist(),
-            gpu=False,
-        )
+        self.builder.add_line(self.device, ops[order], start_arr[order], dur_arr[order], gpu=False)
 
     def _aggregated(
-        self,
-        events: Iterable[xplane_pb2.XEvent],
-        md_ids: list[int],
-        start: list[int],
-        dur: list[int],
-    ) -> None:
+        self, events: Iterable[xplane_pb2.XEvent]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Aggregated lines (tsl AggregateXPlane): one event per op with `num_occurrences`,
         the total duration, and `self_duration_ps` when ops nested inside it. Without start
         times nothing nests: each occurrence is laid end to end with its share of the op's
         self time."""
         self_id = self.ids.get("self_duration_ps", -1)
+        md_ids: list[int] = []
+        start: list[int] = []
+        dur: list[int] = []
         t = 0
         for ev in events:
             total = ev.duration_ps
@@ -149,8 +143,14 @@ class _PlaneReader:
                 start.append(t)
                 dur.append(d)
                 t += d
+        as_array = np.asarray
+        return (
+            as_array(md_ids, dtype=np.int64),
+            as_array(start, dtype=np.int64),
+            as_array(dur, dtype=np.int64),
+        )
 
-    def _ops(self, lines: list[xplane_pb2.XLine], md_ids: np.ndarray) -> np.ndarray:
+    def _ops(self, md_ids: np.ndarray, host_start: np.ndarray, host_dur: np.ndarray) -> np.ndarray:
         """Op index per event (-1: no such metadata)."""
         uniq, inverse = np.unique(md_ids, return_inverse=True)
         op_of = np.empty(len(uniq), dtype=np.int64)
@@ -166,7 +166,7 @@ class _PlaneReader:
         if unresolved:
             # Metadata without program_id: the module is the XLA Modules event enclosing the op.
             idx = np.flatnonzero(np.isin(inverse, unresolved))
-            programs = self._enclosing_programs(lines, idx)
+            programs = self._enclosing_programs(idx, host_start, host_dur)
             for j, program_id in zip(idx.tolist(), programs, strict=True):
                 ops[j] = self._op(int(md_ids[j]), program_id)
         return ops
@@ -269,22 +269,45 @@ class _PlaneReader:
         )
         return self._modules, self._module_names
 
-    def _enclosing_programs(self, lines: list[xplane_pb2.XLine], idx: np.ndarray) -> list[str]:
+    def _enclosing_programs(
+        self, idx: np.ndarray, host_start: np.ndarray, host_dur: np.ndarray
+    ) -> list[str]:
         """Program id of the XLA Modules event enclosing each event `idx` (host-clock spans,
         which both lines carry), "" when none does."""
         starts, ends, programs = self._modules or self._load_modules()[0]
-        events = [ev for line in lines for ev in line.events]
-        bases = [line.timestamp_ns * 1000 for line in lines for _ in line.events]
         out: list[str] = []
         for j in idx.tolist():
-            ev = events[j]
-            s = bases[j] + ev.offset_ps
+            s = int(host_start[j])
             k = int(np.searchsorted(starts, s, side="right")) - 1
-            if k >= 0 and s + ev.duration_ps <= ends[k]:
+            if k >= 0 and s + int(host_dur[j]) <= ends[k]:
                 out.append(programs[k])
             else:
                 out.append("")
         return out
+
+
+def _event(raw: bytes, plane: str) -> xplane_pb2.XEvent:
+    try:
+        return xplane_pb2.XEvent.FromString(raw)
+    except DecodeError as exc:
+        raise InputError(f"corrupt event on {plane}") from exc
+
+
+def _fill(cols: LineColumns, i: int, event: xplane_pb2.XEvent, wanted: list[int]) -> None:
+    """Row `i` of `cols` from an event the columnar decoder left to upb."""
+    cols.metadata_id[i] = event.metadata_id
+    cols.offset_ps[i] = event.offset_ps
+    cols.duration_ps[i] = event.duration_ps
+    for k in range(len(wanted)):
+        cols.stats[k][i] = -1
+    for stat in event.stats:
+        if stat.metadata_id in wanted and stat.WhichOneof("value") in (
+            "int64_value",
+            "uint64_value",
+        ):
+            value = stat.int64_value or stat.uint64_value
+            if value < 1 << 63:
+                cols.stats[wanted.index(stat.metadata_id)][i] = value
 
 
 def _number(value: object) -> float | None:

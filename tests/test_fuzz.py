@@ -7,6 +7,7 @@ is a bug. The budget is bounded for CI: HLOGAP_FUZZ_EXAMPLES cases per test (def
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,16 +18,31 @@ from hlogap.audit import audit
 from hlogap.backends import read_trace
 from hlogap.errors import HlogapError
 from hlogap.timing import time_ops
-from tests.conftest import SAMPLE
+from tests import tpu_trace
+from tests.conftest import AMD_FILES, SAMPLE
 
 EXAMPLES = int(os.environ.get("HLOGAP_FUZZ_EXAMPLES", "1500"))
-SEED = next(SAMPLE.rglob("*.xplane.pb")).read_bytes()
+
+
+def _seeds() -> list[bytes]:
+    """Real profiles of each backend: the CPU sample, a TPU-layout trace, an AMD GPU trace."""
+    seeds = [next(SAMPLE.rglob("*.xplane.pb")).read_bytes()]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "tpu.xplane.pb"
+        tpu_trace.write_tpu_trace(path, tpu_trace.small_spec())
+        seeds.append(path.read_bytes())
+    if AMD_FILES["mi355x"].is_file():
+        seeds.append(AMD_FILES["mi355x"].read_bytes())
+    return seeds
+
+
+SEEDS = _seeds()
 
 
 @st.composite
 def mutated(draw: st.DrawFn) -> bytes:
-    """The sample profile with a few bytes flipped, cut, duplicated or inserted."""
-    data = bytearray(SEED)
+    """A real profile with a few bytes flipped, cut, duplicated or inserted."""
+    data = bytearray(draw(st.sampled_from(SEEDS)))
     for _ in range(draw(st.integers(1, 6))):
         if not data:
             break
@@ -75,7 +91,7 @@ def test_audit_gives_clean_error_or_valid_report(
     path = tmp_path / "fuzz.xplane.pb"
     path.write_bytes(data)
     try:
-        report = audit(path, chip=str(cpu_chip_file))
+        report = audit(path, chip=str(cpu_chip_file), jobs=1)
     except HlogapError:
         return
     assert report.ops

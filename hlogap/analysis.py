@@ -63,6 +63,7 @@ def op_rows(
                 events=int(times.events[i]),
                 measured_us=float(times.measured_ps[i]) / 1e6,
                 total_us=float(times.duration_ps[i]) / 1e6,
+                median_us=float(times.median_ps[i]) / 1e6,
                 bound_us=bound.lower_s * 1e6 * occurrences,
                 upper_bound_us=bound.upper_s * 1e6 * occurrences,
                 bound_by=bound.bound_by,

@@ -46,6 +46,7 @@ class Op:
     measured_us: float
     bound_us: float
     fingerprint: str  # "" when the op had no HLO
+    median_us: float | None = None  # median time of one occurrence, when the report has it
 
     @property
     def gap_us(self) -> float:
@@ -223,6 +224,9 @@ def _op(raw: object, index: int) -> Op:
         bound_us=_num(raw.get("bound_us"), f"{where}.bound_us"),
         # Reports written before fingerprints existed lack the key: such ops match by name.
         fingerprint=_str(raw.get("fingerprint") or "", f"{where}.fingerprint"),
+        median_us=_num(raw["median_us"], f"{where}.median_us")
+        if raw.get("median_us") is not None
+        else None,
     )
 
 
@@ -356,7 +360,22 @@ class DiffRow:
 
     def _per_occ(self, which: str, field_name: str) -> float | None:
         op = self.base if which == "base" else self.new
-        return None if op is None else op.per_occurrence(getattr(op, field_name))
+        if op is None:
+            return None
+        # The median execution is robust to a straggler or a warm-up step; the mean is the
+        # fallback for reports that do not carry medians.
+        if field_name == "measured_us" and self._medians:
+            return op.median_us
+        return op.per_occurrence(getattr(op, field_name))
+
+    @property
+    def _medians(self) -> bool:
+        return (
+            self.base is not None
+            and self.new is not None
+            and self.base.median_us is not None
+            and self.new.median_us is not None
+        )
 
     def _per_occ_delta(self, field_name: str) -> float:
         b = self._per_occ("base", field_name)

@@ -22,6 +22,7 @@ class OpRow:
     events: int
     measured_us: float  # total over occurrences and devices (self time)
     total_us: float  # the same with nested ops included (xprof's "total time")
+    median_us: float  # median time of one occurrence: what `check` compares, robust to noise
     bound_us: float  # total lower bound
     upper_bound_us: float  # total sum-of-times bound
     bound_by: str
@@ -60,6 +61,7 @@ class OpRow:
             "events": self.events,
             "measured_us": self.measured_us,
             "total_us": self.total_us,
+            "median_us": self.median_us,
             "bound_us": self.bound_us,
             "gap_us": self.gap_us,
             "efficiency": self.efficiency,

@@ -17,6 +17,7 @@ class OpTimes:
     duration_ps: np.ndarray  # float64: sum of the op's event durations (incl. nested ops)
     events: np.ndarray  # int64: events (kernels on GPU)
     occurrences: np.ndarray  # int64: executions (GPU: consecutive kernels of one op are one)
+    median_ps: np.ndarray  # float64: median self time of one execution (robust to stragglers)
     devices: int  # devices that ran at least one selected op
 
 
@@ -34,10 +35,31 @@ def time_ops(trace: TraceData, device: int | None = None) -> OpTimes:
         return np.bincount(op_index, weights=v, minlength=n)
 
     dev_index = trace.device_index if keep is None else trace.device_index[keep]
+    starts = trace.occurrence_start if keep is None else trace.occurrence_start[keep]
+    self_ps = trace.self_ps if keep is None else trace.self_ps[keep]
     return OpTimes(
         measured_ps=total(trace.self_ps),
         duration_ps=total(trace.duration_ps),
         events=np.bincount(op_index, minlength=n).astype(np.int64),
         occurrences=total(trace.occurrence_start).astype(np.int64),
+        median_ps=_medians(op_index, starts, self_ps, n),
         devices=len(np.unique(dev_index)),
     )
+
+
+def _medians(op_index: np.ndarray, starts: np.ndarray, self_ps: np.ndarray, n: int) -> np.ndarray:
+    """Median over each op's executions of the execution's time (the sum of its events)."""
+    if not len(op_index):
+        return np.zeros(n)
+    occurrence = np.maximum(np.cumsum(starts) - 1, 0)  # each line's block starts an execution
+    time = np.bincount(occurrence, weights=self_ps)
+    op = op_index[starts.astype(bool)]
+    time = time[: len(op)]
+    order = np.lexsort((time, op))
+    sorted_time = time[order]
+    counts = np.bincount(op, minlength=n)
+    first = np.cumsum(counts) - counts
+    last = len(sorted_time) - 1
+    low = sorted_time[np.minimum(first + (counts - 1) // 2, last)]
+    high = sorted_time[np.minimum(first + counts // 2, last)]
+    return np.where(counts > 0, (low + high) / 2, 0.0)

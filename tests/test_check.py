@@ -43,6 +43,7 @@ def _scaled(report: dict[str, Any], measured: float = 1.0, occurrences: int = 1)
     out = copy.deepcopy(report)
     for op in out["ops"]:
         op["measured_us"] *= measured * occurrences
+        op["median_us"] *= measured  # one occurrence's time
         op["bound_us"] *= occurrences
         op["occurrences"] *= occurrences
         op["gap_us"] = op["measured_us"] - op["bound_us"]
@@ -282,3 +283,29 @@ def test_defaults_without_config(tmp_path: Path) -> None:
     t = resolve_thresholds({"max_regression": None, "min_efficiency": 0.5}, tmp_path)
     assert t == Thresholds(min_efficiency=0.5)
     assert t.config is None
+
+
+@pytest.mark.parametrize("with_medians", [True, False])
+def test_a_straggler_does_not_fail_the_per_op_gate_when_medians_are_there(
+    mlp_report: dict, tmp_path: Path, with_medians: bool
+) -> None:
+    """One slow occurrence (a straggler) inflates an op's mean by 50%, not its median."""
+    new = copy.deepcopy(mlp_report)
+    top = max(new["ops"], key=lambda o: o["measured_us"])
+    top["measured_us"] *= 1.5
+    top["gap_us"] = top["measured_us"] - top["bound_us"]
+    new["summary"]["measured_us"] = sum(o["measured_us"] for o in new["ops"])
+    base = copy.deepcopy(mlp_report)
+    if not with_medians:  # reports of an hlogap without medians: means are compared
+        for report in (base, new):
+            for op in report["ops"]:
+                op.pop("median_us")
+    loose = ("--max-regression", "100", "--max-gap-regression", "100")
+    out = _check(
+        str(_save(tmp_path, new, "new.json")),
+        "--baseline",
+        str(_save(tmp_path, base)),
+        *loose,
+        cwd=tmp_path,
+    )
+    assert out.returncode == (0 if with_medians else 1), out.stdout

@@ -140,3 +140,31 @@ def test_planes_read_in_forked_processes_give_the_same_times(amd_file: Path, wor
         f"{o.key.module}/{o.key.name}": [t.measured_ps[i], int(t.occurrences[i])]
         for i, o in enumerate(sequential.ops)
     }
+
+
+def test_median_per_occurrence_from_the_trace(amd_file: Path) -> None:
+    """Oracle: walk each stream in time order, sum consecutive kernels of one op into one
+    execution, take each op's median execution time."""
+    import statistics
+
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(amd_file.read_bytes())
+    runs: dict[str, list[int]] = defaultdict(list)
+    for plane in space.planes:
+        if not plane.name.startswith("/device:GPU:"):
+            continue
+        names = {k: v.name for k, v in plane.stat_metadata.items()}
+        for line in plane.lines:
+            previous = None
+            for ev in sorted(line.events, key=lambda e: e.offset_ps):
+                stats = {names[s.metadata_id]: s for s in ev.stats}
+                op = names[stats["hlo_op"].ref_value] if "hlo_op" in stats else None
+                if op is not None and op == previous:
+                    runs[op][-1] += ev.duration_ps
+                elif op is not None:
+                    runs[op].append(ev.duration_ps)
+                previous = op
+    trace = read_trace(amd_file, "host")
+    times = time_ops(trace)
+    for i, info in enumerate(trace.ops):
+        assert times.median_ps[i] == pytest.approx(statistics.median(runs[info.key.name]))

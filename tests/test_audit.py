@@ -136,3 +136,27 @@ def test_sample_profile_audits(cpu_chip_file: Path) -> None:
     report = api.audit(SAMPLE, chip=str(cpu_chip_file))
     assert report.ops and report.backend == "cpu"
     assert report.modeled_fraction is not None and report.modeled_fraction > 0.5
+
+
+def test_hlo_dump_stands_in_for_a_missing_hlo_proto(tmp_path: Path, cpu_chip_file: Path) -> None:
+    """A trace without `Hlo Proto` is costed from the `--xla_dump_to` text of the same run."""
+    from hlogap.proto import xplane_pb2
+
+    original = next((FIXTURES / "mlp").rglob("*.xplane.pb"))
+    space = xplane_pb2.XSpace.FromString(original.read_bytes())
+    for plane in space.planes:
+        if plane.name == "/host:metadata":
+            for md in plane.event_metadata.values():
+                del md.stats[:]
+    stripped = tmp_path / "vm.xplane.pb"
+    stripped.write_bytes(space.SerializeToString())
+    chip = str(cpu_chip_file)
+    without = api.audit(stripped, chip=chip)
+    assert all(r.bound_by == "unmodeled" for r in without.ops)
+    dumped = api.audit(stripped, chip=chip, hlo_dump=FIXTURES / "mlp" / "dump")
+    reference = {r.name: r for r in api.audit(original, chip=chip).ops}
+    assert {r.name for r in dumped.ops} == set(reference)
+    for row in dumped.ops:
+        assert row.bound_by != "unmodeled", row.name
+        assert row.flops == pytest.approx(reference[row.name].flops)
+        assert row.bytes == pytest.approx(reference[row.name].bytes)

@@ -1,6 +1,6 @@
 """XSpace files and the columnar op events every backend reader produces.
 
-`read_xspace` parses a file with protobuf's upb runtime; a backend reader (hlogap.backends) walks
+`read_planes` parses a file with protobuf's upb runtime; a backend reader (hlogap.backends) walks
 only the lines that hold op events and feeds a `TraceBuilder`, which keeps per-event fields in
 numpy columns. `TraceData` is what the rest of the pipeline reads.
 """
@@ -170,10 +170,6 @@ class Plane:
         return sum(len(raw) for raw in self._head.lines)
 
 
-# What readers accept: a lazily parsed Plane or a whole XPlane message (tests, tools).
-AnyPlane = Plane | xplane_pb2.XPlane
-
-
 def read_planes(path: str | Path) -> tuple[list[Plane], list[str]]:
     """The file's planes (lines still serialized) and the XSpace's warnings."""
     data = read_bytes(path)
@@ -188,19 +184,6 @@ def read_planes(path: str | Path) -> tuple[list[Plane], list[str]]:
     return planes, list(space.warnings)
 
 
-def read_xspace(path: str | Path) -> xplane_pb2.XSpace:
-    """The whole file as one message tree (for tools and tests; audits use `read_planes`)."""
-    data = read_bytes(path)
-    space = xplane_pb2.XSpace()
-    try:
-        space.ParseFromString(data)
-    except DecodeError as exc:
-        raise InputError(f"corrupt or truncated profile (not an XSpace): {path}") from exc
-    if not space.planes:
-        raise InputError(f"not an xprof profile (no planes): {path}")
-    return space
-
-
 def stat_value(stat: xplane_pb2.XStat, names: dict[int, str]) -> object:
     kind = stat.WhichOneof("value")
     if kind is None:
@@ -210,7 +193,7 @@ def stat_value(stat: xplane_pb2.XStat, names: dict[int, str]) -> object:
     return getattr(stat, kind)
 
 
-def plane_stats(plane: AnyPlane) -> dict[str, object]:
+def plane_stats(plane: Plane) -> dict[str, object]:
     names = {k: v.name for k, v in plane.stat_metadata.items()}
     return {
         names.get(s.metadata_id, str(s.metadata_id)): stat_value(s, names)
@@ -219,7 +202,7 @@ def plane_stats(plane: AnyPlane) -> dict[str, object]:
     }
 
 
-def detect_backend(planes: Iterable[AnyPlane]) -> str:
+def detect_backend(planes: Iterable[Plane]) -> str:
     kinds = {m.group(1) for p in planes if (m := DEVICE_PLANE.match(p.name))}
     if "TPU" in kinds:
         return "tpu"
@@ -240,7 +223,7 @@ class TraceBuilder:
         self.module_names: dict[str, str] = {}  # program id -> module name
         self.columns: list[Columns] = []
 
-    def new_device(self, plane: AnyPlane, ordinal: int) -> int:
+    def new_device(self, plane: Plane, ordinal: int) -> int:
         self.devices.append(Device(self.host, plane.name, ordinal, plane_stats(plane)))
         return len(self.devices) - 1
 
@@ -343,7 +326,7 @@ def self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
     return self_ps
 
 
-def read_metadata_plane(plane: AnyPlane, builder: TraceBuilder) -> None:
+def read_metadata_plane(plane: Plane, builder: TraceBuilder) -> None:
     """Modules by program id, with their `Hlo Proto` when the trace carries it.
 
     The plane also holds other entries (`SYMBOL_MAP:...`, `ThreadpoolListener::Region` on TPU);

@@ -31,7 +31,7 @@ from google.protobuf.message import DecodeError
 from hlogap.backends.columnar import LineColumns, decode_events
 from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
-from hlogap.xplane import DEVICE_PLANE, AnyPlane, OpKey, Plane, TraceBuilder, stat_value
+from hlogap.xplane import DEVICE_PLANE, OpKey, Plane, TraceBuilder, stat_value
 
 OP_LINE = "XLA Ops"
 MODULE_LINE = "XLA Modules"
@@ -53,7 +53,7 @@ def read(planes: Sequence[Plane], builder: TraceBuilder) -> None:
 
 
 class _PlaneReader:
-    def __init__(self, plane: AnyPlane, builder: TraceBuilder, device: int) -> None:
+    def __init__(self, plane: Plane, builder: TraceBuilder, device: int) -> None:
         self.plane = plane
         self.builder = builder
         self.device = device

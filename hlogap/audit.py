@@ -43,10 +43,8 @@ def read_profile(source: ProfileSource, jobs: int | None = None) -> TraceData | 
     return merge_traces(traces)
 
 
-def resolve_chip(spec: str | None, trace: TraceData) -> tuple[Chip, str, str]:
-    """(chip, source, reason): `--chip` wins; else detect from device planes; CPU -> calibrated."""
-    if spec:
-        return load_chip(spec), "user", f"--chip {spec}"
+def chip_from_trace(trace: TraceData) -> tuple[Chip, str, str]:
+    """(chip, source, reason) without `--chip`: detected from device planes; CPU: calibrated."""
     if trace.backend in ("gpu", "tpu"):
         for dev in trace.devices:
             found = detect_chip(dev.stats, dev.plane)
@@ -88,6 +86,8 @@ def audit(
     dump_dir = Path(hlo_dump) if hlo_dump else None
     if dump_dir is not None and not dump_dir.is_dir():
         raise InputError(f"--hlo-dump is not a directory: {dump_dir}")
+    # A user's chip is checked before the profile is read: a typo fails at once.
+    chosen = (load_chip(chip), "user", f"--chip {chip}") if chip else None
     source = find_profile(path, run=run, host=host)
     reading = read_profile(source, jobs)
     from hlogap.analysis import op_rows  # heavy imports, while forked readers run
@@ -95,7 +95,7 @@ def audit(
     trace = reading.result() if isinstance(reading, PendingTrace) else reading
     if trace.backend == "none":
         raise InputError(f"no XLA op events in {path} (was the jitted program run while tracing?)")
-    the_chip, chip_source, reason = resolve_chip(chip, trace)
+    the_chip, chip_source, reason = chosen or chip_from_trace(trace)
     times = time_ops(trace, device)
     if device is not None and times.devices == 0:
         raise UsageError(f"no device {device} in this profile")

@@ -1,6 +1,6 @@
 """The analysis stage: each timed op -> its HLO -> its cost -> its bound and hints -> a row.
 
-Kept apart from `hlogap.audit` so that the heavy modules it needs (HLO parsing and decoding,
+Kept apart from `hlogap.pipeline` so that the heavy modules it needs (HLO parsing and decoding,
 the cost model) are imported while a large profile is still being read by other processes.
 """
 

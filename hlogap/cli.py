@@ -79,7 +79,7 @@ def audit(
     ] = None,
 ) -> None:
     """Rank a profile's XLA ops by the time they lose against the roofline."""
-    from hlogap.audit import audit as run_audit
+    from hlogap.pipeline import audit as run_audit
     from hlogap.render import FORMATS, render
 
     _check_format(fmt, FORMATS)
@@ -108,8 +108,8 @@ def demo(
     chip: ChipOpt = None,
 ) -> None:
     """Audit the sample CPU profile bundled with hlogap (calibrates this CPU if needed)."""
-    from hlogap.audit import audit as run_audit
     from hlogap.calibrate import calibrate, calibrated_chip
+    from hlogap.pipeline import audit as run_audit
     from hlogap.render import FORMATS, render
 
     _check_format(fmt, FORMATS)

@@ -128,7 +128,7 @@ def load_report(
         raise InputError(f"{role} not found: {p}")
     if is_json_report(p):
         return _from_json(p, role, module)
-    from hlogap.audit import audit
+    from hlogap.pipeline import audit
 
     data = audit(p, chip, run=run, host=host, device=device, module=module).to_dict(0)
     return _from_dict(data, str(p), "profile", role, None)

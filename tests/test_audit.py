@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import hlogap.audit as api
+import hlogap as api
 from hlogap.render import render
 from tests.conftest import FIXTURES, SAMPLE, cpu_fixtures
 from tests.test_timing import _events_by_op
@@ -160,3 +160,13 @@ def test_hlo_dump_stands_in_for_a_missing_hlo_proto(tmp_path: Path, cpu_chip_fil
         assert row.bound_by != "unmodeled", row.name
         assert row.flops == pytest.approx(reference[row.name].flops)
         assert row.bytes == pytest.approx(reference[row.name].bytes)
+
+
+def test_python_api_is_hlogap_audit_and_import_is_light() -> None:
+    code = (
+        "import sys, hlogap; assert 'numpy' not in sys.modules; "
+        f"r = hlogap.audit({str(next(FIXTURES.glob('mlp')))!r}, chip='h100-sxm'); "
+        "print(r.ops[0].name, r.backend)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[1] == "cpu"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hlogap.audit import audit
+from hlogap import audit
 from tests import tpu_trace as tt
 from tests.conftest import SHARED
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from hlogap.audit import audit
+from hlogap import audit
 from hlogap.compare import Op, Report, compare
 from hlogap.errors import UsageError
 from hlogap.gate import Thresholds, resolve_thresholds, run_check

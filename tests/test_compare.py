@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from hlogap.audit import audit
+from hlogap import audit
 from hlogap.compare import Diff, Op, Report, compare, load_report, match_ops, run_ratio
 from hlogap.errors import InputError
 from tests.conftest import FIXTURES, ROOT

@@ -272,7 +272,7 @@ def test_cpu_profile_without_a_chip_says_how_to_get_one(
 def test_module_without_usable_hlo_keeps_its_time(
     replace: bytes | None, tmp_path: Path, cpu_chip_file: Path
 ) -> None:
-    from hlogap.audit import audit
+    from hlogap import audit
 
     broken = audit(_strip_metadata_stat(tmp_path, replace), chip=str(cpu_chip_file))
     intact = audit(SAMPLE_FILE, chip=str(cpu_chip_file))
@@ -290,7 +290,7 @@ def test_internal_error_is_one_line_with_exit_4(
     def boom(*_: object, **__: object) -> None:
         raise ZeroDivisionError("simulated bug")
 
-    monkeypatch.setattr("hlogap.audit.time_ops", boom)
+    monkeypatch.setattr("hlogap.pipeline.time_ops", boom)
     code, out, err = run_cli(["audit", str(SAMPLE), "--chip", str(cpu_chip_file)], capsys)
     assert code == 4 and out == ""
     assert err.startswith("hlogap: internal error (ZeroDivisionError: simulated bug)")

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hlogap.audit import audit
+from hlogap import audit
 from hlogap.backends import read_trace
 from hlogap.errors import HlogapError
 from hlogap.timing import time_ops

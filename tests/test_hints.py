@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hlogap.audit import audit
+from hlogap import audit
 from hlogap.bound import bound_instruction
 from hlogap.chips import load_chip
 from hlogap.costs import cost_instruction

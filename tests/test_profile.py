@@ -8,7 +8,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from hlogap.audit import audit
+from hlogap import audit
 from hlogap.errors import InputError
 from hlogap.profile import find_profile
 from tests.conftest import SAMPLE

@@ -74,10 +74,14 @@ bf16 = {flops:.4g}
 [memory]
 hbm_bw = {bandwidth:.4g}
 
+[interconnect]
+bw = {bandwidth:.4g}
+
 [sources]
 "peak_flops.f32" = "measured: numpy f32 matmul, best over 512/1024/2048 squares, this machine"
 "peak_flops.bf16" = "no bf16 unit on this CPU: XLA:CPU computes bf16 in f32, so the f32 figure"
 "memory.hbm_bw" = "measured: numpy copy (read + write), best over 1-256 MiB buffers, this machine"
+"interconnect.bw" = "XLA:CPU devices of one process exchange data through memory: copy bandwidth"
 """
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)

@@ -25,8 +25,8 @@ def hints_for(
     if missing:
         out.append(f"unmodeled: {missing}")
         return out
-    if cost.unmodeled:
-        out.append(f"unmodeled: {cost.unmodeled}")
+    if cost.unmodeled or bound.unmodeled:
+        out.append(f"unmodeled: {cost.unmodeled or bound.unmodeled}")
         return out
     if inst is None:
         return out

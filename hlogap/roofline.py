@@ -21,6 +21,7 @@ class Bound:
     t_comm_s: float
     bound_by: str  # "compute", "memory", "communication" or "unmodeled"
     overlapped: bool = False  # an async start: its transfer runs beside other ops
+    unmodeled: str | None = None  # why there is no bound, when the chip cannot give one
 
     @property
     def lower_s(self) -> float:
@@ -61,7 +62,10 @@ def bound_op(cost: OpCost, chip: Chip, role: str = "") -> Bound:
     t_comm = 0.0
     if cost.comm_bytes:
         if not chip.interconnect_bw:
-            return UNMODELED
+            reason = (
+                f"chip {chip.name} has no interconnect bandwidth for its {cost.comm_bytes:.3g} B"
+            )
+            return Bound(0.0, 0.0, 0.0, "unmodeled", unmodeled=reason)
         t_comm = cost.comm_bytes / chip.interconnect_bw
     times = {"compute": t_compute, "memory": t_memory, "communication": t_comm}
     bound_by = max(times, key=lambda k: times[k])

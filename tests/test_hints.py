@@ -101,3 +101,16 @@ def test_beating_the_roof_says_the_roof_is_wrong() -> None:
     )
     found = hints(hlo, "l4", measured_us=0.001)
     assert found[0].startswith("faster than the roofline: l4's peaks are too low")
+
+
+def test_collective_on_a_chip_without_link_bandwidth_says_why(tmp_path: Path) -> None:
+    chip = tmp_path / "nolink.toml"
+    chip.write_text('name = "nolink"\n[peak_flops]\nbf16 = 1e14\n[memory]\nhbm_bw = 1e12\n')
+    result = bound_instruction(
+        "%ar = f32[1024]{0} all-reduce(f32[1024]{0} %x), replica_groups={{0,1,2,3}}, to_apply=%add",
+        str(chip),
+    )
+    assert result.bound.bound_by == "unmodeled"
+    assert result.hints == [
+        "unmodeled: chip nolink has no interconnect bandwidth for its 6.14e+03 B"
+    ]

@@ -52,6 +52,7 @@ def op_rows(
                 )
         bound = bound_op(cost, chip, async_role(inst.opcode, inst.name) if inst else "")
         occurrences = int(times.occurrences[i])
+        measured_us = float(times.measured_ps[i]) / 1e6
         rows.append(
             OpRow(
                 module=info.key.module,
@@ -61,7 +62,7 @@ def op_rows(
                 category=resolved.category,
                 occurrences=occurrences,
                 events=int(times.events[i]),
-                measured_us=float(times.measured_ps[i]) / 1e6,
+                measured_us=measured_us,
                 total_us=float(times.duration_ps[i]) / 1e6,
                 median_us=float(times.median_ps[i]) / 1e6,
                 bound_us=bound.lower_s * 1e6 * occurrences,
@@ -82,7 +83,7 @@ def op_rows(
                     bound,
                     chip,
                     resolved.missing,
-                    measured_us=float(times.measured_ps[i]) / 1e6 / max(occurrences, 1),
+                    measured_us=measured_us / max(occurrences, 1),
                 ),
             )
         )

@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -123,6 +124,9 @@ def _check_size(path: str | Path, size: int) -> None:
         )
 
 
+LineT = TypeVar("LineT", xplane_pb2.XLine, xplane_pb2.XLineRaw)
+
+
 class Plane:
     """A plane whose lines are parsed one at a time, as they are iterated.
 
@@ -145,20 +149,17 @@ class Plane:
 
     @property
     def lines(self) -> Iterator[xplane_pb2.XLine]:
-        for raw in self._head.lines:
-            try:
-                yield xplane_pb2.XLine.FromString(raw)
-            except DecodeError as exc:
-                raise InputError(
-                    f"corrupt or truncated profile (bad line on {self.name}): {self._path}"
-                ) from exc
+        return self._parse_lines(xplane_pb2.XLine)
 
     @property
     def raw_lines(self) -> Iterator[xplane_pb2.XLineRaw]:
         """The lines with their events left serialized (for the columnar reader)."""
+        return self._parse_lines(xplane_pb2.XLineRaw)
+
+    def _parse_lines(self, message: type[LineT]) -> Iterator[LineT]:
         for raw in self._head.lines:
             try:
-                yield xplane_pb2.XLineRaw.FromString(raw)
+                yield message.FromString(raw)
             except DecodeError as exc:
                 raise InputError(
                     f"corrupt or truncated profile (bad line on {self.name}): {self._path}"

@@ -168,3 +168,25 @@ def test_median_per_occurrence_from_the_trace(amd_file: Path) -> None:
     times = time_ops(trace)
     for i, info in enumerate(trace.ops):
         assert times.median_ps[i] == pytest.approx(statistics.median(runs[info.key.name]))
+
+
+def test_op_names_given_as_string_stats_read_like_refs(amd_file: Path, tmp_path: Path) -> None:
+    """Some writers put `hlo_op`/`hlo_module` as str values, not refs: same ops, same times."""
+    space = xplane_pb2.XSpace.FromString(amd_file.read_bytes())
+    for plane in space.planes:
+        names = {k: v.name for k, v in plane.stat_metadata.items()}
+        wanted = {k for k, v in names.items() if v in ("hlo_op", "hlo_module")}
+        for line in plane.lines:
+            for ev in line.events:
+                for stat in ev.stats:
+                    if stat.metadata_id in wanted:
+                        stat.str_value = names[stat.ref_value]
+    path = tmp_path / "strings.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+
+    def totals(trace_path: Path) -> dict[tuple[str, str], float]:
+        trace = read_trace(trace_path, "host")
+        t = time_ops(trace)
+        return {(o.key.module, o.key.name): t.measured_ps[i] for i, o in enumerate(trace.ops)}
+
+    assert totals(path) == totals(amd_file)

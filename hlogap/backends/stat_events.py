@@ -38,6 +38,7 @@ def read_stat_events(
     if ids[0] == ABSENT:
         return
     names: dict[int, str] = {k: v.name for k, v in plane.stat_metadata.items()}
+    str_ids: dict[str, int] = {}  # op/module names given as strings, by their own negative ids
     ordinal_device: dict[int, int] = {}
     resolved: dict[tuple[int, ...], tuple[int, int]] = {}
 
@@ -63,7 +64,7 @@ def read_stat_events(
             continue
         cols = decode_events(list(line.events), ids)
         for i in np.flatnonzero(cols.irregular):
-            _read_one(line.events[int(i)], ids, names, cols, int(i), plane.name)
+            _read_one(line.events[int(i)], ids, names, str_ids, cols, int(i), plane.name)
         op_ref = cols.stats[0]
         is_op = op_ref != ABSENT
         if not is_op.any():
@@ -97,6 +98,7 @@ def _read_one(
     raw: bytes,
     ids: list[int],
     names: dict[int, str],
+    str_ids: dict[str, int],
     cols: LineColumns,
     i: int,
     plane_name: str,
@@ -116,9 +118,9 @@ def _read_one(
         k = ids.index(stat.metadata_id)
         kind = stat.WhichOneof("value")
         if kind == "str_value" and k < 2:  # an op/module name as a string: an id of its own
-            value = next((k for k, v in names.items() if k < ABSENT and v == stat.str_value), 0)
+            value = str_ids.get(stat.str_value, 0)
             if not value:
-                value = min(min(names, default=0), ABSENT) - 1
+                value = str_ids[stat.str_value] = ABSENT - 1 - len(str_ids)
                 names[value] = stat.str_value
         elif kind in ("ref_value", "int64_value", "uint64_value"):
             value = getattr(stat, kind)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hlogap.report import AuditReport
+    from hlogap.report.model import AuditReport
 
 __version__ = "0.1.0"
 

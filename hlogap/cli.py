@@ -108,7 +108,7 @@ def demo(
     chip: ChipOpt = None,
 ) -> None:
     """Audit the sample CPU profile bundled with hlogap (calibrates this CPU if needed)."""
-    from hlogap.calibrate import calibrate, calibrated_chip
+    from hlogap.chips.calibrate import calibrate, calibrated_chip
     from hlogap.pipeline import audit as run_audit
     from hlogap.render import FORMATS, render
 
@@ -126,8 +126,8 @@ def calibrate(
     output: OutputOpt = None,
 ) -> None:
     """Measure this CPU's matmul FLOP/s and memory bandwidth and save them as a chip file."""
-    from hlogap.calibrate import calibrate as run_calibrate
-    from hlogap.calibrate import calibrated_path
+    from hlogap.chips.calibrate import calibrate as run_calibrate
+    from hlogap.chips.calibrate import calibrated_path
 
     chip = run_calibrate(output)
     target = output or calibrated_path()
@@ -150,7 +150,7 @@ def bound(
     ] = None,
 ) -> None:
     """Roofline of one HLO instruction on one device: FLOPs, bytes, times, what bounds it."""
-    from hlogap.bound import bound_instruction
+    from hlogap.bounds.instruction import bound_instruction
     from hlogap.render.bound import render_bound
 
     _check_format(fmt, ("table", "json"))
@@ -232,10 +232,10 @@ def check(
     """CI gate: compare PATH with a baseline report; exit 1 if it regressed."""
     import os
 
-    from hlogap.compare import compare, load_report
     from hlogap.errors import EXIT_REGRESSION
-    from hlogap.gate import resolve_thresholds, run_check
     from hlogap.render.diff import append_step_summary, render_check
+    from hlogap.report.compare import compare, load_report
+    from hlogap.report.gate import resolve_thresholds, run_check
 
     _check_format(fmt, ("table", "json", "md"))
     thresholds = resolve_thresholds(
@@ -274,8 +274,8 @@ def diff(
     module: Annotated[str | None, typer.Option(help="Only modules matching REGEX.")] = None,
 ) -> None:
     """Op-by-op comparison of two profiles or reports, ops matched across recompiles."""
-    from hlogap.compare import compare, load_report
     from hlogap.render.diff import render_diff
+    from hlogap.report.compare import compare, load_report
 
     _check_format(fmt, ("table", "json", "md"))
     base_report, new_report = (

@@ -6,13 +6,13 @@ import os
 import re
 from pathlib import Path
 
-from hlogap.backends import PendingTrace, read_trace, start_reading
 from hlogap.chips import Chip, detect_chip, load_chip
 from hlogap.errors import InputError, UsageError
-from hlogap.profile import ProfileSource, find_profile
-from hlogap.report import SORT_KEYS, AuditReport, sort_rows
-from hlogap.timing import time_ops
-from hlogap.xplane import TraceData, merge_traces
+from hlogap.report.model import SORT_KEYS, AuditReport, sort_rows
+from hlogap.source import ProfileSource, find_profile
+from hlogap.trace.model import TraceData, merge_traces
+from hlogap.trace.reading import PendingTrace, read_trace, start_reading
+from hlogap.trace.timing import time_ops
 
 
 def _read_one(args: tuple[str, str]) -> TraceData:
@@ -54,7 +54,7 @@ def chip_from_trace(trace: TraceData) -> tuple[Chip, str, str]:
             f"cannot tell which {trace.backend.upper()} this profile ran on; "
             "pass --chip NAME (see `hlogap chips`) or --chip FILE.toml"
         )
-    from hlogap.calibrate import calibrated_chip, calibrated_path
+    from hlogap.chips.calibrate import calibrated_chip, calibrated_path
 
     chip = calibrated_chip()
     if chip is None:
@@ -90,7 +90,7 @@ def audit(
     chosen = (load_chip(chip), "user", f"--chip {chip}") if chip else None
     source = find_profile(path, run=run, host=host)
     reading = read_profile(source, jobs)
-    from hlogap.analysis import op_rows  # heavy imports, while forked readers run
+    from hlogap.report.analysis import op_rows  # heavy imports, while forked readers run
 
     trace = reading.result() if isinstance(reading, PendingTrace) else reading
     if trace.backend == "none":

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from hlogap.bound import bound_instruction
+from hlogap.bounds.instruction import bound_instruction
 
 
 def matmul(batch: int, d: int = 8192, f: int = 8192, weight: str = "bf16") -> str:

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from hlogap import audit
-from hlogap.compare import Op, Report, compare
 from hlogap.errors import UsageError
-from hlogap.gate import Thresholds, resolve_thresholds, run_check
+from hlogap.report.compare import Op, Report, compare
+from hlogap.report.gate import Thresholds, resolve_thresholds, run_check
 from tests.conftest import FIXTURES, ROOT
 
 MLP = FIXTURES / "mlp"

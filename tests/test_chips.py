@@ -1,4 +1,4 @@
-"""The chip database (specs/*.toml) and chip detection (hlogap.chips)."""
+"""The chip database (hlogap/chips/specs/*.toml) and chip detection (hlogap.chips)."""
 
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hlogap.backends.columnar import decode_events
 from hlogap.proto import xplane_pb2
+from hlogap.trace.columnar import decode_events
 from tests.conftest import AMD_FILES, FIXTURES
 
 WANTED = [3, 5, 7, 9]

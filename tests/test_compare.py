@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from hlogap import audit
-from hlogap.compare import Diff, Op, Report, compare, load_report, match_ops, run_ratio
 from hlogap.errors import InputError
+from hlogap.report.compare import Diff, Op, Report, compare, load_report, match_ops, run_ratio
 from tests.conftest import FIXTURES, ROOT
 
 MLP = FIXTURES / "mlp"

@@ -8,9 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hlogap.cost.custom_calls import causal_pairs
-from hlogap.cost.matmul import valid_taps
-from hlogap.costs import (
+from hlogap.cost import (
     OpCost,
     cost_computation,
     cost_instruction,
@@ -18,6 +16,8 @@ from hlogap.costs import (
     timed_computations,
     trip_count,
 )
+from hlogap.cost.custom_calls import causal_pairs
+from hlogap.cost.matmul import valid_taps
 from hlogap.hlo.ir import Computation, DotDims, Instruction, Module, Shape
 from hlogap.hlo.text import parse_instruction, parse_module
 

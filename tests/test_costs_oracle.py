@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from hlogap.costs import OpCost, cost_computation, cost_instruction, cost_module
+from hlogap.cost import OpCost, cost_computation, cost_instruction, cost_module
 from hlogap.hlo.decode import decode_hlo_proto
 from hlogap.hlo.ir import Computation, Instruction, Module
 from hlogap.hlo.text import parse_instruction, parse_module

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from hlogap import xplane
 from hlogap.cli import main
 from hlogap.proto import xplane_pb2
+from hlogap.trace import xspace
 from tests.conftest import AMD_FILES, FIXTURES, SAMPLE
 
 SAMPLE_FILE = next(SAMPLE.rglob("*.xplane.pb"))
@@ -300,7 +300,7 @@ def test_internal_error_is_one_line_with_exit_4(
 def test_profile_too_big_for_memory_is_refused_before_reading(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], cpu_chip_file: Path
 ) -> None:
-    monkeypatch.setattr(xplane, "available_memory", lambda: 1000)
+    monkeypatch.setattr(xspace, "available_memory", lambda: 1000)
     code, _, err = run_cli(["audit", str(SAMPLE), "--chip", str(cpu_chip_file)], capsys)
     assert code == 3
     assert err.startswith("hlogap: error: profile too large for this machine's memory")

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hlogap import audit
-from hlogap.backends import read_trace
 from hlogap.errors import HlogapError
-from hlogap.timing import time_ops
+from hlogap.trace.reading import read_trace
+from hlogap.trace.timing import time_ops
 from tests import tpu_trace
 from tests.conftest import AMD_FILES, SAMPLE
 

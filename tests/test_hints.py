@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from hlogap import audit
-from hlogap.bound import bound_instruction
+from hlogap.bounds.hints import hints_for
+from hlogap.bounds.instruction import bound_instruction
+from hlogap.bounds.roofline import async_role, bound_op
 from hlogap.chips import load_chip
-from hlogap.costs import cost_instruction
+from hlogap.cost import cost_instruction
 from hlogap.errors import UsageError
-from hlogap.hints import hints_for
 from hlogap.hlo.text import parse_instruction
-from hlogap.roofline import async_role, bound_op
 from tests.conftest import AMD_FILES
 
 

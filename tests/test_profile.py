@@ -10,7 +10,7 @@ import pytest
 
 from hlogap import audit
 from hlogap.errors import InputError
-from hlogap.profile import find_profile
+from hlogap.source import find_profile
 from tests.conftest import SAMPLE
 
 SAMPLE_FILE = next(SAMPLE.rglob("*.xplane.pb"))

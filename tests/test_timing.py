@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hlogap.backends import read_trace
 from hlogap.proto import xplane_pb2
-from hlogap.timing import time_ops
-from hlogap.xplane import self_times
+from hlogap.trace.model import self_times
+from hlogap.trace.reading import read_trace
+from hlogap.trace.timing import time_ops
 from tests.conftest import cpu_fixtures
 
 
@@ -111,8 +111,8 @@ def test_cpu_thunks_sum_to_trace_events(program: str) -> None:
 
 FORKED_TOTALS = """
 import json, sys
-import hlogap.backends as backends
-from hlogap.timing import time_ops
+import hlogap.trace.reading as backends
+from hlogap.trace.timing import time_ops
 backends.PARALLEL_MIN_BYTES = 0
 trace = backends.read_trace(sys.argv[1], "host", workers=int(sys.argv[2]))
 t = time_ops(trace)

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hlogap.backends import read_trace
 from hlogap.hlo.text import parse_instruction
 from hlogap.proto import xplane_pb2
-from hlogap.timing import time_ops
-from hlogap.xplane import TraceData
+from hlogap.trace.model import TraceData
+from hlogap.trace.reading import read_trace
+from hlogap.trace.timing import time_ops
 from tests import tpu_trace as tt
 from tests.conftest import SHARED
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from hlogap.bound import InstructionBound
+from hlogap.bounds.instruction import InstructionBound
 from hlogap.units import fmt_si
 
 

@@ -55,5 +55,6 @@ def render_chips(fmt: str) -> str:
     out = io.StringIO()
     Console(file=out, width=140, no_color=True).print(table)
     return (
-        out.getvalue() + "Sources for every figure: `hlogap chips --format json` or specs/*.toml\n"
+        out.getvalue()
+        + "Sources for every figure: `hlogap chips --format json` or hlogap/chips/specs/*.toml\n"
     )

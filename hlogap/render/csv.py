@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
-from hlogap.report import AuditReport
+from hlogap.report.model import AuditReport
 
 COLUMNS = (
     "rank",

@@ -15,10 +15,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from hlogap.compare import MATCH_METHODS, Diff, DiffRow, Report
-from hlogap.gate import CheckResult
 from hlogap.render.json import _finite
 from hlogap.render.text import fmt_eff, fmt_us
+from hlogap.report.compare import MATCH_METHODS, Diff, DiffRow, Report
+from hlogap.report.gate import CheckResult
 
 WIDTH = 140
 CHECK_ROWS = 15  # failing ops listed by `check` (one screen); JSON lists them all

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from hlogap.report import AuditReport
+from hlogap.report.model import AuditReport
 
 
 def _finite(value: object) -> object:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hlogap.render.text import fmt_eff, fmt_us, header_lines
-from hlogap.report import AuditReport
+from hlogap.report.model import AuditReport
 
 
 def _cell(text: str) -> str:

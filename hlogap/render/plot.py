@@ -11,7 +11,7 @@ import io
 from pathlib import Path
 
 from hlogap.errors import HlogapError, UsageError
-from hlogap.report import AuditReport
+from hlogap.report.model import AuditReport
 
 PLOT_SUFFIXES = (".svg", ".png", ".html")
 

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hlogap.render.text import fmt_eff, fmt_us, header_lines
-from hlogap.report import AuditReport
+from hlogap.report.model import AuditReport
 
 
 def render_table(report: AuditReport, top: int, color: bool = False) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hlogap.report import AuditReport
+from hlogap.report.model import AuditReport
 from hlogap.units import fmt_si
 
 

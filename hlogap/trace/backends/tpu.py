@@ -28,10 +28,12 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from hlogap.backends.columnar import LineColumns, decode_events
 from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
-from hlogap.xplane import DEVICE_PLANE, OpKey, Plane, TraceBuilder, stat_value
+from hlogap.trace.backends.base import register
+from hlogap.trace.columnar import LineColumns, decode_events
+from hlogap.trace.model import Backend, OpKey, TraceBuilder
+from hlogap.trace.xspace import DEVICE_PLANE, Plane, plane_stats, stat_value
 
 OP_LINE = "XLA Ops"
 MODULE_LINE = "XLA Modules"
@@ -40,16 +42,32 @@ _MODULE_EVENT = re.compile(r"^(?P<name>.*)\((?P<program_id>\d+)\)$")
 _TEXT_NAME = re.compile(r"^%?(?P<name>[^\s=%]+) = \S")
 
 
-def read(planes: Sequence[Plane], builder: TraceBuilder) -> None:
-    devices: dict[str, int] = {}  # a plane split into chunks (same name) is one device
-    for plane in planes:
-        m = DEVICE_PLANE.match(plane.name)
-        if not m or m.group(1) != "TPU":
-            continue
-        device = devices.get(plane.name)
-        if device is None:
-            device = devices[plane.name] = builder.new_device(plane, int(m.group(2)))
-        _PlaneReader(plane, builder, device).read()
+def _ordinal(plane: Plane) -> int | None:
+    m = DEVICE_PLANE.match(plane.name)
+    return int(m.group(2)) if m and m.group(1) == "TPU" else None
+
+
+class TpuReader:
+    name: Backend = "tpu"
+    priority = 0
+
+    def claims(self, planes: Sequence[Plane]) -> bool:
+        return any(_ordinal(p) is not None for p in planes)
+
+    def read(self, planes: Sequence[Plane], builder: TraceBuilder) -> None:
+        devices: dict[str, int] = {}  # a plane split into chunks (same name) is one device
+        for plane in planes:
+            ordinal = _ordinal(plane)
+            if ordinal is None:
+                continue
+            device = devices.get(plane.name)
+            if device is None:
+                stats = plane_stats(plane)
+                device = devices[plane.name] = builder.new_device(plane.name, ordinal, stats)
+            _PlaneReader(plane, builder, device).read()
+
+
+register(TpuReader())
 
 
 class _PlaneReader:
@@ -74,7 +92,7 @@ class _PlaneReader:
             self._read_line(lines)
 
     def _read_line(self, lines: list[xplane_pb2.XLineRaw]) -> None:
-        """One op line (all its chunks): events decoded in columns (hlogap.backends.columnar);
+        """One op line (all its chunks): events decoded in columns (hlogap.trace.columnar);
         times from the device-clock stats where present, else the host-clock span."""
         wanted = [self.ids.get("device_offset_ps", -1), self.ids.get("device_duration_ps", -1)]
         md_parts: list[np.ndarray] = []

@@ -1,9 +1,9 @@
-"""Backend readers: one module per way a trace stores XLA op executions.
+"""Reading one profile file into the timeline, with its backend's reader (hlogap.trace.backends).
 
-Each module has `read(planes, builder)`, which walks only the lines holding op events; lines are
-parsed one at a time (`hlogap.xplane.Plane`). A large file's device planes are split between
-forked processes (the file's bytes are shared copy-on-write, nothing is read twice); their
-events are merged like extra hosts.
+Readers walk only the lines holding op events; lines are parsed one at a time
+(`hlogap.trace.xspace.Plane`). A large file's device planes are split between forked processes
+(the file's bytes are shared copy-on-write, nothing is read twice); their events are merged like
+extra hosts.
 """
 
 from __future__ import annotations
@@ -11,22 +11,13 @@ from __future__ import annotations
 import os
 import pickle
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from hlogap.backends import cpu, gpu, tpu
-from hlogap.xplane import (
-    Plane,
-    TraceBuilder,
-    TraceData,
-    detect_backend,
-    merge_traces,
-    read_metadata_plane,
-    read_planes,
-)
+from hlogap.trace.backends.base import BackendReader, detect
+from hlogap.trace.model import TraceBuilder, TraceData, merge_traces
+from hlogap.trace.xspace import Plane, read_metadata_plane, read_planes
 
-Reader = Callable[[Sequence[Plane], TraceBuilder], None]
-READERS: dict[str, Reader] = {"tpu": tpu.read, "gpu": gpu.read, "cpu": cpu.read}
 # Below this many bytes of device lines (~100k events) a fork costs more than it saves.
 PARALLEL_MIN_BYTES = 6_000_000
 
@@ -46,9 +37,9 @@ def start_reading(path: str | Path, host: str, workers: int = 1) -> TraceData | 
     """Read one .xplane.pb, or with `workers` > 1, when the file is large and fork is safe
     here, start forked processes reading its device planes and return them pending."""
     planes, warnings = read_planes(path)
-    backend = detect_backend(planes)
+    backend = detect(planes)
     metadata = [p for p in planes if p.name == "/host:metadata"]
-    groups = _plane_groups(planes, workers) if backend in ("gpu", "tpu") and _can_fork() else []
+    groups = _plane_groups(planes, workers) if backend.name != "cpu" and _can_fork() else []
     if len(groups) < 2:
         return _read_planes(backend, host, metadata, planes, warnings)
     children = [_fork_reader(backend, host, metadata, group) for group in groups]
@@ -63,7 +54,7 @@ def read_trace(path: str | Path, host: str, workers: int = 1) -> TraceData:
 
 
 def _read_planes(
-    backend: str,
+    backend: BackendReader,
     host: str,
     metadata: list[Plane],
     planes: Sequence[Plane],
@@ -72,8 +63,8 @@ def _read_planes(
     builder = TraceBuilder(host)
     for plane in metadata:
         read_metadata_plane(plane, builder)
-    READERS[backend](planes, builder)
-    return builder.finish(backend, warnings)
+    backend.read(planes, builder)
+    return builder.finish(backend.name, warnings)
 
 
 def _can_fork() -> bool:
@@ -103,7 +94,7 @@ def _plane_groups(planes: list[Plane], workers: int) -> list[list[Plane]]:
 
 
 def _fork_reader(
-    backend: str,
+    backend: BackendReader,
     host: str,
     metadata: list[Plane],
     planes: list[Plane],

@@ -1,4 +1,4 @@
-"""Roofline bounds: counts (hlogap.costs) and a chip's peaks (hlogap.chips) -> times.
+"""Roofline bounds: counts (hlogap.cost) and a chip's peaks (hlogap.chips) -> times.
 
 T_compute = matrix FLOPs / matrix peak(dtype) + vector FLOPs / vector peak(dtype)
 T_memory  = HBM bytes / HBM bandwidth
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hlogap.chips import Chip
-from hlogap.costs import OpCost
+from hlogap.cost import OpCost
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ class OpRow:
     t_memory_us: float
     t_comm_us: float
     hlo: str
-    fingerprint: str  # stable across recompiles (hlogap.fingerprint); "" without HLO
+    fingerprint: str  # stable across recompiles (hlogap.hlo.fingerprint); "" without HLO
     hints: list[str] = field(default_factory=list)
 
     @property

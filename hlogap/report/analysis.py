@@ -11,17 +11,17 @@ from pathlib import Path
 
 import numpy as np
 
+from hlogap.bounds.hints import hints_for
+from hlogap.bounds.roofline import async_role, bound_op
 from hlogap.chips import Chip
+from hlogap.cost import OpCost, cost_instruction
 from hlogap.cost.trace_stats import cost_from_trace_stats
-from hlogap.costs import OpCost, cost_instruction
-from hlogap.fingerprint import fingerprint
-from hlogap.hints import hints_for
+from hlogap.hlo.fingerprint import fingerprint
+from hlogap.hlo.index import HloIndex
 from hlogap.hlo.printer import print_instruction
-from hlogap.hlo_ops import HloIndex
-from hlogap.report import OpRow
-from hlogap.roofline import async_role, bound_op
-from hlogap.timing import OpTimes
-from hlogap.xplane import TraceData
+from hlogap.report.model import OpRow
+from hlogap.trace.model import TraceData
+from hlogap.trace.timing import OpTimes
 
 
 def op_rows(

@@ -3,7 +3,7 @@
 Three checks always run, one more on request (docs/ci.md explains the defaults):
 
 - total measured time per step grows by more than `max_regression` % (BASE scaled by the
-  run-length ratio, see hlogap.compare);
+  run-length ratio, see hlogap.report.compare);
 - total gap grows by more than `max_gap_regression` % of BASE's total measured time;
 - some op's measured time per occurrence grows by more than `max_op_regression` %, among ops that
   are not tiny: at least `min_op_share` % of the total measured time and at least MIN_OP_US per
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from hlogap import __version__
-from hlogap.compare import Diff, DiffRow
 from hlogap.errors import InputError, UsageError
 from hlogap.render.text import fmt_us
+from hlogap.report.compare import Diff, DiffRow
 
 if sys.version_info >= (3, 11):
     import tomllib

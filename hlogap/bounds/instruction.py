@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hlogap.bounds.hints import hints_for
+from hlogap.bounds.roofline import Bound, async_role, bound_op
 from hlogap.chips import Chip, load_chip
-from hlogap.costs import OpCost, cost_instruction
+from hlogap.cost import OpCost, cost_instruction
 from hlogap.errors import UsageError
-from hlogap.hints import hints_for
 from hlogap.hlo.ir import Instruction
 from hlogap.hlo.text import HloParseError, parse_instruction
-from hlogap.roofline import Bound, async_role, bound_op
 
 
 @dataclass

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hlogap.xplane import TraceData
+from hlogap.trace.model import TraceData
 
 
 @dataclass

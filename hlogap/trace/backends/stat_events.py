@@ -2,7 +2,7 @@
 
 Both carry `hlo_op` and `hlo_module` (ref stats into the plane's stat metadata) and `program_id`;
 CPU thunks also carry `device_ordinal`. A line's events are decoded together
-(`hlogap.backends.columnar`); each distinct (op, module, program, ordinal) is resolved once.
+(`hlogap.trace.columnar`); each distinct (op, module, program, ordinal) is resolved once.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from collections.abc import Iterable
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from hlogap.backends.columnar import LineColumns, decode_events
 from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
-from hlogap.xplane import OpKey, Plane, TraceBuilder
+from hlogap.trace.columnar import LineColumns, decode_events
+from hlogap.trace.model import OpKey, TraceBuilder
+from hlogap.trace.xspace import Plane, plane_stats
 
 ABSENT = -1
 WANTED = ("hlo_op", "hlo_module", "program_id", "device_ordinal")
@@ -55,7 +56,9 @@ def read_stat_events(
                 ordinal = max(ordinal, 0)
                 dev = ordinal_device.get(ordinal)
                 if dev is None:
-                    dev = ordinal_device[ordinal] = builder.new_device(plane, ordinal)
+                    dev = ordinal_device[ordinal] = builder.new_device(
+                        plane.name, ordinal, plane_stats(plane)
+                    )
             found = resolved[key] = (op, dev)
         return found
 
@@ -72,7 +75,8 @@ def read_stat_events(
         unique, inverse = _distinct_rows([c[is_op] for c in cols.stats])
         pairs = np.array([resolve(tuple(int(v) for v in k)) for k in unique], dtype=np.int64)
         ops, devs = pairs[inverse, 0], pairs[inverse, 1]
-        start, dur = cols.offset_ps[is_op], cols.duration_ps[is_op]
+        base_ps = line.timestamp_ns * 1000  # event offsets count from their line's timestamp
+        start, dur = base_ps + cols.offset_ps[is_op], cols.duration_ps[is_op]
         for dev in np.unique(devs):
             mine = devs == dev
             builder.add_line(int(dev), ops[mine], start[mine], dur[mine], gpu)

@@ -13,7 +13,7 @@ from pathlib import Path
 from hlogap.hlo.decode import HloDecodeError, decode_hlo_proto
 from hlogap.hlo.ir import COLLECTIVE_OPCODES, Instruction, Module
 from hlogap.hlo.text import HloParseError, parse_instruction, parse_module
-from hlogap.xplane import OpInfo
+from hlogap.trace.model import OpInfo
 
 
 @dataclass

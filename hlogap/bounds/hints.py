@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from hlogap.bounds.roofline import Bound
 from hlogap.chips import Chip
-from hlogap.costs import OpCost
+from hlogap.cost import OpCost
 from hlogap.hlo.ir import Instruction
-from hlogap.roofline import Bound
 from hlogap.units import fmt_si
 
 # Padding above this share of the bytes moved is worth a hint.

@@ -1,6 +1,6 @@
 """The chip database: peak FLOP/s and bandwidths per device, and detection from trace stats.
 
-Every chip is a TOML file (``specs/<name>.toml``; format in docs/chips.md). Figures are per
+Every chip is a TOML file (``hlogap/chips/specs/<name>.toml``; format in docs/chips.md). Figures are per
 device *as the trace shows devices*: a TPU v2/v3 or TPU7x TensorCore, a TPU v4/v5p megacore
 chip, a TPU v5e/v6e chip, an MI250X GCD, one GPU otherwise. Peaks are dense (never the 2x
 structured-sparsity figure); bandwidths are bytes/s, the interconnect one direction.
@@ -141,9 +141,7 @@ def widest_dtype(a: str, b: str) -> str:
 
 
 def _specs_dir() -> Path:
-    here = Path(__file__).resolve().parent
-    packaged = here / "specs"  # an installed wheel force-includes specs/ here
-    return packaged if packaged.is_dir() else here.parent / "specs"
+    return Path(__file__).resolve().parent / "specs"
 
 
 @functools.cache

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from hlogap import __version__
 from hlogap.errors import InputError, UsageError
-from hlogap.report import SCHEMA
+from hlogap.report.model import SCHEMA
 
 MATCH_METHODS = ("name+fingerprint", "fingerprint", "fingerprint (ordered)", "name")
 DIFF_SCHEMA = "hlogap.diff/1"

@@ -1,0 +1,1 @@
+"""Backend readers, one module each (cpu, gpu, tpu), found through `base.register`."""

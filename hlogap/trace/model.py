@@ -1,0 +1,238 @@
+"""The timeline: op events of one or more files, one row per event, in numpy columns.
+
+A backend reader (hlogap.trace.backends) walks the lines that hold op events and feeds a
+`TraceBuilder`; `TraceData` is what the later stages read. Nothing per event lives in Python
+objects: pod profiles hold millions of events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from hlogap.errors import InputError
+
+Backend = Literal["cpu", "gpu", "tpu", "none"]
+"""Where a trace's op events come from; "none" when a file holds no op events."""
+
+
+@dataclass(frozen=True)
+class OpKey:
+    """An op is identified by its HLO module (name + program id) and instruction name."""
+
+    module: str
+    program_id: str
+    name: str
+
+
+@dataclass
+class OpInfo:
+    key: OpKey
+    # From TPU event metadata, when the trace carries them.
+    hlo_text: str | None = None
+    category: str | None = None
+    xla_flops: float | None = None
+    xla_bytes: float | None = None
+
+
+@dataclass(frozen=True)
+class Device:
+    host: str
+    plane: str
+    ordinal: int
+    stats: dict[str, object]
+
+
+@dataclass
+class TraceData:
+    """Op events of one or more files, one row per event, plus what describes ops and modules."""
+
+    backend: Backend
+    devices: list[Device]
+    ops: list[OpInfo]
+    # Serialized xla.HloProto per (module name, program id), from `/host:metadata`.
+    modules: dict[tuple[str, str], bytes]
+    op_index: np.ndarray  # int32, into `ops`
+    device_index: np.ndarray  # int32, into `devices`
+    start_ps: np.ndarray  # int64: when the event began, on its device's clock
+    duration_ps: np.ndarray  # int64
+    self_ps: np.ndarray  # int64: duration minus nested op events on the same line
+    # True where an event starts a new execution of its op (GPU ops launch several kernels).
+    occurrence_start: np.ndarray
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def num_events(self) -> int:
+        return len(self.op_index)
+
+    @property
+    def end_ps(self) -> np.ndarray:
+        return self.start_ps + self.duration_ps
+
+
+@dataclass
+class _Block:
+    """One line's events of one device, in the columns of `TraceData`."""
+
+    op: np.ndarray
+    device: np.ndarray
+    start_ps: np.ndarray
+    duration_ps: np.ndarray
+    self_ps: np.ndarray
+    occurrence_start: np.ndarray
+
+
+class TraceBuilder:
+    """Accumulates events of one file; ops and devices are interned."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.devices: list[Device] = []
+        self.ops: list[OpInfo] = []
+        self.op_ids: dict[OpKey, int] = {}
+        self.modules: dict[tuple[str, str], bytes] = {}
+        self.module_names: dict[str, str] = {}  # program id -> module name
+        self.blocks: list[_Block] = []
+
+    def new_device(self, plane: str, ordinal: int, stats: dict[str, object]) -> int:
+        self.devices.append(Device(self.host, plane, ordinal, stats))
+        return len(self.devices) - 1
+
+    def op(self, key: OpKey) -> int:
+        idx = self.op_ids.get(key)
+        if idx is None:
+            idx = self.op_ids[key] = len(self.ops)
+            self.ops.append(OpInfo(key))
+        return idx
+
+    def add_line(
+        self,
+        device: int,
+        op: Sequence[int] | np.ndarray,
+        start: Sequence[int] | np.ndarray,
+        dur: Sequence[int] | np.ndarray,
+        gpu: bool,
+    ) -> None:
+        """One line's events of one device. GPU kernels never nest (overlaps on a stream are
+        clock jitter, and xprof charges each kernel its whole duration); CPU thunks and TPU ops
+        nest inside while/call/conditional events, which then get self time."""
+        if len(op) == 0:
+            return
+        op_arr = np.asarray(op, dtype=np.int32)
+        start_arr = np.asarray(start, dtype=np.int64)
+        dur_arr = np.asarray(dur, dtype=np.int64)
+        order = np.argsort(start_arr, kind="stable")
+        op_arr, start_arr, dur_arr = op_arr[order], start_arr[order], dur_arr[order]
+        self_arr = dur_arr.copy() if gpu else self_times(start_arr, dur_arr)
+        occ = np.ones(len(op_arr), dtype=bool)
+        if gpu:
+            # Kernels of one op execution are launched back to back on a stream.
+            occ[1:] = op_arr[1:] != op_arr[:-1]
+        dev_arr = np.full(len(op_arr), device, dtype=np.int32)
+        self.blocks.append(_Block(op_arr, dev_arr, start_arr, dur_arr, self_arr, occ))
+
+    def finish(self, backend: Backend, warnings: list[str]) -> TraceData:
+        return _trace(backend, self.devices, self.ops, self.modules, self.blocks, warnings)
+
+
+def _trace(
+    backend: Backend,
+    devices: list[Device],
+    ops: list[OpInfo],
+    modules: dict[tuple[str, str], bytes],
+    blocks: list[_Block],
+    warnings: list[str],
+) -> TraceData:
+    """TraceData from per-line column blocks; backend "none" when there are none."""
+    if blocks:
+
+        def column(name: str) -> np.ndarray:
+            return np.concatenate([getattr(b, name) for b in blocks])
+
+        op_index, device_index = column("op"), column("device")
+        start, dur, self_ps = column("start_ps"), column("duration_ps"), column("self_ps")
+        occ = column("occurrence_start")
+    else:
+        backend = "none"
+        op_index = device_index = np.zeros(0, dtype=np.int32)
+        start = dur = self_ps = np.zeros(0, dtype=np.int64)
+        occ = np.zeros(0, dtype=bool)
+    return TraceData(
+        backend=backend,
+        devices=devices,
+        ops=ops,
+        modules=modules,
+        op_index=op_index,
+        device_index=device_index,
+        start_ps=start,
+        duration_ps=dur,
+        self_ps=self_ps,
+        occurrence_start=occ,
+        warnings=warnings,
+    )
+
+
+def self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Duration minus the durations of directly nested events (events sorted by start).
+
+    An event is nested when it lies wholly inside another; partial overlaps are not nesting.
+
+    Nesting (while bodies inside a while, TPU call/conditional bodies) is rare, so the common
+    case is one vectorised check; only lines that do nest walk a stack.
+    """
+    end = start + dur
+    if len(start) < 2 or bool(np.all(start[1:] >= np.maximum.accumulate(end)[:-1])):
+        return dur.copy()
+    self_ps = dur.copy()
+    stack: list[int] = []
+    ends = end.tolist()
+    starts = start.tolist()
+    for i in range(len(starts)):
+        while stack and starts[i] >= ends[stack[-1]]:
+            stack.pop()
+        if stack and ends[i] <= ends[stack[-1]]:
+            self_ps[stack[-1]] -= dur[i]
+            stack.append(i)
+        elif not stack:
+            stack.append(i)
+    return self_ps
+
+
+def merge_traces(traces: list[TraceData]) -> TraceData:
+    """Concatenate several hosts' events; ops with the same key are one op."""
+    if len(traces) == 1:
+        return traces[0]
+    ops: list[OpInfo] = []
+    op_ids: dict[OpKey, int] = {}
+    devices: list[Device] = []
+    modules: dict[tuple[str, str], bytes] = {}
+    parts: list[_Block] = []
+    backends = {t.backend for t in traces} - {"none"}
+    if len(backends) > 1:
+        raise InputError(f"hosts of one run mix backends: {', '.join(sorted(backends))}")
+    for t in traces:
+        remap = np.empty(len(t.ops), dtype=np.int32)
+        for i, info in enumerate(t.ops):
+            j = op_ids.get(info.key)
+            if j is None:
+                j = op_ids[info.key] = len(ops)
+                ops.append(info)
+            remap[i] = j
+        parts.append(
+            _Block(
+                remap[t.op_index],
+                t.device_index + len(devices),
+                t.start_ps,
+                t.duration_ps,
+                t.self_ps,
+                t.occurrence_start,
+            )
+        )
+        devices.extend(t.devices)
+        modules.update(t.modules)
+    warnings = [w for t in traces for w in t.warnings]
+    backend: Backend = backends.pop() if backends else "none"
+    return _trace(backend, devices, ops, modules, parts, warnings)

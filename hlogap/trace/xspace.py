@@ -1,0 +1,181 @@
+"""XSpace files: reading them (local or fsspec URL) and parsing planes lazily with upb.
+
+`read_planes` parses a file with protobuf's upb runtime; each `Plane` parses its lines one at a
+time as they are iterated, so a file needs about its own size in memory.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TypeVar
+
+from google.protobuf.message import DecodeError
+
+from hlogap.errors import InputError
+from hlogap.proto import xplane_pb2
+from hlogap.trace.model import TraceBuilder
+
+DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):(\d+)$")
+_MODULE_META = re.compile(r"^(?P<name>.*)\((?P<program_id>\d+)\)$")
+# Reading keeps the file's bytes plus one line's messages at a time: peak RSS measured at 2.6x
+# the file's size for a 173 MB profile (docs/performance.md); 3x must be free before we start.
+MEMORY_PER_FILE_BYTE = 3
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel says can be allocated without swapping (Linux), else None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def read_bytes(path: str | Path) -> bytes:
+    """A local file, or a URL through fsspec; memory is checked before anything is read."""
+    if "://" in str(path):
+        try:
+            import fsspec
+
+            fs, remote = fsspec.core.url_to_fs(str(path))
+            _check_size(path, int(fs.size(remote)))
+            return fs.cat_file(remote)
+        except InputError:
+            raise
+        except Exception as exc:  # any backend's error (auth, network, missing object)
+            raise InputError(f"cannot read {path}: {exc}") from exc
+    local = Path(path)
+    try:
+        _check_size(path, local.stat().st_size)
+        return local.read_bytes()
+    except PermissionError as exc:
+        raise InputError(f"permission denied: {path}") from exc
+    except IsADirectoryError as exc:
+        raise InputError(f"not a file: {path}") from exc
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _check_size(path: str | Path, size: int) -> None:
+    if size == 0:
+        raise InputError(f"empty profile file: {path}")
+    free = available_memory()
+    if free is not None and size * MEMORY_PER_FILE_BYTE > free:
+        raise InputError(
+            f"profile too large for this machine's memory: {path} is {size >> 20} MiB, "
+            f"reading it needs about {size * MEMORY_PER_FILE_BYTE >> 20} MiB, "
+            f"{free >> 20} MiB available (audit one host at a time with --host)"
+        )
+
+
+LineT = TypeVar("LineT", xplane_pb2.XLine, xplane_pb2.XLineRaw)
+
+
+class Plane:
+    """A plane whose lines are parsed one at a time, as they are iterated.
+
+    Readers see the XPlane interface (`name`, `stats`, `stat_metadata`, `event_metadata`,
+    `lines`); only one line's messages exist at a time, so a file needs about its own size in
+    memory rather than its whole message tree.
+    """
+
+    def __init__(self, raw: bytes, path: str | Path) -> None:
+        self._path = path
+        try:
+            self._head = xplane_pb2.XPlaneShallow.FromString(raw)
+        except DecodeError as exc:
+            raise InputError(f"corrupt or truncated profile (bad plane): {path}") from exc
+        self.id = self._head.id
+        self.name = self._head.name
+        self.stats = self._head.stats
+        self.stat_metadata = self._head.stat_metadata
+        self.event_metadata = self._head.event_metadata
+
+    @property
+    def lines(self) -> Iterator[xplane_pb2.XLine]:
+        return self._parse_lines(xplane_pb2.XLine)
+
+    @property
+    def raw_lines(self) -> Iterator[xplane_pb2.XLineRaw]:
+        """The lines with their events left serialized (for the columnar reader)."""
+        return self._parse_lines(xplane_pb2.XLineRaw)
+
+    def _parse_lines(self, message: type[LineT]) -> Iterator[LineT]:
+        for raw in self._head.lines:
+            try:
+                yield message.FromString(raw)
+            except DecodeError as exc:
+                raise InputError(
+                    f"corrupt or truncated profile (bad line on {self.name}): {self._path}"
+                ) from exc
+
+    @property
+    def size(self) -> int:
+        """Serialized bytes of its lines: what reading them costs."""
+        return sum(len(raw) for raw in self._head.lines)
+
+
+def read_planes(path: str | Path) -> tuple[list[Plane], list[str]]:
+    """The file's planes (lines still serialized) and the XSpace's warnings."""
+    data = read_bytes(path)
+    try:
+        space = xplane_pb2.XSpaceShallow.FromString(data)
+    except DecodeError as exc:
+        raise InputError(f"corrupt or truncated profile (not an XSpace): {path}") from exc
+    del data  # the planes hold their own copies
+    planes = [Plane(raw, path) for raw in space.planes]
+    if not planes:
+        raise InputError(f"not an xprof profile (no planes): {path}")
+    return planes, list(space.warnings)
+
+
+def stat_value(stat: xplane_pb2.XStat, names: dict[int, str]) -> object:
+    kind = stat.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "ref_value":
+        return names.get(stat.ref_value, "")
+    return getattr(stat, kind)
+
+
+def plane_stats(plane: Plane) -> dict[str, object]:
+    names = {k: v.name for k, v in plane.stat_metadata.items()}
+    return {
+        names.get(s.metadata_id, str(s.metadata_id)): stat_value(s, names)
+        for s in plane.stats
+        if s.WhichOneof("value") != "bytes_value"
+    }
+
+
+def read_metadata_plane(plane: Plane, builder: TraceBuilder) -> None:
+    """Modules by program id, with their `Hlo Proto` when the trace carries it.
+
+    The plane also holds other entries (`SYMBOL_MAP:...`, `ThreadpoolListener::Region` on TPU);
+    only those named `<module>(<program_id>)`, or carrying a program id or an HLO proto, are
+    modules.
+    """
+    names = {k: v.name for k, v in plane.stat_metadata.items()}
+    for md in plane.event_metadata.values():
+        proto = None
+        program_id = None
+        for s in md.stats:
+            stat_name = names.get(s.metadata_id)
+            if stat_name == "Hlo Proto":
+                proto = s.bytes_value
+            elif stat_name == "program_id":
+                program_id = str(stat_value(s, names))
+        m = _MODULE_META.match(md.name)
+        if m is None and program_id is None and proto is None:
+            continue
+        module = m.group("name") if m else md.name
+        if program_id is None and m:
+            program_id = m.group("program_id")
+        program_id = program_id or ""
+        builder.module_names[program_id] = module
+        if proto:
+            builder.modules[(module, program_id)] = proto

@@ -3,6 +3,7 @@
 import hlogap
 report = hlogap.audit("/tmp/tensorboard", chip="tpu-v5e")
 report.ops[0].name, report.ops[0].gap_us, report.to_dict()
+saved = hlogap.load_report("baseline.json")   # the same AuditReport, from `--format json`
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hlogap._version import __version__
+
 if TYPE_CHECKING:
     from hlogap.report.model import AuditReport
 
-__version__ = "0.1.0"
+__all__ = ["__version__", "audit", "load_report"]
 
 
 def audit(path: str | Path, chip: str | None = None, **options: Any) -> AuditReport:
@@ -24,3 +27,11 @@ def audit(path: str | Path, chip: str | None = None, **options: Any) -> AuditRep
     from hlogap.pipeline import audit as run
 
     return run(path, chip, **options)
+
+
+def load_report(path: str | Path, **selection: Any) -> AuditReport:
+    """A saved `audit --format json` report, or a profile audited; see
+    `hlogap.pipeline.load_report`."""
+    from hlogap.pipeline import load_report as load
+
+    return load(path, **selection)

@@ -233,8 +233,9 @@ def check(
     import os
 
     from hlogap.errors import EXIT_REGRESSION
+    from hlogap.pipeline import load_pair
     from hlogap.render.diff import append_step_summary, render_check
-    from hlogap.report.compare import compare, load_report
+    from hlogap.report.compare import compare
     from hlogap.report.gate import resolve_thresholds, run_check
 
     _check_format(fmt, ("table", "json", "md"))
@@ -248,9 +249,14 @@ def check(
         },
         Path.cwd(),
     )
-    base, new = (
-        load_report(p, role, chip=chip, run=run, host=host, device=device, module=module)
-        for p, role in ((baseline, "baseline"), (path, "profile"))
+    base, new = load_pair(
+        (baseline, "baseline"),
+        (path, "profile"),
+        chip=chip,
+        run=run,
+        host=host,
+        device=device,
+        module=module,
     )
     result = run_check(compare(base, new), thresholds)
     _emit(render_check(result, fmt), None)
@@ -274,13 +280,13 @@ def diff(
     module: Annotated[str | None, typer.Option(help="Only modules matching REGEX.")] = None,
 ) -> None:
     """Op-by-op comparison of two profiles or reports, ops matched across recompiles."""
+    from hlogap.pipeline import load_pair
     from hlogap.render.diff import render_diff
-    from hlogap.report.compare import compare, load_report
+    from hlogap.report.compare import compare
 
     _check_format(fmt, ("table", "json", "md"))
-    base_report, new_report = (
-        load_report(p, role, chip=chip, run=run, host=host, device=device, module=module)
-        for p, role in ((base, "BASE"), (new, "NEW"))
+    base_report, new_report = load_pair(
+        (base, "BASE"), (new, "NEW"), chip=chip, run=run, host=host, device=device, module=module
     )
     _emit(render_diff(compare(base_report, new_report), fmt, top), None)
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from hlogap.chips import Chip, detect_chip, load_chip
 from hlogap.errors import InputError, UsageError
-from hlogap.report.model import SORT_KEYS, AuditReport, sort_rows
+from hlogap.report.model import SORT_KEYS, AuditReport, load_json, sort_rows
 from hlogap.source import ProfileSource, find_profile
 from hlogap.trace.model import TraceData, merge_traces
 from hlogap.trace.reading import PendingTrace, read_trace, start_reading
@@ -79,10 +80,7 @@ def audit(
     """Audit a profile (logdir, run directory or .xplane.pb) and return the report."""
     if sort not in SORT_KEYS:
         raise UsageError(f"unknown sort key '{sort}' (use one of: {', '.join(SORT_KEYS)})")
-    try:
-        module_re = re.compile(module) if module else None
-    except re.error as exc:
-        raise UsageError(f"bad --module regex '{module}': {exc}") from exc
+    module_re = _module_regex(module)
     dump_dir = Path(hlo_dump) if hlo_dump else None
     if dump_dir is not None and not dump_dir.is_dir():
         raise InputError(f"--hlo-dump is not a directory: {dump_dir}")
@@ -115,3 +113,59 @@ def audit(
         sort=sort,
         warnings=list(trace.warnings),
     )
+
+
+def is_json_report(path: Path) -> bool:
+    """A saved report: a `.json` file, or any file (not `.pb`) whose content starts with `{`."""
+    if path.suffix.lower() == ".json":
+        return True
+    if not path.is_file() or path.suffix.lower() == ".pb":
+        return False
+    try:
+        with path.open("rb") as f:
+            head = f.read(64)
+    except OSError:
+        return False
+    return head.lstrip().startswith(b"{")
+
+
+def load_report(
+    path: str | Path,
+    role: str = "report",
+    *,
+    chip: str | None = None,
+    run: str | None = None,
+    host: str | None = None,
+    device: int | None = None,
+    module: str | None = None,
+) -> AuditReport:
+    """A saved JSON report, or a profile audited. `role` ("baseline", "BASE"...) names it in
+    errors. `module` (a regex) also filters the ops of a saved report."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{role} not found: {p}")
+    if not is_json_report(p):
+        return audit(p, chip, run=run, host=host, device=device, module=module)
+    module_re = _module_regex(module)
+    report = load_json(p, role)
+    if module_re is None:
+        return report
+    return report.only_modules([o for o in report.ops if module_re.search(o.module)])
+
+
+def load_pair(
+    base: tuple[Path, str], new: tuple[Path, str], **selection: Any
+) -> tuple[AuditReport, AuditReport]:
+    """BASE and NEW, each a (path, role): both are checked to exist before either is audited,
+    so a typo in the second fails at once, and for the reason the user can act on."""
+    for path, role in (base, new):
+        if not path.exists():
+            raise InputError(f"{role} not found: {path}")
+    return load_report(*base, **selection), load_report(*new, **selection)
+
+
+def _module_regex(module: str | None) -> re.Pattern[str] | None:
+    try:
+        return re.compile(module) if module else None
+    except re.error as exc:
+        raise UsageError(f"bad --module regex '{module}': {exc}") from exc

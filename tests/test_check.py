@@ -18,8 +18,9 @@ import pytest
 
 from hlogap import audit
 from hlogap.errors import UsageError
-from hlogap.report.compare import Op, Report, compare
+from hlogap.report.compare import compare
 from hlogap.report.gate import Thresholds, resolve_thresholds, run_check
+from hlogap.report.model import AuditReport, OpRow
 from tests.conftest import FIXTURES, ROOT
 
 MLP = FIXTURES / "mlp"
@@ -154,24 +155,28 @@ def test_small_slowdowns_pass_within_the_thresholds(
     assert out.stdout.startswith("hlogap check: FAIL: measured +4.0% (limit +3%)\n")
 
 
-def _side(ops: list[Op]) -> Report:
-    return Report(
-        "x",
-        "report",
-        {},
-        ops,
-        sum(o.measured_us for o in ops),
-        sum(o.bound_us for o in ops),
-        len(ops),
+def _side(ops: list[OpRow]) -> AuditReport:
+    return AuditReport(path="x", chip=None, ops=ops, kind="report")
+
+
+def _op(module: str, name: str, opcode: str, n: int, us: float, bound: float, fp: str) -> OpRow:
+    return OpRow(
+        module=module,
+        name=name,
+        opcode=opcode,
+        occurrences=n,
+        measured_us=us,
+        bound_us=bound,
+        fingerprint=fp,
     )
 
 
 def test_tiny_ops_are_not_gated_one_by_one() -> None:
-    big = Op("m", "big", "fusion", 10, 10_000.0, 5_000.0, "B")
-    small = Op("m", "small", "fusion", 10, 50.0, 10.0, "S")  # 0.5% of the time
-    short = Op("m", "short", "copy", 1000, 300.0, 10.0, "C")  # 0.3 us per occurrence
-    slow_small = Op("m", "small", "fusion", 10, 99.0, 10.0, "S")
-    slow_short = Op("m", "short", "copy", 1000, 900.0, 10.0, "C")
+    big = _op("m", "big", "fusion", 10, 10_000.0, 5_000.0, "B")
+    small = _op("m", "small", "fusion", 10, 50.0, 10.0, "S")  # 0.5% of the time
+    short = _op("m", "short", "copy", 1000, 300.0, 10.0, "C")  # 0.3 us per occurrence
+    slow_small = _op("m", "small", "fusion", 10, 99.0, 10.0, "S")
+    slow_short = _op("m", "short", "copy", 1000, 900.0, 10.0, "C")
     diff = compare(_side([big, small, short]), _side([big, slow_small, slow_short]))
     result = run_check(diff, Thresholds(max_regression=50, max_gap_regression=50))
     assert result.passed, result.verdict()

@@ -20,7 +20,9 @@ import pytest
 
 from hlogap import audit
 from hlogap.errors import InputError
-from hlogap.report.compare import Diff, Op, Report, compare, load_report, match_ops, run_ratio
+from hlogap.pipeline import load_report
+from hlogap.report.compare import Diff, compare, match_ops, run_ratio
+from hlogap.report.model import AuditReport, OpRow
 from tests.conftest import FIXTURES, ROOT
 
 MLP = FIXTURES / "mlp"
@@ -55,7 +57,7 @@ def test_truth_table_agrees_with_the_hlo(program: str) -> None:
         assert base[b] == new[n], (b, n)
 
 
-def _report(program: str, chip_file: Path) -> Report:
+def _report(program: str, chip_file: Path) -> AuditReport:
     return load_report(FIXTURES / program, "test", chip=str(chip_file))
 
 
@@ -224,11 +226,19 @@ def test_cli_diff_missing_input_exits_3(tmp_path: Path) -> None:
 
 def _op(
     name: str, fp: str, us: float, *, n: int = 1, module: str = "m", code: str = "fusion"
-) -> Op:
-    return Op(module, name, code, n, us, us / 2, fp)
+) -> OpRow:
+    return OpRow(
+        module=module,
+        name=name,
+        opcode=code,
+        occurrences=n,
+        measured_us=us,
+        bound_us=us / 2,
+        fingerprint=fp,
+    )
 
 
-def _methods(base: list[Op], new: list[Op]) -> dict[tuple[str | None, str | None], str]:
+def _methods(base: list[OpRow], new: list[OpRow]) -> dict[tuple[str | None, str | None], str]:
     return {
         (p.base.name if p.base else None, p.new.name if p.new else None): p.method
         for p in match_ops(base, new)
@@ -287,16 +297,8 @@ def test_modules_never_mix() -> None:
     assert _methods(base, new) == {("f", None): "vanished", (None, "f"): "appeared"}
 
 
-def _side(ops: list[Op]) -> Report:
-    return Report(
-        "x",
-        "report",
-        {},
-        ops,
-        sum(o.measured_us for o in ops),
-        sum(o.bound_us for o in ops),
-        len(ops),
-    )
+def _side(ops: list[OpRow]) -> AuditReport:
+    return AuditReport(path="x", chip=None, ops=ops, kind="report")
 
 
 def test_longer_run_is_compared_per_step() -> None:

@@ -9,10 +9,11 @@ import pytest
 from hlogap import audit
 from hlogap.bounds.hints import hints_for
 from hlogap.bounds.instruction import bound_instruction
-from hlogap.bounds.roofline import async_role, bound_op
+from hlogap.bounds.roofline import bound_op
 from hlogap.chips import load_chip
 from hlogap.cost import cost_instruction
 from hlogap.errors import UsageError
+from hlogap.hlo.opcodes import async_role
 from hlogap.hlo.text import parse_instruction
 from tests.conftest import AMD_FILES
 

@@ -7,7 +7,6 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hlogap.hlo import parse_instruction, parse_module, parse_shape
 from hlogap.hlo.ir import (
     ELEMENT_BITS,
     Computation,
@@ -38,7 +37,7 @@ from hlogap.hlo.printer import (
     print_module,
     print_shape,
 )
-from hlogap.hlo.text import expand_iota, unescape
+from hlogap.hlo.text import expand_iota, parse_instruction, parse_module, parse_shape, unescape
 
 ARRAY_TYPES = sorted(t for t in ELEMENT_BITS if t not in ("token", "opaque"))
 # Layout items XLA writes besides T, L, E and S, in the order its printer writes them.

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hlogap.hlo import padded_bytes, padded_dims, padded_elements, parse_shape
+from hlogap.hlo.text import parse_shape
+from hlogap.hlo.tiling import padded_bytes, padded_dims, padded_elements
 
 
 @pytest.mark.parametrize(

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hlogap.bounds.hints import hints_for
-from hlogap.bounds.roofline import Bound, async_role, bound_op
+from hlogap.bounds.roofline import Bound, bound_op
 from hlogap.chips import Chip, load_chip
 from hlogap.cost import OpCost, cost_instruction
 from hlogap.errors import UsageError
 from hlogap.hlo.ir import Instruction
+from hlogap.hlo.opcodes import async_role
 from hlogap.hlo.text import HloParseError, parse_instruction
 
 

@@ -9,9 +9,14 @@ lower bound = max(T_compute, T_memory, T_comm); upper bound = their sum.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from hlogap.chips import Chip
 from hlogap.cost import OpCost
+from hlogap.hlo.opcodes import AsyncRole
+
+BoundBy = Literal["compute", "memory", "communication", "unmodeled"]
+"""What bounds an op: its slowest resource, or `unmodeled` when hlogap cannot cost it."""
 
 
 @dataclass(frozen=True)
@@ -19,7 +24,7 @@ class Bound:
     t_compute_s: float
     t_memory_s: float
     t_comm_s: float
-    bound_by: str  # "compute", "memory", "communication" or "unmodeled"
+    bound_by: BoundBy
     overlapped: bool = False  # an async start: its transfer runs beside other ops
     unmodeled: str | None = None  # why there is no bound, when the chip cannot give one
 
@@ -39,17 +44,7 @@ class Bound:
 UNMODELED = Bound(0.0, 0.0, 0.0, "unmodeled")
 
 
-def async_role(opcode: str, name: str) -> str:
-    """ "start", "done" or "" for an op of an async pair (opcode, or TPU's wrapping fusion name)."""
-    base = name.rsplit(".", 1)[0] if opcode == "fusion" else opcode
-    if base.endswith("-start"):
-        return "start"
-    if base.endswith("-done"):
-        return "done"
-    return ""
-
-
-def bound_op(cost: OpCost, chip: Chip, role: str = "") -> Bound:
+def bound_op(cost: OpCost, chip: Chip, role: AsyncRole = "") -> Bound:
     """`role` is the op's `async_role`: starts overlap, dones only wait."""
     if cost.unmodeled is not None:
         return UNMODELED
@@ -67,6 +62,10 @@ def bound_op(cost: OpCost, chip: Chip, role: str = "") -> Bound:
             )
             return Bound(0.0, 0.0, 0.0, "unmodeled", unmodeled=reason)
         t_comm = cost.comm_bytes / chip.interconnect_bw
-    times = {"compute": t_compute, "memory": t_memory, "communication": t_comm}
+    times: dict[BoundBy, float] = {
+        "compute": t_compute,
+        "memory": t_memory,
+        "communication": t_comm,
+    }
     bound_by = max(times, key=lambda k: times[k])
     return Bound(t_compute, t_memory, t_comm, bound_by, overlapped=role in ("start", "done"))

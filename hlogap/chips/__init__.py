@@ -1,9 +1,9 @@
 """The chip database: peak FLOP/s and bandwidths per device, and detection from trace stats.
 
-Every chip is a TOML file (``hlogap/chips/specs/<name>.toml``; format in docs/chips.md). Figures are per
-device *as the trace shows devices*: a TPU v2/v3 or TPU7x TensorCore, a TPU v4/v5p megacore
-chip, a TPU v5e/v6e chip, an MI250X GCD, one GPU otherwise. Peaks are dense (never the 2x
-structured-sparsity figure); bandwidths are bytes/s, the interconnect one direction.
+Every chip is a TOML file (``specs/<name>.toml`` beside this module; format in docs/chips.md).
+Figures are per device *as the trace shows devices*: a TPU v2/v3 or TPU7x TensorCore, a TPU
+v4/v5p megacore chip, a TPU v5e/v6e chip, an MI250X GCD, one GPU otherwise. Peaks are dense
+(never the 2x structured-sparsity figure); bandwidths are bytes/s, the interconnect one direction.
 """
 
 from __future__ import annotations
@@ -67,9 +67,6 @@ _MATRIX_FALLBACKS: dict[str, tuple[str, ...]] = {
     "fp8": ("fp8", "bf16", "f16", "f32"),
 }
 
-# Operand width order for widest_dtype: a dot runs at the peak of its widest operand type.
-_WIDTH_ORDER: tuple[str, ...] = ("int8", "fp8", "f16", "bf16", "tf32", "f32", "f64")
-
 
 @dataclass(frozen=True)
 class Chip:
@@ -90,6 +87,8 @@ class Chip:
     detect: dict[str, object]
     """Plane stat name -> wanted value, list of values, or [min, max) range."""
     path: str | None
+    cores_per_device: int = 1
+    """Cores that run as one device (TPU v4/v5p megacore: 2); XLA's trace stats count per core."""
 
     def matrix_peak(self, dtype: str) -> float:
         """FLOP/s of a dot or convolution whose (widest) operand type is ``dtype``.
@@ -131,13 +130,6 @@ def dtype_key(element_type: str) -> str:
     if t.startswith(("f8", "f6", "f4")):
         return "fp8"
     return "f32"
-
-
-def widest_dtype(a: str, b: str) -> str:
-    """The peak key a dot of operand types ``a`` and ``b`` runs at: the wider of the two
-    (bf16 x s8 -> bf16; s8 x s8 -> int8; f32 x bf16 -> f32)."""
-    ka, kb = dtype_key(a), dtype_key(b)
-    return ka if _WIDTH_ORDER.index(ka) >= _WIDTH_ORDER.index(kb) else kb
 
 
 def _specs_dir() -> Path:
@@ -317,4 +309,5 @@ def _parse(data: dict[str, object], path: Path) -> Chip:
         sources={k: str(v) for k, v in sources.items()},
         detect=detect,
         path=str(path),
+        cores_per_device=int(positive(data.get("cores_per_device", 1), "cores_per_device")),
     )

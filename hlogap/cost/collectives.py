@@ -8,8 +8,8 @@ import re
 from dataclasses import dataclass
 
 from hlogap.cost.base import ModuleIndex, bare, ints, logical, operand_shapes
-from hlogap.cost.flops import collective_kind
 from hlogap.hlo.ir import Instruction
+from hlogap.hlo.opcodes import collective_kind
 
 
 @dataclass(frozen=True)

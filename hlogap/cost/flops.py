@@ -21,75 +21,10 @@ from hlogap.cost.base import (
 )
 from hlogap.cost.custom_calls import custom_call
 from hlogap.cost.matmul import at, conv_flops, dot_flops, matmul_dtype
-from hlogap.hlo.ir import COLLECTIVE_OPCODES, Computation, Instruction, Window
+from hlogap.hlo.ir import Computation, Instruction, Window
+from hlogap.hlo.opcodes import ELEMENTWISE, TRANSCENDENTAL, collective_kind
 
-TRANSCENDENTAL = frozenset(
-    {
-        "exponential",
-        "exponential-minus-one",
-        "log",
-        "log-plus-one",
-        "logistic",
-        "power",
-        "sqrt",
-        "cbrt",
-        "rsqrt",
-        "tanh",
-        "sine",
-        "cosine",
-        "tan",
-        "atan2",
-        "erf",
-    }
-)
-# One FLOP per output element (XLA's HandleElementwiseOp); convert is one too.
-ELEMENTWISE = frozenset(
-    {
-        "add",
-        "subtract",
-        "multiply",
-        "divide",
-        "remainder",
-        "maximum",
-        "minimum",
-        "abs",
-        "negate",
-        "sign",
-        "floor",
-        "ceil",
-        "round-nearest-afz",
-        "round-nearest-even",
-        "not",
-        "and",
-        "or",
-        "xor",
-        "shift-left",
-        "shift-right-arithmetic",
-        "shift-right-logical",
-        "compare",
-        "select",
-        "clamp",
-        "convert",
-        "bitcast-convert",
-        "stochastic-convert",
-        "reduce-precision",
-        "is-finite",
-        "real",
-        "imag",
-        "complex",
-        "popcnt",
-        "count-leading-zeros",
-    }
-)
-# The collectives the ring model costs; ragged-all-to-all moves data-dependent amounts.
-COLLECTIVES = COLLECTIVE_OPCODES - {"ragged-all-to-all"}
 _APPLYING = frozenset({"reduce", "reduce-window", "map", "scatter", "select-and-scatter", "sort"})
-
-
-def collective_kind(opcode: str) -> str | None:
-    """ "all-gather" for all-gather and all-gather-start; None for other ops."""
-    kind = opcode.removesuffix("-start")
-    return kind if kind in COLLECTIVES else None
 
 
 def computation_work(comp: Computation, ix: ModuleIndex) -> Work:

@@ -20,39 +20,10 @@ from hlogap.cost.base import (
 )
 from hlogap.cost.collectives import Comm, collective_comm, named_collective_fusion
 from hlogap.cost.custom_calls import custom_call
-from hlogap.cost.flops import collective_kind, work
+from hlogap.cost.flops import work
 from hlogap.cost.traffic import is_bitcast, op_traffic
 from hlogap.hlo.ir import Computation, Instruction, Module
-
-# No computation and no memory traffic of their own.
-FREE = frozenset(
-    {
-        "parameter",
-        "constant",
-        "get-tuple-element",
-        "tuple",
-        "bitcast",
-        "after-all",
-        "add-dependency",
-        "domain",
-        "opt-barrier",
-    }
-)
-# Their bodies' ops are timed as events of their own (CPU thunks, GPU kernels, TPU ops).
-CONTROL_FLOW = frozenset({"while", "conditional", "call"})
-# The second half of an async pair: the work is counted on the start.
-ASYNC_DONE = frozenset(
-    {
-        "all-reduce-done",
-        "all-gather-done",
-        "collective-permute-done",
-        "copy-done",
-        "async-done",
-        "async-update",
-        "send-done",
-        "recv-done",
-    }
-)
+from hlogap.hlo.opcodes import ASYNC_DONE, CONTROL_FLOW, FREE, collective_kind
 
 
 def cost_instruction(

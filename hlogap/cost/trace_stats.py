@@ -2,8 +2,9 @@
 
 A TPU op's event metadata carries XLA's `flops` and `bytes_accessed`. hlogap counts from the HLO
 where it can; where it cannot (a fusion whose body is not in the trace), XLA's figures are better
-than nothing. On megacore chips (v4, v5p: two TensorCores as one device) XLA counts a matmul
-fusion per TensorCore, half of the device's work, except ops named `...in_megacore...`
+than nothing. On megacore chips (v4, v5p: two TensorCores as one device, `cores_per_device` in
+the chip file) XLA counts a matmul fusion per TensorCore, half of the device's work, except ops
+named `...in_megacore...`
 (checked against ../shared/fixtures/tpu-v5p-xprof, see docs/cost-model.md).
 """
 
@@ -13,14 +14,16 @@ from dataclasses import replace
 
 from hlogap.cost.base import OpCost
 
-MEGACORE_CHIPS = frozenset({"tpu-v4", "tpu-v5p"})
-
 
 def cost_from_trace_stats(
-    unmodeled: OpCost, xla_flops: float, xla_bytes: float | None, op_name: str, chip: str
+    unmodeled: OpCost,
+    xla_flops: float,
+    xla_bytes: float | None,
+    op_name: str,
+    cores_per_device: int,
 ) -> OpCost:
     """Fill an unmodeled op's FLOPs (and bytes, when counted as 0) from XLA's trace stats."""
-    scale = 2.0 if chip in MEGACORE_CHIPS and "in_megacore" not in op_name else 1.0
+    scale = 1.0 if "in_megacore" in op_name else float(cores_per_device)
     read = unmodeled.hbm_read_bytes
     write = unmodeled.hbm_write_bytes
     # Without the fused body, operands + outputs overstate what a fusion that slices or updates

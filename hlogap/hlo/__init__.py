@@ -1,22 +1,4 @@
-"""HLO in, one IR out: text dumps and serialized protos both become `hlogap.hlo.ir` objects."""
-
-from hlogap.hlo.decode import HloDecodeError, decode_hlo_module_proto, decode_hlo_proto
-from hlogap.hlo.printer import print_instruction, print_module, print_shape
-from hlogap.hlo.text import HloParseError, parse_instruction, parse_module, parse_shape
-from hlogap.hlo.tiling import padded_bytes, padded_dims, padded_elements
-
-__all__ = [
-    "HloDecodeError",
-    "HloParseError",
-    "decode_hlo_module_proto",
-    "decode_hlo_proto",
-    "padded_bytes",
-    "padded_dims",
-    "padded_elements",
-    "parse_instruction",
-    "parse_module",
-    "parse_shape",
-    "print_instruction",
-    "print_module",
-    "print_shape",
-]
+"""HLO in, one IR out: text dumps (text.py) and serialized protos (decode.py) both become
+`hlogap.hlo.ir` objects; printer.py writes them back as text, opcodes.py is the opcode taxonomy,
+index.py finds the instruction of every timed op. Import the module you need: the proto decoder
+loads protobuf, the IR does not."""

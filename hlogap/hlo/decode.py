@@ -18,7 +18,6 @@ from collections.abc import Mapping
 
 from google.protobuf.message import DecodeError
 
-from hlogap.errors import InputError
 from hlogap.hlo.ir import (
     Computation,
     ConvDims,
@@ -50,7 +49,7 @@ from hlogap.hlo.text import AxisRef, expand_iota, expand_mesh_axes, is_braced
 from hlogap.proto import hlo_pb2
 
 
-class HloDecodeError(InputError, ValueError):
+class HloDecodeError(ValueError):
     """Bytes that are not a well-formed serialized HLO module."""
 
 

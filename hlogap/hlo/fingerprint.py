@@ -12,9 +12,7 @@ from __future__ import annotations
 import hashlib
 
 from hlogap.hlo.ir import Instruction, Module, Shape
-
-# Opcodes inside fused computations that carry no work and may come and go between compiles.
-_TRIVIAL = frozenset({"parameter", "get-tuple-element", "tuple", "bitcast", "constant"})
+from hlogap.hlo.opcodes import STRUCTURAL
 
 
 def _shape(shape: Shape | None) -> str:
@@ -35,7 +33,7 @@ def _body(inst: Instruction, module: Module | None, depth: int = 0) -> list[str]
         if comp is None:
             continue
         for sub in comp.instructions:
-            if sub.opcode in _TRIVIAL:
+            if sub.opcode in STRUCTURAL:
                 continue
             parts.append(f"{sub.opcode}:{_shape(sub.shape)}:{sub.op_name or ''}")
             parts.extend(_body(sub, module, depth + 1))

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hlogap.hlo.decode import HloDecodeError, decode_hlo_proto
-from hlogap.hlo.ir import COLLECTIVE_OPCODES, Instruction, Module
+from hlogap.hlo.ir import Instruction, Module
+from hlogap.hlo.opcodes import categorize
 from hlogap.hlo.text import HloParseError, parse_instruction, parse_module
 from hlogap.trace.model import OpInfo
 
@@ -98,35 +99,3 @@ def _read_dumps(directory: Path) -> dict[str, Module]:
             continue
         modules.setdefault(mod.name, mod)
     return modules
-
-
-def categorize(inst: Instruction, module: Module | None) -> str:
-    """A short category in xprof's vocabulary (`loop fusion`, `convolution fusion`, ...)."""
-    op = inst.opcode
-    base = op.removesuffix("-start").removesuffix("-done")
-    if base in COLLECTIVE_OPCODES:
-        return base
-    if op == "fusion":
-        called = module.computation(inst.called[0]) if module and inst.called else None
-        opcodes = {i.opcode for i in called.instructions} if called else set()
-        if opcodes & COLLECTIVE_OPCODES or any(
-            o.removesuffix("-start") in COLLECTIVE_OPCODES for o in opcodes
-        ):
-            return "collective fusion"
-        if "convolution" in opcodes:
-            return "convolution fusion"
-        if "dot" in opcodes:
-            return "matmul fusion" if inst.fusion_kind != "kCustom" else "custom fusion"
-        kind = {"kLoop": "loop", "kInput": "input", "kOutput": "output", "kCustom": "custom"}.get(
-            inst.fusion_kind or "", ""
-        )
-        return f"{kind} fusion".strip()
-    if op == "custom-call":
-        return "custom-call"
-    if op in ("dot", "convolution"):
-        return "matmul" if op == "dot" else "convolution"
-    if op in ("while", "conditional", "call"):
-        return "control flow"
-    if op in ("copy", "copy-start", "copy-done", "transpose"):
-        return "data formatting"
-    return op

@@ -48,20 +48,6 @@ ELEMENT_BITS: dict[str, int] = {
 }
 
 
-# Collective opcodes (their async forms add `-start`/`-done`).
-COLLECTIVE_OPCODES = frozenset(
-    {
-        "all-reduce",
-        "all-gather",
-        "reduce-scatter",
-        "all-to-all",
-        "collective-permute",
-        "collective-broadcast",
-        "ragged-all-to-all",
-    }
-)
-
-
 @dataclass(frozen=True)
 class Layout:
     """`{minor_to_major:T(8,128)(2,1)S(1)}`. Tiles are outermost first; -1 stands for `*`."""

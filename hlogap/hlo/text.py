@@ -13,7 +13,6 @@ import math
 import re
 from collections.abc import Callable
 
-from hlogap.errors import UsageError
 from hlogap.hlo.ir import (
     ELEMENT_BITS,
     Computation,
@@ -32,7 +31,7 @@ from hlogap.hlo.ir import (
 )
 
 
-class HloParseError(UsageError, ValueError):
+class HloParseError(ValueError):
     """Malformed HLO text: where (1-based line and column), what was expected, what was found."""
 
     def __init__(self, expected: str, *, line: int, column: int, snippet: str) -> None:

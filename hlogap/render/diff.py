@@ -16,9 +16,10 @@ from rich.console import Console
 from rich.table import Table
 
 from hlogap.render.json import _finite
-from hlogap.render.text import fmt_eff, fmt_us
-from hlogap.report.compare import MATCH_METHODS, Diff, DiffRow, Report
+from hlogap.report.compare import MATCH_METHODS, Diff, DiffRow
 from hlogap.report.gate import CheckResult
+from hlogap.report.model import AuditReport
+from hlogap.units import fmt_eff, fmt_us
 
 WIDTH = 140
 CHECK_ROWS = 15  # failing ops listed by `check` (one screen); JSON lists them all
@@ -70,8 +71,8 @@ def _cells(row: DiffRow, with_module: bool) -> list[str]:
     ]
 
 
-def _side(label: str, r: Report) -> str:
-    chip = r.chip.get("name") or "?"
+def _side(label: str, r: AuditReport) -> str:
+    chip = r.chip.name if r.chip else "?"
     return (
         f"{label}: {r.path} ({r.kind}, chip {chip}): measured {fmt_us(r.measured_us)}, "
         f"bound {fmt_us(r.bound_us)}, gap {fmt_us(r.gap_us)}, efficiency {fmt_eff(r.efficiency)}"

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from hlogap.render.text import fmt_eff, fmt_us, header_lines
+from hlogap.render.text import header_lines
 from hlogap.report.model import AuditReport
+from hlogap.units import fmt_eff, fmt_us
 
 
 def _cell(text: str) -> str:

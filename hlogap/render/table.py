@@ -7,8 +7,9 @@ import io
 from rich.console import Console
 from rich.table import Table
 
-from hlogap.render.text import fmt_eff, fmt_us, header_lines
+from hlogap.render.text import header_lines
 from hlogap.report.model import AuditReport
+from hlogap.units import fmt_eff, fmt_us
 
 
 def render_table(report: AuditReport, top: int, color: bool = False) -> str:

@@ -3,19 +3,7 @@
 from __future__ import annotations
 
 from hlogap.report.model import AuditReport
-from hlogap.units import fmt_si
-
-
-def fmt_us(us: float) -> str:
-    if abs(us) >= 1e6:
-        return f"{us / 1e6:.2f} s"
-    if abs(us) >= 1e3:
-        return f"{us / 1e3:.2f} ms"
-    return f"{us:.1f} us"
-
-
-def fmt_eff(eff: float | None) -> str:
-    return "-" if eff is None else f"{eff:.0%}"
+from hlogap.units import fmt_eff, fmt_si, fmt_us
 
 
 def header_lines(report: AuditReport) -> list[str]:

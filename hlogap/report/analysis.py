@@ -12,12 +12,13 @@ from pathlib import Path
 import numpy as np
 
 from hlogap.bounds.hints import hints_for
-from hlogap.bounds.roofline import async_role, bound_op
+from hlogap.bounds.roofline import bound_op
 from hlogap.chips import Chip
 from hlogap.cost import OpCost, cost_instruction
 from hlogap.cost.trace_stats import cost_from_trace_stats
 from hlogap.hlo.fingerprint import fingerprint
 from hlogap.hlo.index import HloIndex
+from hlogap.hlo.opcodes import async_role
 from hlogap.hlo.printer import print_instruction
 from hlogap.report.model import OpRow
 from hlogap.trace.model import TraceData
@@ -48,7 +49,7 @@ def op_rows(
             # XLA's trace FLOPs for a custom call are only the kernel's own estimate.
             if cost.unmodeled and info.xla_flops is not None and inst.opcode != "custom-call":
                 cost = cost_from_trace_stats(
-                    cost, info.xla_flops, info.xla_bytes, info.key.name, chip.name
+                    cost, info.xla_flops, info.xla_bytes, info.key.name, chip.cores_per_device
                 )
         bound = bound_op(cost, chip, async_role(inst.opcode, inst.name) if inst else "")
         occurrences = int(times.occurrences[i])

@@ -1,6 +1,7 @@
 """Run-to-run comparison: load two reports, pair their ops across recompiles, and diff them.
 
-Either side is a profile (audited here) or a saved ``audit --format json`` report. Ops are paired
+Either side is an AuditReport: a profile audited, or a saved ``audit --format json`` report loaded
+(``hlogap.load_report``). Ops are paired
 within one HLO module name, strongest evidence first, because XLA renames fusions between compiles
 (``fusion.41`` becomes ``fusion.43`` when an unrelated op is added):
 
@@ -20,214 +21,21 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Literal, get_args
 
-from hlogap import __version__
-from hlogap.errors import InputError, UsageError
-from hlogap.report.model import SCHEMA
+from hlogap._version import __version__
+from hlogap.chips import Chip
+from hlogap.report.model import AuditReport
+from hlogap.report.model import OpRow as Op
 
-MATCH_METHODS = ("name+fingerprint", "fingerprint", "fingerprint (ordered)", "name")
+PairedBy = Literal["name+fingerprint", "fingerprint", "fingerprint (ordered)", "name"]
+MATCH_METHODS: tuple[PairedBy, ...] = get_args(PairedBy)
+MatchMethod = PairedBy | Literal["appeared", "vanished"]
 DIFF_SCHEMA = "hlogap.diff/1"
-
-
-@dataclass(frozen=True)
-class Op:
-    """One op of a report: the fields a comparison needs (totals over occurrences and devices)."""
-
-    module: str
-    name: str
-    opcode: str
-    occurrences: int
-    measured_us: float
-    bound_us: float
-    fingerprint: str  # "" when the op had no HLO
-    median_us: float | None = None  # median time of one occurrence, when the report has it
-
-    @property
-    def gap_us(self) -> float:
-        return self.measured_us - self.bound_us
-
-    def per_occurrence(self, total_us: float) -> float:
-        return total_us / self.occurrences if self.occurrences > 0 else total_us
-
-
-@dataclass
-class Report:
-    """One side of a comparison. Totals cover every op even when `ops` was cut by `--top`."""
-
-    path: str
-    kind: str  # "profile" or "report"
-    chip: dict[str, object]
-    ops: list[Op]
-    measured_us: float
-    bound_us: float
-    total_ops: int  # ops the totals cover; more than len(ops) for a report saved with --top N
-
-    @property
-    def gap_us(self) -> float:
-        return self.measured_us - self.bound_us
-
-    @property
-    def efficiency(self) -> float | None:
-        return self.bound_us / self.measured_us if self.measured_us > 0 else None
-
-    @property
-    def truncated(self) -> bool:
-        return self.total_ops > len(self.ops)
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "path": self.path,
-            "kind": self.kind,
-            "chip": self.chip.get("name"),
-            "ops": self.total_ops,
-            "ops_listed": len(self.ops),
-            "measured_us": self.measured_us,
-            "bound_us": self.bound_us,
-            "gap_us": self.gap_us,
-            "efficiency": self.efficiency,
-        }
-
-
-# --------------------------------------------------------------------------------------- loading
-
-
-def is_json_report(path: Path) -> bool:
-    """A saved report: a `.json` file, or any file (not `.pb`) whose content starts with `{`."""
-    if path.suffix.lower() == ".json":
-        return True
-    if not path.is_file() or path.suffix.lower() == ".pb":
-        return False
-    try:
-        with path.open("rb") as f:
-            head = f.read(64)
-    except OSError:
-        return False
-    return head.lstrip().startswith(b"{")
-
-
-def load_report(
-    path: str | Path,
-    role: str,
-    *,
-    chip: str | None = None,
-    run: str | None = None,
-    host: str | None = None,
-    device: int | None = None,
-    module: str | None = None,
-) -> Report:
-    """Read a saved JSON report or audit a profile. `role` ("baseline", "BASE"...) names it in
-    errors. `module` (a regex) also filters the ops of a saved report."""
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"{role} not found: {p}")
-    if is_json_report(p):
-        return _from_json(p, role, module)
-    from hlogap.pipeline import audit
-
-    data = audit(p, chip, run=run, host=host, device=device, module=module).to_dict(0)
-    return _from_dict(data, str(p), "profile", role, None)
-
-
-def _from_json(path: Path, role: str, module: str | None) -> Report:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise InputError(f"cannot read {role} {path}: {reason}") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"{role} {path} is not JSON (line {exc.lineno}: {exc.msg}); "
-            "save it with `hlogap audit PATH --format json --top 0`"
-        ) from exc
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise InputError(
-            f"{role} {path} is not an hlogap audit report (schema {found!r}, expected {SCHEMA!r})"
-        )
-    try:
-        module_re = re.compile(module) if module else None
-    except re.error as exc:
-        raise UsageError(f"bad --module regex '{module}': {exc}") from exc
-    return _from_dict(data, str(path), "report", role, module_re)
-
-
-def _num(value: object, what: str) -> float:
-    if value is None:  # the JSON writer turns non-finite numbers into null
-        return 0.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{what} is {value!r}, not a number")
-    return float(value)
-
-
-def _str(value: object, what: str) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{what} is {value!r}, not a string")
-    return value
-
-
-def _from_dict(
-    data: dict[str, object],
-    path: str,
-    kind: str,
-    role: str,
-    module_re: re.Pattern[str] | None,
-) -> Report:
-    try:
-        raw_ops = data["ops"]
-        summary = data["summary"]
-        if not isinstance(raw_ops, list) or not isinstance(summary, dict):
-            raise ValueError("'ops' is not a list or 'summary' not an object")
-        ops = [_op(o, i) for i, o in enumerate(raw_ops)]
-        chip = data.get("chip")
-        if module_re is not None:
-            ops = [o for o in ops if module_re.search(o.module)]
-            measured = sum(o.measured_us for o in ops)
-            bound = sum(o.bound_us for o in ops)
-            total_ops = len(ops)
-        else:
-            measured = _num(summary["measured_us"], "summary.measured_us")
-            bound = _num(summary["bound_us"], "summary.bound_us")
-            total_ops = int(_num(summary.get("ops", len(ops)), "summary.ops"))
-    except (KeyError, ValueError, TypeError) as exc:
-        detail = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
-        raise InputError(f"{role} {path} is a corrupt hlogap report: {detail}") from exc
-    return Report(
-        path=path,
-        kind=kind,
-        chip=chip if isinstance(chip, dict) else {},
-        ops=ops,
-        measured_us=measured,
-        bound_us=bound,
-        total_ops=max(total_ops, len(ops)),
-    )
-
-
-def _op(raw: object, index: int) -> Op:
-    if not isinstance(raw, dict):
-        raise ValueError(f"ops[{index}] is not an object")
-    where = f"ops[{index}]"
-    occurrences = _num(raw["occurrences"], f"{where}.occurrences")
-    return Op(
-        module=_str(raw["module"], f"{where}.module"),
-        name=_str(raw["name"], f"{where}.name"),
-        opcode=_str(raw.get("opcode", "unknown"), f"{where}.opcode"),
-        occurrences=int(occurrences),
-        measured_us=_num(raw["measured_us"], f"{where}.measured_us"),
-        bound_us=_num(raw.get("bound_us"), f"{where}.bound_us"),
-        # Reports written before fingerprints existed lack the key: such ops match by name.
-        fingerprint=_str(raw.get("fingerprint") or "", f"{where}.fingerprint"),
-        median_us=_num(raw["median_us"], f"{where}.median_us")
-        if raw.get("median_us") is not None
-        else None,
-    )
 
 
 # -------------------------------------------------------------------------------------- matching
@@ -238,7 +46,7 @@ class Pair:
     module: str
     base: Op | None
     new: Op | None
-    method: str  # one of MATCH_METHODS, "appeared" or "vanished"
+    method: MatchMethod
 
 
 def _by_time(ops: Iterable[Op]) -> list[Op]:
@@ -249,7 +57,7 @@ def _pair_groups(
     base: list[Op],
     new: list[Op],
     key: Callable[[Op], object],
-    method: str,
+    method: PairedBy,
     accept: Callable[[int, int], bool],
     pairs: list[Pair],
 ) -> tuple[list[Op], list[Op]]:
@@ -452,8 +260,8 @@ class DiffRow:
 
 @dataclass
 class Diff:
-    base: Report
-    new: Report
+    base: AuditReport
+    new: AuditReport
     ratio: float  # run-length ratio: median over matched ops of new / base occurrences
     rows: list[DiffRow]  # sorted by |measured_delta_us|, largest first
     warnings: list[str] = field(default_factory=list)
@@ -504,8 +312,8 @@ class Diff:
         return {
             "schema": DIFF_SCHEMA,
             "version": __version__,
-            "base": self.base.to_dict(),
-            "new": self.new.to_dict(),
+            "base": side_dict(self.base),
+            "new": side_dict(self.new),
             "summary": self.summary_dict(),
             "ops": [r.to_dict() for r in rows],
             "warnings": self.warnings,
@@ -525,16 +333,31 @@ def run_ratio(pairs: Iterable[Pair]) -> float:
     return float(statistics.median(ratios)) if ratios else 1.0
 
 
-def _chip_key(chip: dict[str, object]) -> tuple[object, ...]:
+def _chip_key(chip: Chip) -> tuple[object, ...]:
     return (
-        chip.get("name"),
-        json.dumps(chip.get("peak_flops"), sort_keys=True),
-        chip.get("hbm_bw"),
-        chip.get("interconnect_bw"),
+        chip.name,
+        json.dumps(chip.peak_flops, sort_keys=True),
+        chip.hbm_bw,
+        chip.interconnect_bw,
     )
 
 
-def compare(base: Report, new: Report) -> Diff:
+def side_dict(report: AuditReport) -> dict[str, object]:
+    """One side of a diff, in a diff's JSON."""
+    return {
+        "path": report.path,
+        "kind": report.kind,
+        "chip": report.chip.name if report.chip else None,
+        "ops": report.total_ops,
+        "ops_listed": len(report.ops),
+        "measured_us": report.measured_us,
+        "bound_us": report.bound_us,
+        "gap_us": report.gap_us,
+        "efficiency": report.efficiency,
+    }
+
+
+def compare(base: AuditReport, new: AuditReport) -> Diff:
     """Match the ops of BASE and NEW and compute every delta."""
     pairs = match_ops(base.ops, new.ops)
     ratio = run_ratio(pairs)
@@ -556,7 +379,7 @@ def compare(base: Report, new: Report) -> Diff:
             )
     if base.chip and new.chip and _chip_key(base.chip) != _chip_key(new.chip):
         warnings.append(
-            f"the chips differ (BASE {base.chip.get('name')}, NEW {new.chip.get('name')}): "
+            f"the chips differ (BASE {base.chip.name}, NEW {new.chip.name}): "
             "bounds and gaps are not comparable; pass the same --chip to both"
         )
     return Diff(base=base, new=new, ratio=ratio, rows=rows, warnings=warnings)

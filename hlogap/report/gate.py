@@ -17,10 +17,10 @@ import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from hlogap import __version__
+from hlogap._version import __version__
 from hlogap.errors import InputError, UsageError
-from hlogap.render.text import fmt_us
 from hlogap.report.compare import Diff, DiffRow
+from hlogap.units import fmt_us
 
 if sys.version_info >= (3, 11):
     import tomllib

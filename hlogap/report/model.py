@@ -1,40 +1,53 @@
-"""The audit report: what every renderer and the JSON contract (hlogap.audit/1) read."""
+"""The report: the one model that audit, check and diff read, and the JSON contract
+(hlogap.audit/1, docs/json.md) it writes and loads back."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Literal, get_args
 
-from hlogap import __version__
+from hlogap._version import __version__
+from hlogap.bounds.roofline import BoundBy
 from hlogap.chips import Chip
+from hlogap.errors import InputError
+from hlogap.trace.model import Backend
 
 SCHEMA = "hlogap.audit/1"
-SORT_KEYS = ("gap", "measured", "efficiency")
+SortKey = Literal["gap", "measured", "efficiency"]
+SORT_KEYS: tuple[SortKey, ...] = get_args(SortKey)
+ChipSource = Literal["detected", "user", "calibrated", "report"]
+ReportKind = Literal["profile", "report"]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class OpRow:
     module: str
-    program_id: str
+    program_id: str = ""
     name: str
-    opcode: str
-    category: str
-    occurrences: int
-    events: int
-    measured_us: float  # total over occurrences and devices (self time)
-    total_us: float  # the same with nested ops included (xprof's "total time")
-    median_us: float  # median time of one occurrence: what `check` compares, robust to noise
-    bound_us: float  # total lower bound
-    upper_bound_us: float  # total sum-of-times bound
-    bound_by: str
-    flops: float  # per occurrence
-    bytes: float  # HBM bytes per occurrence
-    comm_bytes: float  # per occurrence
-    transcendentals: float
-    t_compute_us: float  # per occurrence
-    t_memory_us: float
-    t_comm_us: float
-    hlo: str
-    fingerprint: str  # stable across recompiles (hlogap.hlo.fingerprint); "" without HLO
+    opcode: str = "unknown"
+    category: str = ""
+    occurrences: int = 0
+    events: int = 0
+    measured_us: float = 0.0  # total over occurrences and devices (self time)
+    total_us: float = 0.0  # the same with nested ops included (xprof's "total time")
+    # Median time of one occurrence: what `check` compares, robust to noise (None: a report
+    # saved before medians existed).
+    median_us: float | None = None
+    bound_us: float = 0.0  # total lower bound
+    upper_bound_us: float = 0.0  # total sum-of-times bound
+    bound_by: BoundBy = "unmodeled"
+    flops: float = 0.0  # per occurrence
+    bytes: float = 0.0  # HBM bytes per occurrence
+    comm_bytes: float = 0.0  # per occurrence
+    transcendentals: float = 0.0
+    t_compute_us: float = 0.0  # per occurrence
+    t_memory_us: float = 0.0
+    t_comm_us: float = 0.0
+    hlo: str = ""
+    fingerprint: str = ""  # stable across recompiles (hlogap.hlo.fingerprint); "" without HLO
     hints: list[str] = field(default_factory=list)
 
     @property
@@ -48,6 +61,9 @@ class OpRow:
     @property
     def intensity(self) -> float | None:
         return self.flops / self.bytes if self.bytes > 0 else None
+
+    def per_occurrence(self, total_us: float) -> float:
+        return total_us / self.occurrences if self.occurrences > 0 else total_us
 
     def to_dict(self, rank: int) -> dict[str, object]:
         return {
@@ -80,30 +96,79 @@ class OpRow:
             "hints": self.hints,
         }
 
+    @classmethod
+    def from_dict(cls, raw: object, where: str) -> OpRow:
+        """An op of a saved report; keys a report of an older hlogap lacks keep their defaults."""
+        if not isinstance(raw, dict):
+            raise ValueError(f"{where} is not an object")
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            if f.name not in raw:
+                continue
+            value, what = raw[f.name], f"{where}.{f.name}"
+            if f.name == "hints":
+                if not isinstance(value, list) or not all(isinstance(h, str) for h in value):
+                    raise ValueError(f"{what} is not a list of strings")
+            elif f.name == "bound_by":
+                if value not in get_args(BoundBy):
+                    raise ValueError(f"{what} is {value!r}, not one of {get_args(BoundBy)}")
+            elif f.name in ("occurrences", "events"):
+                value = int(_number(value, what))
+            elif f.name == "median_us":
+                value = None if value is None else _number(value, what)
+            elif f.type in ("float", float):
+                value = _number(value, what)
+            else:
+                value = _text(value, what)
+            values[f.name] = value
+        for required in ("module", "name", "occurrences", "measured_us"):
+            if required not in raw:
+                raise KeyError(f"{where}.{required}")
+        return cls(**values)  # type: ignore[arg-type]
 
-@dataclass
+
+@dataclass(frozen=True)
+class Unlisted:
+    """What a report saved with `--top N` left out of `ops`: its summary still counts it."""
+
+    ops: int = 0
+    measured_us: float = 0.0
+    bound_us: float = 0.0
+
+
+@dataclass(kw_only=True)
 class AuditReport:
     path: str
-    run: str | None
-    files: list[str]
-    hosts: list[str]
-    backend: str
-    chip: Chip
-    chip_source: str  # "detected", "user", "calibrated"
-    chip_reason: str  # how it was chosen, in words
-    devices: int
-    events: int
-    ops: list[OpRow]  # every op, sorted by `sort`
-    sort: str = "gap"
+    run: str | None = None
+    files: list[str] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    backend: Backend = "none"
+    chip: Chip | None  # None: a saved report whose chip is not known
+    chip_source: ChipSource = "report"
+    chip_reason: str = ""  # how it was chosen, in words
+    devices: int = 0
+    events: int = 0
+    ops: list[OpRow]  # every op (or the first N of a saved report), sorted by `sort`
+    sort: SortKey = "gap"
     warnings: list[str] = field(default_factory=list)
+    kind: ReportKind = "profile"  # audited here, or loaded from a saved report
+    unlisted: Unlisted = field(default_factory=Unlisted)
+
+    @property
+    def total_ops(self) -> int:
+        return len(self.ops) + self.unlisted.ops
+
+    @property
+    def truncated(self) -> bool:
+        return self.unlisted.ops > 0
 
     @property
     def measured_us(self) -> float:
-        return sum(r.measured_us for r in self.ops)
+        return sum(r.measured_us for r in self.ops) + self.unlisted.measured_us
 
     @property
     def bound_us(self) -> float:
-        return sum(r.bound_us for r in self.ops)
+        return sum(r.bound_us for r in self.ops) + self.unlisted.bound_us
 
     @property
     def gap_us(self) -> float:
@@ -130,7 +195,7 @@ class AuditReport:
     def summary_dict(self) -> dict[str, object]:
         return {
             "devices": self.devices,
-            "ops": len(self.ops),
+            "ops": self.total_ops,
             "events": self.events,
             "measured_us": self.measured_us,
             # Every op event's duration summed: counts a loop body inside its while too.
@@ -145,6 +210,8 @@ class AuditReport:
 
     def chip_dict(self) -> dict[str, object]:
         c = self.chip
+        if c is None:
+            return {}
         return {
             "name": c.name,
             "display": c.display,
@@ -175,20 +242,136 @@ class AuditReport:
             "warnings": self.warnings,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, object], path: str) -> AuditReport:
+        """A report from its JSON document (ValueError, KeyError or TypeError when corrupt)."""
+        raw_ops, summary = data["ops"], data["summary"]
+        if not isinstance(raw_ops, list) or not isinstance(summary, dict):
+            raise ValueError("'ops' is not a list or 'summary' not an object")
+        ops = [OpRow.from_dict(o, f"ops[{i}]") for i, o in enumerate(raw_ops)]
+        source = data.get("source")
+        source = source if isinstance(source, dict) else {}
+        backend = source.get("backend", "none")
+        sort = data.get("sort", "gap")
+        listed_measured = sum(o.measured_us for o in ops)
+        listed_bound = sum(o.bound_us for o in ops)
+        total_ops = int(_number(summary.get("ops", len(ops)), "summary.ops"))
+        unlisted = Unlisted(
+            ops=max(total_ops - len(ops), 0),
+            measured_us=_number(summary["measured_us"], "summary.measured_us") - listed_measured,
+            bound_us=_number(summary["bound_us"], "summary.bound_us") - listed_bound,
+        )
+        warnings = data.get("warnings", [])
+        return cls(
+            path=path,
+            run=source.get("run") if isinstance(source.get("run"), str) else None,
+            files=[str(f) for f in source.get("files", [])],
+            hosts=[str(h) for h in source.get("hosts", [])],
+            backend=backend if backend in get_args(Backend) else "none",
+            chip=_chip(data.get("chip")),
+            chip_reason=f"from the report {path}",
+            devices=int(_number(summary.get("devices", 0), "summary.devices")),
+            events=int(_number(summary.get("events", 0), "summary.events")),
+            ops=ops,
+            sort=sort if sort in SORT_KEYS else "gap",
+            warnings=[str(w) for w in warnings] if isinstance(warnings, list) else [],
+            kind="report",
+            unlisted=unlisted if unlisted.ops else Unlisted(),
+        )
 
-def sort_rows(rows: list[OpRow], key: str) -> list[OpRow]:
+    def only_modules(self, keep: list[OpRow]) -> AuditReport:
+        """The same report holding only `keep` (a module filter on a saved report: what the
+        summary counted of other modules is not known, so it is dropped)."""
+        report = AuditReport(**{f.name: getattr(self, f.name) for f in fields(self)})
+        report.ops = keep
+        report.unlisted = Unlisted()
+        return report
+
+
+def load_json(path: Path, role: str) -> AuditReport:
+    """A saved `audit --format json` report; `role` ("baseline", "BASE"...) names it in errors."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise InputError(f"cannot read {role} {path}: {reason}") from exc
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        detail = (
+            f"line {exc.lineno}: {exc.msg}"
+            if isinstance(exc, json.JSONDecodeError)
+            else "nested too deeply"
+        )
+        raise InputError(
+            f"{role} {path} is not JSON ({detail}); "
+            "save it with `hlogap audit PATH --format json --top 0`"
+        ) from exc
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise InputError(
+            f"{role} {path} is not an hlogap audit report (schema {found!r}, expected {SCHEMA!r})"
+        )
+    try:
+        return AuditReport.from_dict(data, str(path))
+    except (KeyError, ValueError, TypeError, OverflowError) as exc:
+        detail = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise InputError(f"{role} {path} is a corrupt hlogap report: {detail}") from exc
+
+
+def _number(value: object, what: str) -> float:
+    if value is None:  # the JSON writer turns non-finite numbers into null
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{what} is {value!r}, not a number")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{what} is {value!r}, not a finite number")
+    return number
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} is {value!r}, not a string")
+    return value
+
+
+def _chip(raw: object) -> Chip | None:
+    """The chip a saved report names (its peaks as written); None when it gives none."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+        return None
+    peaks = raw.get("peak_flops")
+    hbm_bw = raw.get("hbm_bw")
+    link = raw.get("interconnect_bw")
+    if not isinstance(peaks, dict) or not isinstance(hbm_bw, (int, float)):
+        return None
+    name = raw["name"]
+    return Chip(
+        name=name,
+        vendor=str(raw.get("vendor", "")),
+        display=str(raw.get("display", name)),
+        peak_flops={str(k): float(v) for k, v in peaks.items() if isinstance(v, (int, float))},
+        vector_flops={},
+        hbm_bw=float(hbm_bw),
+        hbm_bytes=None,
+        interconnect_bw=float(link) if isinstance(link, (int, float)) else None,
+        sources={},
+        detect={},
+        path=None,
+    )
+
+
+def sort_rows(rows: list[OpRow], key: SortKey) -> list[OpRow]:
     """Largest first for every key, as the contract says; unmeasured ops go last."""
     if key == "gap":
         return sorted(rows, key=lambda r: (-r.gap_us, -r.measured_us, r.name))
     if key == "measured":
         return sorted(rows, key=lambda r: (-r.measured_us, r.name))
-    if key == "efficiency":
-        return sorted(
-            rows,
-            key=lambda r: (
-                -(r.efficiency if r.efficiency is not None else -1.0),
-                -r.measured_us,
-                r.name,
-            ),
-        )
-    raise ValueError(key)
+    return sorted(
+        rows,
+        key=lambda r: (
+            -(r.efficiency if r.efficiency is not None else -1.0),
+            -r.measured_us,
+            r.name,
+        ),
+    )

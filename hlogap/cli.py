@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from typer.exceptions import Abort, Exit, TyperException
 
-from hlogap.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_USAGE, HlogapError, UsageError
+from hlogap.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_USAGE, HlogapError
+
+if TYPE_CHECKING:
+    from hlogap.render.base import Document, DocumentKind
 
 app = typer.Typer(
     add_completion=False,
@@ -31,7 +34,15 @@ ChipOpt = Annotated[
         help="Chip name (see `hlogap chips`) or a chip TOML file; default: detect from the trace.",
     ),
 ]
-FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, json, csv or md.")]
+FormatOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--format",
+        "-f",
+        help="Output format (table, json, ...; docs/cli.md); default: from --output's "
+        "extension, else table.",
+    ),
+]
 TopOpt = Annotated[int, typer.Option("--top", "-n", help="Rows to show; 0 = all.")]
 OutputOpt = Annotated[
     Path | None,
@@ -49,9 +60,15 @@ def _emit(text: str, output: Path | None) -> None:
         raise HlogapError(f"cannot write {output}: {exc.strerror}") from exc
 
 
-def _check_format(fmt: str, allowed: tuple[str, ...]) -> None:
-    if fmt not in allowed:
-        raise UsageError(f"unknown format '{fmt}' (use one of: {', '.join(allowed)})")
+def _write(
+    document: Document, kind: DocumentKind, fmt: str | None, output: Path | None, top: int = 20
+) -> None:
+    """Render `document` in the chosen format to `output` or stdout."""
+    from hlogap.render.base import RenderOptions, choose_format, render
+
+    chosen = choose_format(kind, fmt, output)
+    color = output is None and sys.stdout.isatty()
+    _emit(render(document, chosen, RenderOptions(top=top, color=color)), output)
 
 
 @app.command()
@@ -59,7 +76,7 @@ def audit(
     path: Annotated[Path, typer.Argument(help="TensorBoard logdir, run directory or .xplane.pb")],
     chip: ChipOpt = None,
     top: TopOpt = 20,
-    fmt: FormatOpt = "table",
+    fmt: FormatOpt = None,
     output: OutputOpt = None,
     run: Annotated[str | None, typer.Option(help="Run name; default: newest.")] = None,
     host: Annotated[str | None, typer.Option(help="Only this host's file.")] = None,
@@ -80,9 +97,9 @@ def audit(
 ) -> None:
     """Rank a profile's XLA ops by the time they lose against the roofline."""
     from hlogap.pipeline import audit as run_audit
-    from hlogap.render import FORMATS, render
+    from hlogap.render.base import choose_format
 
-    _check_format(fmt, FORMATS)
+    choose_format("audit", fmt, output)  # a bad format fails before the profile is read
     report = run_audit(
         path,
         chip,
@@ -94,7 +111,7 @@ def audit(
         sort=sort,
         jobs=jobs,
     )
-    _emit(render(report, fmt, top, color=output is None and sys.stdout.isatty()), output)
+    _write(report, "audit", fmt, output, top)
     if plot is not None:
         from hlogap.render.plot import write_plot
 
@@ -104,21 +121,21 @@ def audit(
 @app.command()
 def demo(
     top: TopOpt = 20,
-    fmt: FormatOpt = "table",
+    fmt: FormatOpt = None,
     chip: ChipOpt = None,
 ) -> None:
     """Audit the sample CPU profile bundled with hlogap (calibrates this CPU if needed)."""
     from hlogap.chips.calibrate import calibrate, calibrated_chip
     from hlogap.pipeline import audit as run_audit
-    from hlogap.render import FORMATS, render
+    from hlogap.render.base import choose_format
 
-    _check_format(fmt, FORMATS)
+    choose_format("audit", fmt, None)
     sample = Path(__file__).parent / "data" / "sample"
     if chip is None and calibrated_chip() is None:
         print("calibrating this CPU once (numpy matmul and copy)...", file=sys.stderr)
         calibrate()
     report = run_audit(sample, chip)
-    _emit(render(report, fmt, top, color=sys.stdout.isatty()), None)
+    _write(report, "audit", fmt, None, top)
 
 
 @app.command()
@@ -143,7 +160,7 @@ def bound(
         str, typer.Argument(help="One HLO instruction with inline operand shapes; '-' reads stdin.")
     ],
     chip: Annotated[str, typer.Option("--chip", help="Chip name or chip TOML file.")],
-    fmt: FormatOpt = "table",
+    fmt: FormatOpt = None,
     devices: Annotated[
         int | None,
         typer.Option("--devices", help="Devices in a collective whose replica_groups are empty."),
@@ -151,20 +168,20 @@ def bound(
 ) -> None:
     """Roofline of one HLO instruction on one device: FLOPs, bytes, times, what bounds it."""
     from hlogap.bounds.instruction import bound_instruction
-    from hlogap.render.bound import render_bound
+    from hlogap.render.base import choose_format
 
-    _check_format(fmt, ("table", "json"))
+    choose_format("bound", fmt, None)
     text = sys.stdin.read() if hlo == "-" else hlo
-    _emit(render_bound(bound_instruction(text, chip, num_devices=devices), fmt), None)
+    _write(bound_instruction(text, chip, num_devices=devices), "bound", fmt, None)
 
 
 @app.command()
-def chips(fmt: FormatOpt = "table") -> None:
+def chips(fmt: FormatOpt = None) -> None:
     """The chips hlogap knows: peaks, bandwidths, ridge points, and where each figure comes from."""
-    from hlogap.render.chips import render_chips
+    from hlogap.chips import builtin_chips
+    from hlogap.render.base import ChipList
 
-    _check_format(fmt, ("table", "json"))
-    _emit(render_chips(fmt), None)
+    _write(ChipList(builtin_chips()), "chips", fmt, None)
 
 
 @app.command()
@@ -227,18 +244,19 @@ def check(
     host: Annotated[str | None, typer.Option(help="Only this host's file.")] = None,
     device: Annotated[int | None, typer.Option(help="Only this device ordinal.")] = None,
     module: Annotated[str | None, typer.Option(help="Only modules matching REGEX.")] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table, json or md.")] = "table",
+    fmt: FormatOpt = None,
 ) -> None:
     """CI gate: compare PATH with a baseline report; exit 1 if it regressed."""
     import os
 
     from hlogap.errors import EXIT_REGRESSION
     from hlogap.pipeline import load_pair
-    from hlogap.render.diff import append_step_summary, render_check
+    from hlogap.render.base import choose_format
+    from hlogap.render.md import append_step_summary
     from hlogap.report.compare import compare
     from hlogap.report.gate import resolve_thresholds, run_check
 
-    _check_format(fmt, ("table", "json", "md"))
+    choose_format("check", fmt, None)
     thresholds = resolve_thresholds(
         {
             "max_regression": max_regression,
@@ -259,7 +277,7 @@ def check(
         module=module,
     )
     result = run_check(compare(base, new), thresholds)
-    _emit(render_check(result, fmt), None)
+    _write(result, "check", fmt, None)
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
         append_step_summary(result, Path(step_summary))
@@ -273,7 +291,7 @@ def diff(
     new: Annotated[Path, typer.Argument(help="New: a profile or a saved JSON report.")],
     chip: ChipOpt = None,
     top: TopOpt = 20,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table, json or md.")] = "table",
+    fmt: FormatOpt = None,
     run: Annotated[str | None, typer.Option(help="Run name; default: newest.")] = None,
     host: Annotated[str | None, typer.Option(help="Only this host's file.")] = None,
     device: Annotated[int | None, typer.Option(help="Only this device ordinal.")] = None,
@@ -281,14 +299,14 @@ def diff(
 ) -> None:
     """Op-by-op comparison of two profiles or reports, ops matched across recompiles."""
     from hlogap.pipeline import load_pair
-    from hlogap.render.diff import render_diff
+    from hlogap.render.base import choose_format
     from hlogap.report.compare import compare
 
-    _check_format(fmt, ("table", "json", "md"))
+    choose_format("diff", fmt, None)
     base_report, new_report = load_pair(
         (base, "BASE"), (new, "NEW"), chip=chip, run=run, host=host, device=device, module=module
     )
-    _emit(render_diff(compare(base_report, new_report), fmt, top), None)
+    _write(compare(base_report, new_report), "diff", fmt, None, top)
 
 
 def main() -> None:

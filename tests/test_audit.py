@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import hlogap as api
-from hlogap.render import render
+from hlogap.render.base import RenderOptions, render
 from tests.conftest import FIXTURES, SAMPLE, cpu_fixtures
 from tests.test_timing import _events_by_op
 
@@ -84,7 +84,7 @@ def test_cpu_report_is_the_thunk_events(program: str, cpu_chip_file: Path) -> No
         # encloses its body's thunks, which are charged to themselves.
         assert got[key].total_us == pytest.approx(sum(durations) / 1e6)
         assert 0 < got[key].measured_us <= got[key].total_us + 1e-9
-    summary = json.loads(render(report, "json", 0))["summary"]
+    summary = json.loads(render(report, "json", RenderOptions(top=0)))["summary"]
     assert summary["measured_us"] == pytest.approx(report.measured_us)
     # Every op event of the file is accounted for: event_us sums them all (a while thunk and the
     # body thunks inside it both count); measured_us charges each moment to the innermost op.
@@ -94,7 +94,7 @@ def test_cpu_report_is_the_thunk_events(program: str, cpu_chip_file: Path) -> No
 
 
 def test_json_follows_the_contract(amd_file: Path) -> None:
-    doc = json.loads(render(api.audit(amd_file), "json", 2))
+    doc = json.loads(render(api.audit(amd_file), "json", RenderOptions(top=2)))
     assert doc["schema"] == "hlogap.audit/1"
     assert {"path", "run", "files", "hosts"} <= set(doc["source"])
     assert {"name", "display", "vendor", "source", "peak_flops", "hbm_bw"} <= set(doc["chip"])
@@ -128,7 +128,7 @@ def test_cli_json_pipes_into_json_tool(amd_file: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize("fmt", ["table", "csv", "md"])
 def test_other_formats_name_the_top_op(amd_file: Path, fmt: str) -> None:
     report = api.audit(amd_file)
-    text = render(report, fmt, 5)
+    text = render(report, fmt, RenderOptions(top=5))
     assert report.ops[0].name in text
 
 

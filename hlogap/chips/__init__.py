@@ -116,6 +116,22 @@ class Chip:
             return self.vector_flops[key]
         return self.vector_flops.get("f32", max(self.vector_flops.values()))
 
+    def to_dict(self) -> dict[str, object]:
+        """`hlogap chips --format json`: every figure, the ridge points and the sources."""
+        return {
+            "name": self.name,
+            "display": self.display,
+            "vendor": self.vendor,
+            "peak_flops": dict(self.peak_flops),
+            "vector_flops": dict(self.vector_flops),
+            "hbm_bw": self.hbm_bw,
+            "hbm_bytes": self.hbm_bytes,
+            "interconnect_bw": self.interconnect_bw,
+            "ridge_points": {k: v / self.hbm_bw for k, v in self.peak_flops.items()},
+            "detect": self.detect,
+            "sources": dict(self.sources),
+        }
+
     def ridge_point(self, dtype: str = "bf16") -> float:
         """Arithmetic intensity (FLOP/byte of HBM traffic) where compute and memory times meet."""
         return self.matrix_peak(dtype) / self.hbm_bw

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
+from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.report.model import AuditReport
 
 COLUMNS = (
@@ -29,12 +30,23 @@ COLUMNS = (
 )
 
 
-def render_csv(report: AuditReport, top: int) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    for row in report.to_dict(top)["ops"]:  # type: ignore[union-attr]
-        values = dict(row)  # type: ignore[call-overload]
-        values["hints"] = "; ".join(values["hints"])
-        writer.writerow(["" if values[c] is None else values[c] for c in COLUMNS])
-    return out.getvalue()
+class CsvRenderer:
+    name = "csv"
+    extensions = (".csv",)
+    kinds: frozenset[DocumentKind] = frozenset({"audit"})
+
+    def render(self, document: Document, options: RenderOptions) -> str:
+        if not isinstance(document, AuditReport):
+            raise TypeError(f"no CSV for {type(document).__name__}")
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(COLUMNS)
+        rows = document.ops if options.top <= 0 else document.ops[: options.top]
+        for rank, row in enumerate(rows, 1):
+            values = row.to_dict(rank)
+            values["hints"] = "; ".join(row.hints)
+            writer.writerow(["" if values[c] is None else values[c] for c in COLUMNS])
+        return out.getvalue()
+
+
+register(CsvRenderer())

@@ -1,10 +1,12 @@
-"""`--format json`: the hlogap.audit/1 document (docs/json.md)."""
+"""`--format json`: every document as JSON (hlogap.audit/1, diff/1, check/1, chips/1; docs/)."""
 
 from __future__ import annotations
 
 import json
 import math
 
+from hlogap.render.base import Document, DocumentKind, RenderOptions, register
+from hlogap.report.compare import Diff
 from hlogap.report.model import AuditReport
 
 
@@ -19,5 +21,18 @@ def _finite(value: object) -> object:
     return value
 
 
-def render_json(report: AuditReport, top: int) -> str:
-    return json.dumps(_finite(report.to_dict(top)), indent=2) + "\n"
+class JsonRenderer:
+    name = "json"
+    extensions = (".json",)
+    kinds: frozenset[DocumentKind] = frozenset({"audit", "diff", "check", "chips", "bound"})
+
+    def render(self, document: Document, options: RenderOptions) -> str:
+        if isinstance(document, (AuditReport, Diff)):
+            data = document.to_dict(options.top)
+        else:
+            data = document.to_dict()
+        # `default=str`: a user's chip file may hold TOML dates in [detect]
+        return json.dumps(_finite(data), indent=2, default=str) + "\n"
+
+
+register(JsonRenderer())

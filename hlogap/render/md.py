@@ -1,17 +1,51 @@
-"""`--format md`: a Markdown summary and table (CI step summaries, pull-request comments)."""
+"""`--format md`: Markdown for CI step summaries and pull-request comments."""
 
 from __future__ import annotations
 
-from hlogap.render.text import header_lines
+import sys
+from pathlib import Path
+
+from hlogap.render.base import Document, DocumentKind, RenderOptions, register
+from hlogap.render.text import (
+    CHECK_ROWS,
+    DIFF_COLUMNS,
+    appeared_lines,
+    diff_cells,
+    diff_header,
+    header_lines,
+    more_line,
+    multi_module,
+    thresholds_line,
+)
+from hlogap.report.compare import Diff, DiffRow
+from hlogap.report.gate import CheckResult
 from hlogap.report.model import AuditReport
 from hlogap.units import fmt_eff, fmt_us
+
+
+class MarkdownRenderer:
+    name = "md"
+    extensions = (".md", ".markdown")
+    kinds: frozenset[DocumentKind] = frozenset({"audit", "diff", "check"})
+
+    def render(self, document: Document, options: RenderOptions) -> str:
+        if isinstance(document, AuditReport):
+            return _audit(document, options.top)
+        if isinstance(document, Diff):
+            return "\n".join(["## hlogap diff", "", *_diff(document, options.top)]) + "\n"
+        if isinstance(document, CheckResult):
+            return _check(document)
+        raise TypeError(f"no Markdown for {type(document).__name__}")
+
+
+register(MarkdownRenderer())
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render_md(report: AuditReport, top: int) -> str:
+def _audit(report: AuditReport, top: int) -> str:
     lines = ["## hlogap audit", ""]
     lines += [f"- {_cell(line)}" for line in header_lines(report)]
     lines += [
@@ -28,3 +62,72 @@ def render_md(report: AuditReport, top: int) -> str:
             f"{fmt_eff(r.efficiency)} | {r.bound_by} | {_cell(hint)} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _diff_table(rows: list[DiffRow], with_module: bool) -> list[str]:
+    lines = [
+        "| " + " | ".join(DIFF_COLUMNS) + " |",
+        "|"
+        + "|".join("---" if c in ("status", "op", "match") else "---:" for c in DIFF_COLUMNS)
+        + "|",
+    ]
+    for row in rows:
+        cells = diff_cells(row, with_module)
+        cells[1] = f"`{cells[1]}`"
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return lines
+
+
+def _diff(diff: Diff, top: int) -> list[str]:
+    rows = diff.rows if top <= 0 else diff.rows[:top]
+    more = more_line(len(rows), len(diff.rows), "--top 0 shows all")
+    header = [f"- {_cell(h)}" for h in diff_header(diff)]
+    return [*header, "", *_diff_table(rows, multi_module(diff.rows)), *more]
+
+
+def _check(result: CheckResult) -> str:
+    diff = result.diff
+    rows = result.regressed[:CHECK_ROWS]
+    more = more_line(len(rows), len(result.regressed), "--format json lists all")
+    notes = [
+        *appeared_lines(result),
+        *(f"warning: {w}" for w in diff.warnings),
+        thresholds_line(result),
+        f"baseline: {diff.base.path}; checked: {diff.new.path}",
+    ]
+    mark = "✅" if result.passed else "❌"
+    lines = [f"### {mark} {_cell(result.verdict())}", "", "| check | result |", "|---|---|"]
+    lines += [
+        f"| {c.name} | {'**FAIL**' if c.failed else 'ok'}: {_cell(c.text)} |" for c in result.checks
+    ]
+    if rows:
+        lines += [
+            "",
+            f"Ops slower than +{result.thresholds.max_op_regression:g}% per occurrence:",
+            "",
+            *_diff_table(rows, multi_module(diff.rows)),
+            *more,
+        ]
+    lines += ["", *(f"- {_cell(n)}" for n in notes)]
+    lines += [
+        "",
+        "<details><summary>op-by-op diff</summary>",
+        "",
+        *_diff(diff, 20),
+        "",
+        "</details>",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def append_step_summary(result: CheckResult, path: Path) -> None:
+    """Add the Markdown verdict to a GitHub Actions step summary; a failure to write is a warning
+    (the verdict and the exit code stand)."""
+    try:
+        with path.open("a", encoding="utf-8") as f:
+            f.write(_check(result) + "\n")
+    except OSError as exc:
+        print(
+            f"hlogap: warning: cannot write the step summary {path}: {exc.strerror}",
+            file=sys.stderr,
+        )

@@ -1,13 +1,16 @@
-"""Number formatting and the report header shared by the human-readable renderers."""
+"""What the human-readable renderers (table, md) share: headers and the cells of diff rows."""
 
 from __future__ import annotations
 
+from hlogap.report.compare import MATCH_METHODS, Diff, DiffRow
+from hlogap.report.gate import CheckResult
 from hlogap.report.model import AuditReport
 from hlogap.units import fmt_eff, fmt_si, fmt_us
 
 
 def header_lines(report: AuditReport) -> list[str]:
     chip = report.chip
+    assert chip is not None, "an audited profile always has a chip"
     bf16 = chip.peak_flops.get("bf16") or max(chip.peak_flops.values())
     speedup = report.speedup
     modeled = report.modeled_fraction
@@ -22,4 +25,114 @@ def header_lines(report: AuditReport) -> list[str]:
         f"gap {fmt_us(report.gap_us)}, efficiency {fmt_eff(report.efficiency)}, "
         f"modeled {fmt_eff(modeled)} of time"
         + (f", possible speedup {speedup:.2f}x" if speedup else ""),
+    ]
+
+
+CHECK_ROWS = 15  # failing ops listed by `check` (one screen); JSON lists them all
+DIFF_COLUMNS = (
+    "status",
+    "op",
+    "match",
+    "n",
+    "base/occ",
+    "new/occ",
+    "Δ/occ",
+    "Δ measured",
+    "Δ bound",
+    "Δ gap",
+)
+
+
+def signed_us(us: float) -> str:
+    return ("+" if us >= 0 else "") + fmt_us(us)
+
+
+def pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f}%"
+
+
+def occ(row: DiffRow) -> str:
+    b = str(row.base.occurrences) if row.base else "-"
+    n = str(row.new.occurrences) if row.new else "-"
+    return b if b == n else f"{b} -> {n}"
+
+
+def opt_us(us: float | None) -> str:
+    return "-" if us is None else fmt_us(us)
+
+
+def diff_cells(row: DiffRow, with_module: bool) -> list[str]:
+    name = f"{row.pair.module}/{row.name}" if with_module else row.name
+    return [
+        row.status,
+        name,
+        row.pair.method if row.pair.method in MATCH_METHODS else "-",
+        occ(row),
+        opt_us(row.base_measured_per_occ_us),
+        opt_us(row.new_measured_per_occ_us),
+        pct(row.measured_per_occ_delta_pct),
+        signed_us(row.measured_delta_us),
+        signed_us(row.bound_delta_us),
+        signed_us(row.gap_delta_us),
+    ]
+
+
+def side_line(label: str, r: AuditReport) -> str:
+    chip = r.chip.name if r.chip else "?"
+    return (
+        f"{label}: {r.path} ({r.kind}, chip {chip}): measured {fmt_us(r.measured_us)}, "
+        f"bound {fmt_us(r.bound_us)}, gap {fmt_us(r.gap_us)}, efficiency {fmt_eff(r.efficiency)}"
+    )
+
+
+def diff_header(diff: Diff) -> list[str]:
+    counts = diff.counts()
+    matched = sum(counts[m] for m in MATCH_METHODS)
+    how = ", ".join(f"{counts[m]} by {m}" for m in MATCH_METHODS if counts[m])
+    return [
+        side_line("base", diff.base),
+        side_line("new ", diff.new),
+        f"change: measured {signed_us(diff.measured_delta_us)} "
+        f"({pct(diff.measured_delta_pct)}), bound {signed_us(diff.bound_delta_us)}, "
+        f"gap {signed_us(diff.gap_delta_us)}, efficiency {fmt_eff(diff.base.efficiency)} -> "
+        f"{fmt_eff(diff.new.efficiency)}",
+        f"ops: {matched} matched"
+        + (f" ({how})" if how else "")
+        + f", {counts['appeared']} appeared, {counts['vanished']} vanished",
+        *(f"warning: {w}" for w in diff.warnings),
+    ]
+
+
+def multi_module(rows: list[DiffRow]) -> bool:
+    return len({r.pair.module for r in rows}) > 1
+
+
+def more_line(shown: int, total: int, hint: str) -> list[str]:
+    return [f"({shown} of {total} ops; {hint})"] if shown < total else []
+
+
+def thresholds_line(result: CheckResult) -> str:
+    t = result.thresholds
+    text = (
+        f"thresholds: max-regression {t.max_regression:g}%, "
+        f"max-gap-regression {t.max_gap_regression:g}%, "
+        f"max-op-regression {t.max_op_regression:g}%, min-op-share {t.min_op_share:g}%"
+    )
+    if t.min_efficiency is not None:
+        text += f", min-efficiency {t.min_efficiency:g}"
+    return text + (f" (config: {t.config})" if t.config else "")
+
+
+def appeared_lines(result: CheckResult) -> list[str]:
+    if not result.appeared:
+        return []
+    names = ", ".join(
+        f"{r.name} ({r.op.measured_us / result.diff.new.measured_us:.0%} of the time)"
+        for r in result.appeared[:5]
+    )
+    extra = len(result.appeared) - 5
+    return [
+        "new ops (counted in the totals, not gated one by one): "
+        + names
+        + (f" and {extra} more" if extra > 0 else "")
     ]

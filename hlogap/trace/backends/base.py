@@ -39,10 +39,11 @@ def register(reader: BackendReader) -> BackendReader:
 
 def registered() -> list[BackendReader]:
     """Every backend of this package, imported on first use, in order of `priority`."""
-    if not _REGISTRY:
-        package = importlib.import_module("hlogap.trace.backends")
-        for info in pkgutil.iter_modules(package.__path__):
-            importlib.import_module(f"{package.__name__}.{info.name}")
+    # Every module is imported, not only until the registry is non-empty: a caller may have
+    # imported one of them directly already.
+    package = importlib.import_module("hlogap.trace.backends")
+    for info in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{info.name}")
     return sorted(_REGISTRY.values(), key=lambda r: r.priority)
 
 

@@ -1,0 +1,106 @@
+"""Renderers: one per output format, found by name or by an output file's extension.
+
+A renderer module in this package defines a class with `name`, `extensions` and `kinds` (the
+documents it can write) and a `render(document, options)` method, and passes an instance to
+`register`. Adding an output format is one new module here: the command line asks this
+registry which formats exist, which document kinds each writes, and which one `-o FILE` means.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+from hlogap.bounds.instruction import InstructionBound
+from hlogap.chips import Chip
+from hlogap.errors import UsageError
+from hlogap.report.compare import Diff
+from hlogap.report.gate import CheckResult
+from hlogap.report.model import AuditReport
+
+DocumentKind = Literal["audit", "diff", "check", "chips", "bound"]
+
+
+@dataclass(frozen=True)
+class ChipList:
+    """`hlogap chips`: the chip database as a document."""
+
+    chips: list[Chip]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"schema": "hlogap.chips/1", "chips": [c.to_dict() for c in self.chips]}
+
+
+Document = AuditReport | Diff | CheckResult | ChipList | InstructionBound
+
+
+def kind_of(document: Document) -> DocumentKind:
+    if isinstance(document, AuditReport):
+        return "audit"
+    if isinstance(document, Diff):
+        return "diff"
+    if isinstance(document, CheckResult):
+        return "check"
+    if isinstance(document, ChipList):
+        return "chips"
+    return "bound"
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    top: int = 20  # rows of a report or a diff; 0 = all
+    color: bool = False  # a terminal that shows colour
+
+
+class Renderer(Protocol):
+    name: str  # what --format takes
+    extensions: tuple[str, ...]  # output file suffixes that choose this format
+    kinds: frozenset[DocumentKind]
+
+    def render(self, document: Document, options: RenderOptions) -> str: ...
+
+
+_REGISTRY: dict[str, Renderer] = {}
+
+
+def register(renderer: Renderer) -> Renderer:
+    _REGISTRY[renderer.name] = renderer
+    return renderer
+
+
+def renderers() -> list[Renderer]:
+    """Every renderer of this package (modules imported on first use), by name."""
+    # Every module is imported, not only until the registry is non-empty: a caller may have
+    # imported one of them directly already.
+    package = importlib.import_module("hlogap.render")
+    for info in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{info.name}")
+    return sorted(_REGISTRY.values(), key=lambda r: r.name)
+
+
+def formats(kind: DocumentKind) -> list[str]:
+    return [r.name for r in renderers() if kind in r.kinds]
+
+
+def choose_format(kind: DocumentKind, fmt: str | None, output: Path | None) -> str:
+    """`--format` if given, else what `--output`'s extension names, else `table`; a format
+    that cannot write this kind of document is a usage error."""
+    allowed = formats(kind)
+    if fmt is None and output is not None:
+        suffix = output.suffix.lower()
+        fmt = next((r.name for r in renderers() if suffix in r.extensions), None)
+        if fmt is not None and fmt not in allowed:
+            fmt = None
+    fmt = fmt or "table"
+    if fmt not in allowed:
+        raise UsageError(f"unknown format '{fmt}' (use one of: {', '.join(allowed)})")
+    return fmt
+
+
+def render(document: Document, fmt: str, options: RenderOptions) -> str:
+    kind = kind_of(document)
+    choose_format(kind, fmt, None)
+    return _REGISTRY[fmt].render(document, options)

@@ -9,7 +9,7 @@ from typing import Any
 
 from hlogap.chips import Chip, detect_chip, load_chip
 from hlogap.errors import InputError, UsageError
-from hlogap.report.model import SORT_KEYS, AuditReport, load_json, sort_rows
+from hlogap.report.model import SORT_KEYS, AuditReport, ChipSource, load_json, sort_rows
 from hlogap.source import ProfileSource, find_profile
 from hlogap.trace.model import TraceData, merge_traces
 from hlogap.trace.reading import PendingTrace, read_trace, start_reading
@@ -44,7 +44,7 @@ def read_profile(source: ProfileSource, jobs: int | None = None) -> TraceData | 
     return merge_traces(traces)
 
 
-def chip_from_trace(trace: TraceData) -> tuple[Chip, str, str]:
+def chip_from_trace(trace: TraceData) -> tuple[Chip, ChipSource, str]:
     """(chip, source, reason) without `--chip`: detected from device planes; CPU: calibrated."""
     if trace.backend in ("gpu", "tpu"):
         for dev in trace.devices:
@@ -78,14 +78,17 @@ def audit(
     jobs: int | None = None,
 ) -> AuditReport:
     """Audit a profile (logdir, run directory or .xplane.pb) and return the report."""
-    if sort not in SORT_KEYS:
+    sort_key = next((k for k in SORT_KEYS if k == sort), None)
+    if sort_key is None:
         raise UsageError(f"unknown sort key '{sort}' (use one of: {', '.join(SORT_KEYS)})")
     module_re = _module_regex(module)
     dump_dir = Path(hlo_dump) if hlo_dump else None
     if dump_dir is not None and not dump_dir.is_dir():
         raise InputError(f"--hlo-dump is not a directory: {dump_dir}")
     # A user's chip is checked before the profile is read: a typo fails at once.
-    chosen = (load_chip(chip), "user", f"--chip {chip}") if chip else None
+    chosen: tuple[Chip, ChipSource, str] | None = (
+        (load_chip(chip), "user", f"--chip {chip}") if chip else None
+    )
     source = find_profile(path, run=run, host=host)
     reading = read_profile(source, jobs)
     from hlogap.report.analysis import op_rows  # heavy imports, while forked readers run
@@ -109,8 +112,8 @@ def audit(
         chip_reason=reason,
         devices=times.devices,
         events=int(times.events.sum()),
-        ops=sort_rows(rows, sort),
-        sort=sort,
+        ops=sort_rows(rows, sort_key),
+        sort=sort_key,
         warnings=list(trace.warnings),
     )
 

@@ -16,7 +16,7 @@ from hlogap.cost import (
     timed_computations,
     trip_count,
 )
-from hlogap.cost.custom_calls import causal_pairs
+from hlogap.cost.custom_calls.attention import causal_pairs
 from hlogap.cost.matmul import valid_taps
 from hlogap.hlo.ir import Computation, DotDims, Instruction, Module, Shape
 from hlogap.hlo.text import parse_instruction, parse_module

@@ -61,11 +61,8 @@ def op_traffic(
     elif custom is not None:
         if custom.free:
             return
-        if custom.read_bytes is not None:
-            t.read += custom.read_bytes
-        else:
-            for s in shapes:
-                t.add_read(s)
+        for s in shapes:
+            t.add_read(s)
         for s in custom.outputs:
             t.add_write(s)
     else:

@@ -299,7 +299,8 @@ class _Instruction:
             attrs["iota_dimension"] = str(p.dimensions[0])
         elif op == "compare":
             attrs["direction"] = p.comparison_direction
-            operand = inst.operand_shapes[0].element_type if inst.operand_shapes else ""
+            first = inst.operand_shapes[0] if inst.operand_shapes else None
+            operand = first.element_type if first is not None else ""
             if p.comparison_type and p.comparison_type != _default_comparison(operand):
                 attrs["type"] = p.comparison_type
         if p.channel_id > 0:
@@ -635,6 +636,7 @@ def _as_f32(value: float, element: str) -> float:
     if element != "f32":
         return value
     try:
-        return struct.unpack("<f", struct.pack("<f", value))[0]
+        rounded: float = struct.unpack("<f", struct.pack("<f", value))[0]
+        return rounded
     except OverflowError:
         return math.copysign(math.inf, value)

@@ -88,6 +88,13 @@ _CALL_ATTRS = frozenset(
 _MAX_DEPTH = 64  # tuple nesting; deeper input is rejected rather than recursed into
 
 
+def _match_end(pattern: re.Pattern[str], text: str, pos: int, end: int) -> int:
+    """Where `pattern`, which also matches the empty string (so always matches), ends."""
+    found = pattern.match(text, pos, end)
+    assert found is not None, "the pattern matches the empty string"
+    return found.end()
+
+
 def unescape(body: str) -> str:
     """Undo XLA's C escaping (`absl::CEscape`) of a string literal's body."""
     if "\\" not in body:
@@ -235,7 +242,7 @@ class _Parser:
 
     def skip(self) -> None:
         if self.pos < self.end and self.text[self.pos] in _SKIPPABLE:
-            self.pos = _SKIP.match(self.text, self.pos, self.end).end()
+            self.pos = _match_end(_SKIP, self.text, self.pos, self.end)
 
     def peek(self) -> str:
         return self.text[self.pos] if self.pos < self.end else ""
@@ -309,7 +316,7 @@ class _Parser:
         text, end = self.text, self.end
         stack: list[str] = []
         while True:
-            pos = _PLAIN.match(text, pos, end).end()
+            pos = _match_end(_PLAIN, text, pos, end)
             if pos >= end:
                 break
             c = text[pos]
@@ -542,7 +549,7 @@ class _Parser:
         m = _NAME.match(self.text, self.pos, self.end)
         if m is None:
             return False
-        rest = _SKIP.match(self.text, m.end(), self.end).end()
+        rest = _match_end(_SKIP, self.text, m.end(), self.end)
         return self.text.startswith("=", rest)
 
     # ---- modules ----
@@ -551,13 +558,13 @@ class _Parser:
         self.skip()
         module = Module(name="")
         if self.keyword("HloModule"):
-            self.pos = _SPACES.match(self.text, self.pos, self.end).end()
+            self.pos = _match_end(_SPACES, self.text, self.pos, self.end)
             module.name = self.match(_MODULE_NAME, "a module name").group()
             while True:
-                self.pos = _SPACES.match(self.text, self.pos, self.end).end()
+                self.pos = _match_end(_SPACES, self.text, self.pos, self.end)
                 if not self.eat(","):
                     break
-                self.pos = _SPACES.match(self.text, self.pos, self.end).end()
+                self.pos = _match_end(_SPACES, self.text, self.pos, self.end)
                 key = self.match(_IDENT, "a module attribute").group()
                 self.expect("=")
                 end = self.balanced_end(self.pos, stop_at_comma=True)
@@ -652,7 +659,7 @@ class _Parser:
             return False
         if int(m.group()) != expected:
             raise self.error(f"row {expected} of {title}")
-        self.pos = _SPACES.match(self.text, m.end(), self.end).end()
+        self.pos = _match_end(_SPACES, self.text, m.end(), self.end)
         return True
 
     def computation(self, pending: list[tuple[Instruction, int]]) -> Computation:

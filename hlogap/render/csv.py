@@ -32,7 +32,7 @@ COLUMNS = (
 
 class CsvRenderer:
     name = "csv"
-    extensions = (".csv",)
+    extensions: tuple[str, ...] = (".csv",)
     kinds: frozenset[DocumentKind] = frozenset({"audit"})
 
     def render(self, document: Document, options: RenderOptions) -> str:

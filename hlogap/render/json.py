@@ -23,7 +23,7 @@ def _finite(value: object) -> object:
 
 class JsonRenderer:
     name = "json"
-    extensions = (".json",)
+    extensions: tuple[str, ...] = (".json",)
     kinds: frozenset[DocumentKind] = frozenset({"audit", "diff", "check", "chips", "bound"})
 
     def render(self, document: Document, options: RenderOptions) -> str:

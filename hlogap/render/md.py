@@ -25,7 +25,7 @@ from hlogap.units import fmt_eff, fmt_us
 
 class MarkdownRenderer:
     name = "md"
-    extensions = (".md", ".markdown")
+    extensions: tuple[str, ...] = (".md", ".markdown")
     kinds: frozenset[DocumentKind] = frozenset({"audit", "diff", "check"})
 
     def render(self, document: Document, options: RenderOptions) -> str:

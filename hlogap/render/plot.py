@@ -29,6 +29,8 @@ def write_plot(report: AuditReport, target: Path) -> None:
         raise UsageError("--plot needs matplotlib: pip install 'hlogap[plot]'") from exc
 
     chip = report.chip
+    if chip is None:
+        raise UsageError(f"--plot needs the chip's peaks, and the report {report.path} names none")
     rows = [r for r in report.ops if r.bound_by != "unmodeled" and r.flops > 0 and r.bytes > 0]
     fig, ax = plt.subplots(figsize=(9, 6))
     intensities = [r.flops / r.bytes for r in rows]

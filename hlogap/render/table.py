@@ -32,7 +32,7 @@ DIFF_WIDTH = 140
 
 class TableRenderer:
     name = "table"
-    extensions = (".txt",)
+    extensions: tuple[str, ...] = (".txt",)
     kinds: frozenset[DocumentKind] = frozenset({"audit", "diff", "check", "chips", "bound"})
 
     def render(self, document: Document, options: RenderOptions) -> str:

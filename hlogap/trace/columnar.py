@@ -70,7 +70,8 @@ def decode_events(events: list[bytes], wanted: list[int]) -> LineColumns:
     irregular = np.zeros(n, dtype=bool)
 
     def tag_at(pos: np.ndarray, tag: int, within: np.ndarray) -> np.ndarray:
-        return (pos < within) & (buf[np.minimum(pos, limit)] == tag)
+        found: np.ndarray = (pos < within) & (buf[np.minimum(pos, limit)] == tag)
+        return found
 
     def varint_after(pos: np.ndarray, has: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The varint following a one-byte tag at `pos` where `has`; marks malformed ones."""

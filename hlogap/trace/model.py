@@ -70,7 +70,8 @@ class TraceData:
 
     @property
     def end_ps(self) -> np.ndarray:
-        return self.start_ps + self.duration_ps
+        end: np.ndarray = self.start_ps + self.duration_ps
+        return end
 
 
 @dataclass
@@ -184,9 +185,9 @@ def self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
     case is one vectorised check; only lines that do nest walk a stack.
     """
     end = start + dur
+    self_ps: np.ndarray = dur.copy()
     if len(start) < 2 or bool(np.all(start[1:] >= np.maximum.accumulate(end)[:-1])):
-        return dur.copy()
-    self_ps = dur.copy()
+        return self_ps
     stack: list[int] = []
     ends = end.tolist()
     starts = start.tolist()

@@ -44,7 +44,8 @@ def read_bytes(path: str | Path) -> bytes:
 
             fs, remote = fsspec.core.url_to_fs(str(path))
             _check_size(path, int(fs.size(remote)))
-            return fs.cat_file(remote)
+            data: bytes = fs.cat_file(remote)
+            return data
         except InputError:
             raise
         except Exception as exc:  # any backend's error (auth, network, missing object)

@@ -1,111 +1,21 @@
-"""Custom calls seen in real traces: cuDNN/MIOpen convolutions, cuBLAS/hipBLASLt gemms, fused
-attention (Transformer Engine, cuDNN fMHA), Pallas/Mosaic kernels with a cost estimate."""
+"""Fused attention (Transformer Engine, XLA's cuDNN fMHA): FLOPs from the Q/K/V shapes."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from hlogap.cost.base import ModuleIndex, Work, config, operand_shapes, widest
-from hlogap.cost.matmul import conv_flops, dot_flops, matmul_dtype
+from hlogap.cost.base import config, widest
+from hlogap.cost.custom_calls.registry import CustomCost, rule
 from hlogap.hlo.ir import Instruction, Shape
-
-# Markers the compiler leaves in place: no work, no traffic of their own.
-NO_OP_TARGETS = frozenset(
-    {
-        "AllocateBuffer",
-        "AssumeGatherIndicesInBound",
-        "Sharding",
-        "SPMDFullToShardShape",
-        "SPMDShardToFullShape",
-        "LayoutConstraint",
-        "annotate_device_placement",
-    }
-)
-# Host offloading copies: bytes only (the host side is not HBM).
-COPY_TARGETS = frozenset({"MoveToHost", "MoveToDevice"})
-
-
-@dataclass
-class CustomCost:
-    work: Work
-    outputs: list[Shape]  # the results that are data (scratch workspaces dropped)
-    free: bool = False  # moves nothing
-    note: str | None = None
-    read_bytes: int | None = None  # from a kernel's own cost estimate
-
-
-def data_outputs(shape: Shape) -> list[Shape]:
-    """Result leaves minus the trailing u8/s8 workspace cuDNN, cuBLAS and TE calls return."""
-    leaves = shape.leaves()
-    last = leaves[-1] if leaves else None
-    if (
-        shape.is_tuple
-        and len(leaves) > 1
-        and last is not None
-        and last.rank == 1
-        and last.element_type in ("u8", "s8")
-    ):
-        leaves = leaves[:-1]
-    return leaves
-
-
-def custom_call(inst: Instruction, ix: ModuleIndex | None) -> CustomCost:
-    target = inst.custom_call_target or ""
-    shapes = operand_shapes(inst, ix)
-    cost = CustomCost(Work(), data_outputs(inst.shape))
-    w = cost.work
-    if target in NO_OP_TARGETS:
-        cost.free = True
-        cost.note = f"custom call '{target}' is a compiler marker: no work"
-    elif target in COPY_TARGETS:
-        cost.note = f"custom call '{target}' is a copy"
-    elif None in shapes:
-        w.unmodeled = f"operand shapes of custom call '{target}' are unknown"
-    elif target.startswith(("__cudnn$conv", "__miopen$conv")) and len(shapes) >= 2:
-        lhs, rhs = shapes[0], shapes[1]
-        assert lhs is not None and rhs is not None
-        w.add_matrix(conv_flops(inst, lhs, rhs, cost.outputs[0]), matmul_dtype(shapes))
-    elif target.startswith(("__cublas$", "__hipblas")) and shapes:
-        gemm = config(inst).get("gemm_backend_config")
-        dnums = gemm.get("dot_dimension_numbers") if isinstance(gemm, dict) else None
-        if isinstance(dnums, dict) and shapes[0] is not None:
-            contracting = [int(d) for d in dnums.get("lhs_contracting_dimensions", [])]
-            w.add_matrix(dot_flops(shapes[0], cost.outputs[0], contracting), matmul_dtype(shapes))
-        else:
-            w.unmodeled = f"gemm custom call '{target}' has no dot_dimension_numbers"
-    elif target.startswith(("te_fused_attn_", "__cudnn$fmha")):
-        _attention(inst, shapes, cost)
-    elif not (target == "tpu_custom_call" and _kernel_estimate(inst, shapes, cost)):
-        w.unmodeled = f"custom call '{target}' has no cost model"
-    return cost
-
-
-def _kernel_estimate(inst: Instruction, shapes: list[Shape | None], cost: CustomCost) -> bool:
-    """Pallas/Mosaic kernels may carry their author's cost_estimate in the backend_config."""
-    cfg = config(inst).get("custom_call_config")
-    est = cfg.get("cost_estimate") if isinstance(cfg, dict) else None
-    if not isinstance(est, dict):
-        return False
-    # The estimate is its author's scheduling hint, not a count: block-sparse kernels (splash
-    # attention) skip masked blocks, and on the v5p profile the estimates put the bound at up to
-    # 4x the measured time. So it is reported, never used as a roof.
-    flops = float(est.get("flops", 0))
-    nbytes = float(est.get("bytes_accessed", 0))
-    cost.work.unmodeled = (
-        f"Pallas kernel: its cost_estimate ({flops:.3g} FLOP, {nbytes:.3g} B) is its author's "
-        "hint, not a count"
-    )
-    return True
-
 
 # Transformer Engine's NVTE_Mask_Type: 2, 3 causal from the top left; 4, 5 from the bottom right.
 _TE_CAUSAL = {2: "top-left", 3: "top-left", 4: "bottom-right", 5: "bottom-right"}
 AttentionDims = tuple[int, int, int, int, int, int]  # batch x heads, 1, Sq, Skv, Dqk, Dv
 
 
-def _attention(inst: Instruction, shapes: Sequence[Shape | None], cost: CustomCost) -> None:
+@rule("fused attention", prefixes=("te_fused_attn_", "__cudnn$fmha"))
+def attention(inst: Instruction, shapes: Sequence[Shape | None], cost: CustomCost) -> None:
     """2*B*H*Sq*Skv*(Dqk + Dv) forward (= 4*B*H*Sq*Skv*D), backward 2.5x that; under a causal
     mask only the unmasked (query, key) pairs, as flash-attention kernels skip masked blocks."""
     cfg = config(inst)

@@ -97,10 +97,10 @@ def audit(
     if trace.backend == "none":
         raise InputError(f"no XLA op events in {path} (was the jitted program run while tracing?)")
     the_chip, chip_source, reason = chosen or chip_from_trace(trace)
-    times = time_ops(trace, device)
+    times = time_ops(trace, device, module_re)
     if device is not None and times.devices == 0:
         raise UsageError(f"no device {device} in this profile")
-    rows = op_rows(trace, times, the_chip, dump_dir, module_re)
+    rows = op_rows(trace, times, the_chip, dump_dir)
     return AuditReport(
         path=source.path,
         run=source.run,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -317,3 +318,60 @@ def test_audit_never_writes_into_the_profile_tree(
         )
         assert code == 0
     assert {p: p.stat().st_mtime_ns for p in logdir.rglob("*")} == before
+
+
+# ------------------------------------------------------------- forked plane readers (one file)
+
+_FORKED = """
+import sys
+from hlogap.trace import reading
+reading.PARALLEL_MIN_BYTES = 0  # fork whatever the file's size
+{setup}
+from hlogap.cli import main
+sys.argv = ["hlogap", "audit", sys.argv[1], "--chip", "h100-sxm", "--jobs", "2"]
+try:
+    main()
+finally:
+    print(f"caller {{__import__('os').getpid()}} done", flush=True)
+"""
+
+
+def _gpu_file_with_a_bad_line(tmp: Path) -> Path:
+    """Two GPU device planes (so a file's planes are split between forked readers) whose
+    lines do not parse: the parent parses only the planes' heads, each child its lines."""
+    space = xplane_pb2.XSpaceShallow()
+    for ordinal in (0, 1):
+        plane = xplane_pb2.XPlaneShallow(id=ordinal, name=f"/device:GPU:{ordinal}")
+        plane.stat_metadata[1].name = "hlo_op"  # so that the reader looks at the lines
+        plane.lines.append(b"\xff\xff\xff\xff")
+        space.planes.append(plane.SerializeToString())
+    return _write(tmp, "gpu.xplane.pb", space.SerializeToString())
+
+
+def _forked(tmp: Path, setup: str = "") -> subprocess.CompletedProcess[str]:
+    # A fresh interpreter: JAX, loaded in the test process, makes fork unsafe (and hlogap
+    # reads sequentially beside it).
+    script = _FORKED.format(setup=setup)
+    path = _gpu_file_with_a_bad_line(tmp)
+    return subprocess.run(
+        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_corrupt_plane_read_by_a_forked_reader_is_an_input_error(tmp_path: Path) -> None:
+    out = _forked(tmp_path)
+    assert out.returncode == 3, out.stderr
+    assert out.stderr.count("\n") == 1 and "corrupt or truncated profile" in out.stderr
+
+
+def test_a_failing_forked_reader_never_runs_the_callers_code(tmp_path: Path) -> None:
+    # The child's result cannot be sent: it must leave through os._exit, not return into the
+    # caller (which would run the caller's code twice, in two processes).
+    setup = (
+        "import pickle\n"
+        "reading.pickle = type('P', (), "
+        "{'dumps': None, 'loads': pickle.loads, 'HIGHEST_PROTOCOL': 5})"
+    )
+    out = _forked(tmp_path, setup)
+    assert out.stdout.count("done") == 1, out.stdout
+    assert out.returncode == 4 and "reader process died" in out.stderr

@@ -115,3 +115,13 @@ def test_collective_on_a_chip_without_link_bandwidth_says_why(tmp_path: Path) ->
     assert result.hints == [
         "unmodeled: chip nolink has no interconnect bandwidth for its 6.14e+03 B"
     ]
+
+
+def test_layout_hint_only_where_data_moves() -> None:
+    # [8,1] -> [1,8] keeps the bytes in place: the cost model proves it a bitcast, so no hint
+    # says data is copied; [8,4] -> [4,8] does move every element.
+    bitcast = "%t = f32[1,8]{1,0} transpose(f32[8,1]{1,0} %p), dimensions={1,0}"
+    moved = "%t = f32[4,8]{1,0} transpose(f32[8,4]{1,0} %p), dimensions={1,0}"
+    assert cost_instruction(parse_instruction(bitcast)).hbm_bytes == 0
+    assert not [h for h in hints(bitcast, "h100-sxm") if "layout change" in h]
+    assert [h for h in hints(moved, "h100-sxm") if "layout change" in h]

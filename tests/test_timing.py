@@ -11,11 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hlogap import audit
 from hlogap.proto import xplane_pb2
 from hlogap.trace.model import self_times
 from hlogap.trace.reading import read_trace
 from hlogap.trace.timing import time_ops
-from tests.conftest import cpu_fixtures
+from tests.conftest import FIXTURES, cpu_fixtures
 
 
 def _events_by_op(path: Path, plane_prefix: str) -> dict[tuple[str, str], list[int]]:
@@ -190,3 +191,16 @@ def test_op_names_given_as_string_stats_read_like_refs(amd_file: Path, tmp_path:
         return {(o.key.module, o.key.name): t.measured_ps[i] for i, o in enumerate(trace.ops)}
 
     assert totals(path) == totals(amd_file)
+
+
+def test_module_filter_counts_only_that_modules_events(cpu_chip_file: Path) -> None:
+    # The header's event and device counts cover the selected module, not the whole trace.
+    path = next((FIXTURES / "sharded_train").rglob("*.xplane.pb"))
+    by_op = _events_by_op(path, "/host:CPU")
+    ring = sum(len(v) for (module, _), v in by_op.items() if module == "jit_ring_exchange")
+    assert 0 < ring < sum(len(v) for v in by_op.values())
+    report = audit(path, str(cpu_chip_file), module="^jit_ring_exchange$")
+    assert {r.module for r in report.ops} == {"jit_ring_exchange"}
+    assert report.events == ring == sum(r.events for r in report.ops)
+    none = audit(path, str(cpu_chip_file), module="^no_such_module$")
+    assert (none.events, none.devices, none.ops) == (0, 0, [])

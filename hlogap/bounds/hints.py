@@ -51,9 +51,10 @@ def hints_for(
         share = cost.padding_bytes / cost.hbm_bytes
         if share >= PADDING_HINT_FRACTION:
             out.append(f"tile padding is {share:.0%} of the bytes moved; pad dims to the tile size")
-    if inst.opcode in ("copy", "transpose") or (
+    relayout = inst.opcode in ("copy", "transpose") or (
         inst.opcode == "fusion" and "transpose" in inst.name
-    ):
+    )
+    if relayout and cost.hbm_bytes > 0:  # a transpose proved a bitcast moves nothing
         out.append("layout change: data is copied to another layout; check producer layouts")
     transfer = max(bound.t_compute_s, bound.t_memory_s, bound.t_comm_s) * 1e6
     if bound.overlapped and transfer > 0:

@@ -6,7 +6,6 @@ the cost model) are imported while a large profile is still being read by other 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
@@ -30,16 +29,13 @@ def op_rows(
     times: OpTimes,
     chip: Chip,
     hlo_dump: Path | None,
-    module_re: re.Pattern[str] | None,
 ) -> list[OpRow]:
-    """One row per op that ran (in `module_re`'s modules); each distinct op is costed once."""
+    """One row per op that ran (among the events `times` selected); each op is costed once."""
     index = HloIndex(trace.modules, hlo_dump)
     rows: list[OpRow] = []
     num_devices = len({(d.host, d.ordinal) for d in trace.devices}) or None
     for i in np.flatnonzero(times.events):
         info = trace.ops[i]
-        if module_re is not None and not module_re.search(info.key.module):
-            continue
         resolved = index.resolve(info)
         inst = resolved.instruction
         if inst is None:

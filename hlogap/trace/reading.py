@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from hlogap.errors import HlogapError
 from hlogap.trace.backends.base import BackendReader, detect
 from hlogap.trace.model import TraceBuilder, TraceData, merge_traces
 from hlogap.trace.xspace import Plane, read_metadata_plane, read_planes
@@ -102,16 +103,20 @@ def _fork_reader(
     """Fork a child that reads `planes` and writes its pickled result to a pipe."""
     read_end, write_end = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: never returns
-        os.close(read_end)
+    if pid == 0:  # the child: leaves only through os._exit, whatever fails
         try:
-            # The file's warnings travel with the parent's part only.
-            result: object = _read_planes(backend, host, metadata, planes, [])
-        except BaseException as exc:  # reported to the parent, which raises it
-            result = RuntimeError(f"{type(exc).__name__}: {exc}")
-        with os.fdopen(write_end, "wb") as out:
-            out.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
-        os._exit(0)
+            os.close(read_end)
+            try:
+                # The file's warnings travel with the parent's part only.
+                result: object = _read_planes(backend, host, metadata, planes, [])
+            except (HlogapError, MemoryError) as exc:  # the user's to act on: raised as is
+                result = exc
+            except BaseException as exc:  # a bug: reported to the parent, which raises it
+                result = RuntimeError(f"{type(exc).__name__}: {exc}")
+            with os.fdopen(write_end, "wb") as out:
+                out.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+        finally:
+            os._exit(0)
     os.close(write_end)
     return pid, read_end
 
@@ -121,7 +126,7 @@ def _collect(child: tuple[int, int]) -> TraceData:
     with os.fdopen(read_end, "rb") as src:
         data = src.read()
     os.waitpid(pid, 0)
-    result = pickle.loads(data) if data else RuntimeError("a reader process died")
+    result = pickle.loads(data) if data else RuntimeError("a profile reader process died")
     if isinstance(result, BaseException):
         raise result
     return result  # type: ignore[no-any-return]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,13 +22,20 @@ class OpTimes:
     devices: int  # devices that ran at least one selected op
 
 
-def time_ops(trace: TraceData, device: int | None = None) -> OpTimes:
-    """Sum the events of every op; `device` keeps only events of devices with that ordinal."""
+def time_ops(
+    trace: TraceData, device: int | None = None, module: re.Pattern[str] | None = None
+) -> OpTimes:
+    """Sum the events of every op; `device` keeps only events of devices with that ordinal,
+    `module` only events of ops in the modules it matches (everything after counts only them)."""
     n = len(trace.ops)
     keep = None
-    if device is not None:
+    if device is not None and len(trace.devices):
         ordinals = np.array([d.ordinal for d in trace.devices], dtype=np.int64)
-        keep = ordinals[trace.device_index] == device if len(trace.devices) else None
+        keep = ordinals[trace.device_index] == device
+    if module is not None:
+        selected = np.array([bool(module.search(o.key.module)) for o in trace.ops], dtype=bool)
+        in_module = selected[trace.op_index] if n else np.zeros(len(trace.op_index), dtype=bool)
+        keep = in_module if keep is None else keep & in_module
     op_index = trace.op_index if keep is None else trace.op_index[keep]
 
     def total(values: np.ndarray) -> np.ndarray:

@@ -1,0 +1,94 @@
+"""The renderer registry: formats by name and by output extension, one module per format."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from hlogap import audit
+from hlogap.chips import builtin_chips
+from hlogap.errors import UsageError
+from hlogap.render.base import ChipList, RenderOptions, choose_format, formats, render, renderers
+from tests.conftest import FIXTURES
+from tests.test_errors import run_cli
+
+MLP = FIXTURES / "mlp"
+RENDER_DIR = Path(__file__).resolve().parents[1] / "hlogap" / "render"
+
+
+def test_every_format_module_registers_itself() -> None:
+    # Adding a format is one module: the registry finds it without any list to update.
+    modules = {p.stem for p in RENDER_DIR.glob("*.py")} - {"__init__", "base", "text", "plot"}
+    assert {r.name for r in renderers()} == modules
+    assert set(formats("audit")) == {"table", "json", "md", "csv", "html"}
+    assert set(formats("chips")) == {"table", "json"}
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("r.json", "json"), ("r.CSV", "csv"), ("r.md", "md"), ("r.html", "html"), ("r.out", "table")],
+)
+def test_output_extension_picks_the_format(name: str, expected: str) -> None:
+    assert choose_format("audit", None, Path(name)) == expected
+
+
+def test_format_given_wins_and_an_unsupported_one_is_a_usage_error() -> None:
+    assert choose_format("audit", "json", Path("r.html")) == "json"
+    with pytest.raises(UsageError, match="use one of: json, md, table"):
+        choose_format("diff", "html", None)
+    # An extension that names a format this document cannot take falls back to the table.
+    assert choose_format("chips", None, Path("chips.csv")) == "table"
+
+
+def test_each_format_holds_the_same_ops(cpu_chip_file: Path) -> None:
+    report = audit(MLP, str(cpu_chip_file))
+    names = [r.name for r in report.ops]
+    options = RenderOptions(top=0)
+    doc = json.loads(render(report, "json", options))
+    assert [o["name"] for o in doc["ops"]] == names
+    rows = list(csv.DictReader(io.StringIO(render(report, "csv", options))))
+    assert [r["name"] for r in rows] == names
+    assert float(rows[0]["measured_us"]) == pytest.approx(report.ops[0].measured_us)
+
+    class Cells(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.code: list[str] = []
+            self.in_code = False
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            self.in_code = tag == "code"
+
+        def handle_data(self, data: str) -> None:
+            if self.in_code:
+                self.code.append(data)
+                self.in_code = False
+
+    page = Cells()
+    page.feed(render(report, "html", options))
+    assert page.code == names
+    md = render(report, "md", options)
+    assert re.findall(r"^\| \d+ \| `([^`]+)`", md, re.M) == names
+
+
+def test_cli_output_extension(
+    cpu_chip_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "ops.csv"
+    code, stdout, _ = run_cli(
+        ["audit", str(MLP), "--chip", str(cpu_chip_file), "-o", str(out)], capsys
+    )
+    assert (code, stdout) == (0, "")
+    assert out.read_text().startswith("rank,module,program_id,name,")
+
+
+def test_chips_as_json_lists_every_chip() -> None:
+    doc = json.loads(render(ChipList(builtin_chips()), "json", RenderOptions()))
+    assert doc["schema"] == "hlogap.chips/1"
+    assert len(doc["chips"]) == len(builtin_chips())

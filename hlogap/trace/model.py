@@ -46,6 +46,20 @@ class Device:
     stats: dict[str, object]
 
 
+@dataclass(frozen=True)
+class Step:
+    """A step of the program, on the devices' clock: from an annotation, a TPU `Steps` line or
+    one execution of the dominant module."""
+
+    number: int
+    source: StepSource
+    start_ps: int
+    end_ps: int
+
+
+StepSource = Literal["annotation", "tpu-steps", "module"]
+
+
 @dataclass
 class TraceData:
     """Op events of one or more files, one row per event, plus what describes ops and modules."""
@@ -58,10 +72,15 @@ class TraceData:
     op_index: np.ndarray  # int32, into `ops`
     device_index: np.ndarray  # int32, into `devices`
     start_ps: np.ndarray  # int64: when the event began, on its device's clock
-    duration_ps: np.ndarray  # int64
+    duration_ps: np.ndarray  # int64 (an async CPU op: until its `end:` marker)
     self_ps: np.ndarray  # int64: duration minus nested op events on the same line
-    # True where an event starts a new execution of its op (GPU ops launch several kernels).
-    occurrence_start: np.ndarray
+    # int64: the module execution the event belongs to, unique within its device (CPU run_id,
+    # GPU host launch, TPU `XLA Modules` event); negative where the trace does not say.
+    execution: np.ndarray
+    # int64: dense id of the event's occurrence, one execution of its op inside one execution
+    # of its module on one device (docs/json.md); its events share it.
+    occurrence: np.ndarray
+    steps: list[Step] = field(default_factory=list)  # annotated steps, when the trace has some
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -83,7 +102,7 @@ class _Block:
     start_ps: np.ndarray
     duration_ps: np.ndarray
     self_ps: np.ndarray
-    occurrence_start: np.ndarray
+    execution: np.ndarray
 
 
 class TraceBuilder:
@@ -97,6 +116,8 @@ class TraceBuilder:
         self.modules: dict[tuple[str, str], bytes] = {}
         self.module_names: dict[str, str] = {}  # program id -> module name
         self.blocks: list[_Block] = []
+        self.steps: list[Step] = []
+        self._unknown = 0  # negative execution ids handed out where the trace gives none
 
     def new_device(self, plane: str, ordinal: int, stats: dict[str, object]) -> int:
         self.devices.append(Device(self.host, plane, ordinal, stats))
@@ -116,10 +137,18 @@ class TraceBuilder:
         start: Sequence[int] | np.ndarray,
         dur: Sequence[int] | np.ndarray,
         gpu: bool,
+        execution: np.ndarray | None = None,
+        extra_ps: np.ndarray | None = None,
     ) -> None:
         """One line's events of one device. GPU kernels never nest (overlaps on a stream are
         clock jitter, and xprof charges each kernel its whole duration); CPU thunks and TPU ops
-        nest inside while/call/conditional events, which then get self time."""
+        nest inside while/call/conditional events, which then get self time.
+
+        `execution` is each event's module execution (negative: unknown); without it, GPU
+        kernels of one op launched back to back are one occurrence and other events one each.
+        `extra_ps` is time an event runs on after its own span (an async CPU op, until its
+        `end:` marker): added to its duration and self time, not to what it encloses.
+        """
         if len(op) == 0:
             return
         op_arr = np.asarray(op, dtype=np.int32)
@@ -128,15 +157,47 @@ class TraceBuilder:
         order = np.argsort(start_arr, kind="stable")
         op_arr, start_arr, dur_arr = op_arr[order], start_arr[order], dur_arr[order]
         self_arr = dur_arr.copy() if gpu else self_times(start_arr, dur_arr)
-        occ = np.ones(len(op_arr), dtype=bool)
-        if gpu:
-            # Kernels of one op execution are launched back to back on a stream.
-            occ[1:] = op_arr[1:] != op_arr[:-1]
+        if extra_ps is not None:
+            extra = np.asarray(extra_ps, dtype=np.int64)[order]
+            dur_arr = dur_arr + extra
+            self_arr = self_arr + extra
+        if execution is not None:
+            exec_arr = np.asarray(execution, dtype=np.int64)[order]
+        else:
+            exec_arr = np.full(len(op_arr), -1, dtype=np.int64)
+        unknown = exec_arr < 0
+        if unknown.any():
+            # Each unknown event is an occurrence of its own, except consecutive GPU kernels
+            # of one op (kernels of one op execution are launched back to back on a stream).
+            new = np.ones(len(op_arr), dtype=bool)
+            if gpu:
+                new[1:] = op_arr[1:] != op_arr[:-1]
+            run = self._unknown + np.cumsum(new)
+            self._unknown = int(run[-1])
+            exec_arr = np.where(unknown, -run, exec_arr)
         dev_arr = np.full(len(op_arr), device, dtype=np.int32)
-        self.blocks.append(_Block(op_arr, dev_arr, start_arr, dur_arr, self_arr, occ))
+        self.blocks.append(_Block(op_arr, dev_arr, start_arr, dur_arr, self_arr, exec_arr))
 
     def finish(self, backend: Backend, warnings: list[str]) -> TraceData:
-        return _trace(backend, self.devices, self.ops, self.modules, self.blocks, warnings)
+        return _trace(
+            backend, self.devices, self.ops, self.modules, self.blocks, self.steps, warnings
+        )
+
+
+def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of equal-length int64 columns and each row's index among them.
+
+    Columns are folded in one at a time: the row code so far times the column's distinct count
+    plus the column's code, renumbered densely so it never overflows. Every step is a 1-D
+    unique; `np.unique(axis=0)` sorts row views and is ~20x slower.
+    """
+    code = np.zeros(len(columns[0]), dtype=np.int64)
+    for column in columns:
+        distinct, codes = np.unique(column, return_inverse=True)
+        code = np.unique(code * len(distinct) + codes.ravel(), return_inverse=True)[1].ravel()
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    rows = np.stack([column[first] for column in columns], axis=1)
+    return rows, inverse.ravel()
 
 
 def _trace(
@@ -145,6 +206,7 @@ def _trace(
     ops: list[OpInfo],
     modules: dict[tuple[str, str], bytes],
     blocks: list[_Block],
+    steps: list[Step],
     warnings: list[str],
 ) -> TraceData:
     """TraceData from per-line column blocks; backend "none" when there are none."""
@@ -155,12 +217,12 @@ def _trace(
 
         op_index, device_index = column("op"), column("device")
         start, dur, self_ps = column("start_ps"), column("duration_ps"), column("self_ps")
-        occ = column("occurrence_start")
+        execution = column("execution")
+        occurrence = distinct_rows([op_index.astype(np.int64), device_index, execution])[1]
     else:
         backend = "none"
         op_index = device_index = np.zeros(0, dtype=np.int32)
-        start = dur = self_ps = np.zeros(0, dtype=np.int64)
-        occ = np.zeros(0, dtype=bool)
+        start = dur = self_ps = execution = occurrence = np.zeros(0, dtype=np.int64)
     return TraceData(
         backend=backend,
         devices=devices,
@@ -171,7 +233,9 @@ def _trace(
         start_ps=start,
         duration_ps=dur,
         self_ps=self_ps,
-        occurrence_start=occ,
+        execution=execution,
+        occurrence=occurrence,
+        steps=steps,
         warnings=warnings,
     )
 
@@ -229,11 +293,13 @@ def merge_traces(traces: list[TraceData]) -> TraceData:
                 t.start_ps,
                 t.duration_ps,
                 t.self_ps,
-                t.occurrence_start,
+                t.execution,
             )
         )
         devices.extend(t.devices)
         modules.update(t.modules)
     warnings = [w for t in traces for w in t.warnings]
+    # Forked readers of one file each see its annotations; hosts of a pod each have their own.
+    steps = next((t.steps for t in traces if t.steps), [])
     backend: Backend = backends.pop() if backends else "none"
-    return _trace(backend, devices, ops, modules, parts, warnings)
+    return _trace(backend, devices, ops, modules, parts, steps, warnings)

@@ -43,26 +43,26 @@ def time_ops(
         return np.bincount(op_index, weights=v, minlength=n)
 
     dev_index = trace.device_index if keep is None else trace.device_index[keep]
-    starts = trace.occurrence_start if keep is None else trace.occurrence_start[keep]
+    occurrence = trace.occurrence if keep is None else trace.occurrence[keep]
     self_ps = trace.self_ps if keep is None else trace.self_ps[keep]
+    # Occurrences, renumbered densely among the kept events: the op of each, its time.
+    ids, first, dense = np.unique(occurrence, return_index=True, return_inverse=True)
+    occurrence_op = op_index[first]
+    occurrence_ps = np.bincount(dense.ravel(), weights=self_ps, minlength=len(ids))
     return OpTimes(
         measured_ps=total(trace.self_ps),
         duration_ps=total(trace.duration_ps),
         events=np.bincount(op_index, minlength=n).astype(np.int64),
-        occurrences=total(trace.occurrence_start).astype(np.int64),
-        median_ps=_medians(op_index, starts, self_ps, n),
+        occurrences=np.bincount(occurrence_op, minlength=n).astype(np.int64),
+        median_ps=_medians(occurrence_op, occurrence_ps, n),
         devices=len(np.unique(dev_index)),
     )
 
 
-def _medians(op_index: np.ndarray, starts: np.ndarray, self_ps: np.ndarray, n: int) -> np.ndarray:
-    """Median over each op's executions of the execution's time (the sum of its events)."""
-    if not len(op_index):
+def _medians(op: np.ndarray, time: np.ndarray, n: int) -> np.ndarray:
+    """Median over each op's occurrences of the occurrence's time (the sum of its events)."""
+    if not len(op):
         return np.zeros(n)
-    occurrence = np.maximum(np.cumsum(starts) - 1, 0)  # each line's block starts an execution
-    time = np.bincount(occurrence, weights=self_ps)
-    op = op_index[starts.astype(bool)]
-    time = time[: len(op)]
     order = np.lexsort((time, op))
     sorted_time = time[order]
     counts = np.bincount(op, minlength=n)
@@ -70,4 +70,5 @@ def _medians(op_index: np.ndarray, starts: np.ndarray, self_ps: np.ndarray, n: i
     last = len(sorted_time) - 1
     low = sorted_time[np.minimum(first + (counts - 1) // 2, last)]
     high = sorted_time[np.minimum(first + counts // 2, last)]
-    return np.where(counts > 0, (low + high) / 2, 0.0)
+    median: np.ndarray = np.where(counts > 0, (low + high) / 2, 0.0)
+    return median

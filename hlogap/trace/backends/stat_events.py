@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError
 from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
 from hlogap.trace.columnar import LineColumns, decode_events
-from hlogap.trace.model import OpKey, TraceBuilder
+from hlogap.trace.model import OpKey, TraceBuilder, distinct_rows
 from hlogap.trace.xspace import Plane, plane_stats
 
 ABSENT = -1
@@ -72,7 +72,7 @@ def read_stat_events(
         is_op = op_ref != ABSENT
         if not is_op.any():
             continue
-        unique, inverse = _distinct_rows([c[is_op] for c in cols.stats])
+        unique, inverse = distinct_rows([c[is_op] for c in cols.stats])
         pairs = np.array([resolve(tuple(int(v) for v in k)) for k in unique], dtype=np.int64)
         ops, devs = pairs[inverse, 0], pairs[inverse, 1]
         base_ps = line.timestamp_ns * 1000  # event offsets count from their line's timestamp
@@ -80,22 +80,6 @@ def read_stat_events(
         for dev in np.unique(devs):
             mine = devs == dev
             builder.add_line(int(dev), ops[mine], start[mine], dur[mine], gpu)
-
-
-def _distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct rows of equal-length int64 columns and each row's index among them.
-
-    Columns are folded in one at a time: the row code so far times the column's distinct count
-    plus the column's code, renumbered densely so it never overflows. Every step is a 1-D
-    unique; `np.unique(axis=0)` sorts row views and is ~20x slower.
-    """
-    code = np.zeros(len(columns[0]), dtype=np.int64)
-    for column in columns:
-        distinct, codes = np.unique(column, return_inverse=True)
-        code = np.unique(code * len(distinct) + codes.ravel(), return_inverse=True)[1].ravel()
-    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-    rows = np.stack([column[first] for column in columns], axis=1)
-    return rows, inverse.ravel()
 
 
 def _read_one(

@@ -15,6 +15,9 @@ Layout written per program (the directory is replaced wholesale on every run)::
 
 ``hlogap/data/sample/plugins/profile/<RUN_NAME>/<host>.xplane.pb``: a copy of SAMPLE_PROGRAM's.
 
+Each iteration is one step: ``jax.profiler.StepTraceAnnotation("train", step_num=i)`` around
+``HOST_GAP_S`` of host time (a sleep: the device idles) and the program's calls.
+
 The oracles are independent of the trace: ``cost_analysis()`` of the executable that runs (XLA's
 HloCostAnalysis, keys verbatim, ``utilization*`` dropped), the module name and ``program_id`` (the
 ``id`` of the compiled ``HloModuleProto``), and ``executions`` = how many times this script called
@@ -90,6 +93,7 @@ SAMPLE_DIR = ROOT / "hlogap" / "data" / "sample"
 SAMPLE_PROGRAM = "mlp_train"
 RUN_NAME = "2026_01_01_00_00_00"
 ITERATIONS = 3
+HOST_GAP_S = 0.002  # host time at the start of every step, before anything is launched
 SHARDED_DEVICES = 8
 DUMP_PROGRAMS = frozenset({"mlp", "conv", "attention", "sharded_train"})
 DUMP_PLACEHOLDER = "<dump_dir>"
@@ -508,9 +512,13 @@ def run_program(name: str, out_root: Path, dump_dir: Path | None) -> None:
     options = jax.profiler.ProfileOptions()
     options.session_id = RUN_NAME
     with jax.profiler.trace(str(target), profiler_options=options):
-        for _ in range(ITERATIONS):
-            for fn, (_, args) in zip(jitted, modules, strict=True):
-                jax.block_until_ready(fn(*args))
+        for step in range(ITERATIONS):
+            # One training-loop step each: annotated as JAX users do, with host work before the
+            # launch (the device idles through it), so steps and idle time have real data.
+            with jax.profiler.StepTraceAnnotation("train", step_num=step):
+                time.sleep(HOST_GAP_S)
+                for fn, (_, args) in zip(jitted, modules, strict=True):
+                    jax.block_until_ready(fn(*args))
 
     for derived in target.glob("plugins/profile/*/*.trace.json.gz"):
         derived.unlink()
@@ -547,6 +555,8 @@ def run_program(name: str, out_root: Path, dump_dir: Path | None) -> None:
         "jax_version": jax.__version__,
         "xla_flags": xla_flags,
         "iterations": ITERATIONS,
+        "steps": ITERATIONS,  # StepTraceAnnotation steps, one per iteration
+        "host_gap_s": HOST_GAP_S,
         "devices": len(jax.devices()),
         "xplane": xplane.relative_to(target).as_posix(),
         "modules": entries,

@@ -20,7 +20,9 @@ from tests.conftest import FIXTURES, cpu_fixtures
 
 
 def _events_by_op(path: Path, plane_prefix: str) -> dict[tuple[str, str], list[int]]:
-    """Oracle: a plain walk over every event of the matching planes with an `hlo_op` stat."""
+    """Oracle: a plain walk over every event of the matching planes with an `hlo_op` stat, each
+    lasting until its `end: <op>` marker when that ends later (an async XLA:CPU op; the marker
+    carries the op's context id `_p` as `_c`, on any line of the plane)."""
     space = xplane_pb2.XSpace()
     space.ParseFromString(path.read_bytes())
     found: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -28,13 +30,30 @@ def _events_by_op(path: Path, plane_prefix: str) -> dict[tuple[str, str], list[i
         if not plane.name.startswith(plane_prefix):
             continue
         names = {k: v.name for k, v in plane.stat_metadata.items()}
+        markers: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        for line in plane.lines:
+            for ev in line.events:
+                if plane.event_metadata[ev.metadata_id].name.startswith("end: "):
+                    for s in ev.stats:
+                        if names[s.metadata_id] == "_c":
+                            start = line.timestamp_ns * 1000 + ev.offset_ps
+                            markers[s.int64_value or s.uint64_value].append(
+                                (start, start + ev.duration_ps)
+                            )
         for line in plane.lines:
             for ev in line.events:
                 stats = {names[s.metadata_id]: s for s in ev.stats}
                 if "hlo_op" in stats:
                     op = names[stats["hlo_op"].ref_value]
                     module = names[stats["hlo_module"].ref_value]
-                    found[(module, op)].append(ev.duration_ps)
+                    start = line.timestamp_ns * 1000 + ev.offset_ps
+                    end = start + ev.duration_ps
+                    if "_p" in stats:
+                        context = stats["_p"].int64_value or stats["_p"].uint64_value
+                        after = sorted(m for m in markers.get(context, []) if m[0] >= start)
+                        if after:
+                            end = max(end, after[0][1])
+                    found[(module, op)].append(end - start)
     return found
 
 
@@ -204,3 +223,42 @@ def test_module_filter_counts_only_that_modules_events(cpu_chip_file: Path) -> N
     assert report.events == ring == sum(r.events for r in report.ops)
     none = audit(path, str(cpu_chip_file), module="^no_such_module$")
     assert (none.events, none.devices, none.ops) == (0, 0, [])
+
+
+def _runs_by_op(path: Path) -> dict[tuple[str, str], set[tuple[int, int]]]:
+    """Oracle: the (device_ordinal, run_id) pairs each op's thunk events carry."""
+    space = xplane_pb2.XSpace.FromString(path.read_bytes())
+    runs: dict[tuple[str, str], set[tuple[int, int]]] = defaultdict(set)
+    for plane in space.planes:
+        if plane.name != "/host:CPU":
+            continue
+        names = {k: v.name for k, v in plane.stat_metadata.items()}
+        for line in plane.lines:
+            for ev in line.events:
+                stats = {names[s.metadata_id]: s for s in ev.stats}
+                if "hlo_op" in stats:
+                    key = (names[stats["hlo_module"].ref_value], names[stats["hlo_op"].ref_value])
+                    runs[key].add(
+                        (stats["device_ordinal"].int64_value, stats["run_id"].int64_value)
+                    )
+    return runs
+
+
+@pytest.mark.parametrize("program", [p.name for p in cpu_fixtures()])
+def test_cpu_occurrences_are_module_executions(program: str) -> None:
+    # One occurrence per execution of the module on a device (a run_id), however many thunk
+    # events the op emits in it (a sort's three, a loop body's one per trip).
+    from tests.conftest import FIXTURES, oracle
+
+    path = next((FIXTURES / program).rglob("*.xplane.pb"))
+    trace = read_trace(path, "host")
+    times = time_ops(trace)
+    runs = _runs_by_op(path)
+    truth = oracle(FIXTURES / program)
+    executions = {m["module"]: m["executions"] for m in truth["modules"]}
+    for i, info in enumerate(trace.ops):
+        key = (info.key.module, info.key.name)
+        assert times.occurrences[i] == len(runs[key]), key
+        devices = len({device for device, _ in runs[key]})
+        # Every op of these programs runs in every execution of its module, on every device.
+        assert times.occurrences[i] == executions[info.key.module] * devices, key

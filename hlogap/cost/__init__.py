@@ -17,6 +17,7 @@ from hlogap.cost.model import (
     cost_computation,
     cost_instruction,
     cost_module,
+    executions_per_run,
     timed_computations,
     trip_count,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "cost_computation",
     "cost_instruction",
     "cost_module",
+    "executions_per_run",
     "timed_computations",
     "trip_count",
 ]

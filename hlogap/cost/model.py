@@ -249,3 +249,29 @@ def cost_module(module: Module, *, num_devices: int | None = None) -> dict[str, 
         for comp in timed_computations(module)
         for inst in comp.instructions
     }
+
+
+def executions_per_run(module: Module) -> dict[str, int | None]:
+    """How many times each instruction timed on its own runs per execution of the module: the
+    product of the trip counts of the while loops around it (None where one is unknown).
+    XLA's cost analysis counts a loop body that many times too."""
+    ix = index_of(module)
+    entry = module.entry_computation
+    if entry is None or ix is None:
+        return {}
+    runs: dict[str, int | None] = {}
+    stack: list[tuple[Computation, int | None]] = [(entry, 1)]
+    seen: set[str] = set()
+    while stack:
+        comp, times = stack.pop()
+        if bare(comp.name) in seen:
+            continue
+        seen.add(bare(comp.name))
+        for inst in comp.instructions:
+            runs[inst.name] = times
+            if inst.opcode not in CONTROL_FLOW:
+                continue
+            trips = trip_count(inst) if inst.opcode == "while" else 1
+            inner = times * trips if times is not None and trips is not None else None
+            stack.extend((callee, inner) for callee in called(inst, ix))
+    return runs

@@ -13,7 +13,7 @@ import numpy as np
 from hlogap.bounds.hints import hints_for
 from hlogap.bounds.roofline import bound_op
 from hlogap.chips import Chip
-from hlogap.cost import OpCost, cost_instruction
+from hlogap.cost import OpCost, cost_instruction, executions_per_run
 from hlogap.cost.trace_stats import cost_from_trace_stats
 from hlogap.hlo.fingerprint import fingerprint
 from hlogap.hlo.index import HloIndex
@@ -32,6 +32,7 @@ def op_rows(
 ) -> list[OpRow]:
     """One row per op that ran (among the events `times` selected); each op is costed once."""
     index = HloIndex(trace.modules, hlo_dump)
+    loop_runs: dict[int, dict[str, int | None]] = {}  # per module object
     rows: list[OpRow] = []
     num_devices = len({(d.host, d.ordinal) for d in trace.devices}) or None
     for i in np.flatnonzero(times.events):
@@ -49,6 +50,19 @@ def op_rows(
                 )
         bound = bound_op(cost, chip, async_role(inst.opcode, inst.name) if inst else "")
         occurrences = int(times.occurrences[i])
+        events = int(times.events[i])
+        runs = 1
+        if inst is not None and resolved.module is not None:
+            module = resolved.module
+            per_module = loop_runs.get(id(module))
+            if per_module is None:
+                per_module = loop_runs[id(module)] = executions_per_run(module)
+            known = per_module.get(inst.name, 1)
+            # A loop of unknown trip count: on CPU and TPU every run of a body op is one event.
+            runs = known if known is not None else max(1, round(events / max(occurrences, 1)))
+            if known is None and trace.backend == "gpu":
+                runs = 1  # GPU ops launch several kernels per run: the kernels do not tell
+        per_run = bound  # one run of the op; an occurrence runs it `runs` times
         measured_us = float(times.measured_ps[i]) / 1e6
         rows.append(
             OpRow(
@@ -58,20 +72,23 @@ def op_rows(
                 opcode=inst.opcode if inst else "unknown",
                 category=resolved.category,
                 occurrences=occurrences,
-                events=int(times.events[i]),
+                runs_per_occurrence=runs,
+                events=events,
                 measured_us=measured_us,
                 total_us=float(times.duration_ps[i]) / 1e6,
                 median_us=float(times.median_ps[i]) / 1e6,
-                bound_us=bound.lower_s * 1e6 * occurrences,
-                upper_bound_us=bound.upper_s * 1e6 * occurrences,
-                bound_by=bound.bound_by,
-                flops=cost.flops,
-                bytes=cost.hbm_bytes,
-                comm_bytes=cost.comm_bytes,
-                transcendentals=cost.transcendentals,
-                t_compute_us=bound.t_compute_s * 1e6,
-                t_memory_us=bound.t_memory_s * 1e6,
-                t_comm_us=bound.t_comm_s * 1e6,
+                bound_us=per_run.lower_s * 1e6 * runs * occurrences,
+                upper_bound_us=per_run.upper_s * 1e6 * runs * occurrences,
+                bound_by=per_run.bound_by,
+                flops=cost.flops * runs,
+                bytes=cost.hbm_bytes * runs,
+                comm_bytes=cost.comm_bytes * runs,
+                transcendentals=cost.transcendentals * runs,
+                t_compute_us=per_run.t_compute_s * 1e6 * runs,
+                t_memory_us=per_run.t_memory_s * 1e6 * runs,
+                t_comm_us=per_run.t_comm_s * 1e6 * runs,
+                op_name=(inst.op_name or "") if inst else "",
+                source=(inst.source or "") if inst else "",
                 hlo=info.hlo_text or (print_instruction(inst) if inst else ""),
                 fingerprint=fingerprint(inst, resolved.module) if inst else "",
                 hints=hints_for(
@@ -80,7 +97,7 @@ def op_rows(
                     bound,
                     chip,
                     resolved.missing,
-                    measured_us=measured_us / max(occurrences, 1),
+                    measured_us=measured_us / max(occurrences * runs, 1),
                 ),
             )
         )

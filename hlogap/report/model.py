@@ -30,6 +30,8 @@ class OpRow:
     opcode: str = "unknown"
     category: str = ""
     occurrences: int = 0
+    # Runs of the op in one occurrence: a while body's trips (per-occurrence counts cover all).
+    runs_per_occurrence: int = 1
     events: int = 0
     measured_us: float = 0.0  # total over occurrences and devices (self time)
     total_us: float = 0.0  # the same with nested ops included (xprof's "total time")
@@ -48,6 +50,8 @@ class OpRow:
     t_comm_us: float = 0.0
     hlo: str = ""
     fingerprint: str = ""  # stable across recompiles (hlogap.hlo.fingerprint); "" without HLO
+    op_name: str = ""  # the framework op path from the HLO metadata (`jit(f)/.../dot_general`)
+    source: str = ""  # `file:line` of the user's code, from the HLO metadata
     hints: list[str] = field(default_factory=list)
 
     @property
@@ -74,6 +78,7 @@ class OpRow:
             "opcode": self.opcode,
             "category": self.category,
             "occurrences": self.occurrences,
+            "runs_per_occurrence": self.runs_per_occurrence,
             "events": self.events,
             "measured_us": self.measured_us,
             "total_us": self.total_us,
@@ -93,6 +98,8 @@ class OpRow:
             "upper_bound_us": self.upper_bound_us,
             "hlo": self.hlo,
             "fingerprint": self.fingerprint,
+            "op_name": self.op_name,
+            "source": self.source,
             "hints": self.hints,
         }
 
@@ -112,7 +119,7 @@ class OpRow:
             elif f.name == "bound_by":
                 if value not in get_args(BoundBy):
                     raise ValueError(f"{what} is {value!r}, not one of {get_args(BoundBy)}")
-            elif f.name in ("occurrences", "events"):
+            elif f.name in ("occurrences", "events", "runs_per_occurrence"):
                 value = int(_number(value, what))
             elif f.name == "median_us":
                 value = None if value is None else _number(value, what)

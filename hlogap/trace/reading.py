@@ -16,8 +16,8 @@ from pathlib import Path
 
 from hlogap.errors import HlogapError
 from hlogap.trace.backends.base import BackendReader, detect
-from hlogap.trace.model import TraceBuilder, TraceData, merge_traces
-from hlogap.trace.xspace import Plane, read_metadata_plane, read_planes
+from hlogap.trace.model import Step, TraceBuilder, TraceData, merge_traces
+from hlogap.trace.xspace import Plane, read_metadata_plane, read_planes, read_step_annotations
 
 # Below this many bytes of device lines (~100k events) a fork costs more than it saves.
 PARALLEL_MIN_BYTES = 6_000_000
@@ -42,10 +42,14 @@ def start_reading(path: str | Path, host: str, workers: int = 1) -> TraceData | 
     metadata = [p for p in planes if p.name == "/host:metadata"]
     groups = _plane_groups(planes, workers) if backend.name != "cpu" and _can_fork() else []
     if len(groups) < 2:
-        return _read_planes(backend, host, metadata, planes, warnings)
+        return _read_planes(
+            backend, host, metadata, planes, warnings, read_step_annotations(planes)
+        )
     children = [_fork_reader(backend, host, metadata, group) for group in groups]
-    # This process keeps the modules and the file's warnings; the children have the events.
-    return PendingTrace(_read_planes(backend, host, metadata, [], warnings), children)
+    # This process keeps the modules, the steps and the file's warnings; the children have the
+    # events.
+    steps = read_step_annotations(planes)
+    return PendingTrace(_read_planes(backend, host, metadata, [], warnings, steps), children)
 
 
 def read_trace(path: str | Path, host: str, workers: int = 1) -> TraceData:
@@ -60,8 +64,10 @@ def _read_planes(
     metadata: list[Plane],
     planes: Sequence[Plane],
     warnings: list[str],
+    steps: list[Step],
 ) -> TraceData:
     builder = TraceBuilder(host)
+    builder.steps = steps
     for plane in metadata:
         read_metadata_plane(plane, builder)
     backend.read(planes, builder)
@@ -108,7 +114,7 @@ def _fork_reader(
             os.close(read_end)
             try:
                 # The file's warnings travel with the parent's part only.
-                result: object = _read_planes(backend, host, metadata, planes, [])
+                result: object = _read_planes(backend, host, metadata, planes, [], [])
             except (HlogapError, MemoryError) as exc:  # the user's to act on: raised as is
                 result = exc
             except BaseException as exc:  # a bug: reported to the parent, which raises it

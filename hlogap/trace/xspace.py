@@ -7,15 +7,17 @@ time as they are iterated, so a file needs about its own size in memory.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+import numpy as np
 from google.protobuf.message import DecodeError
 
 from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
-from hlogap.trace.model import TraceBuilder
+from hlogap.trace.columnar import decode_events
+from hlogap.trace.model import Step, TraceBuilder
 
 DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):(\d+)$")
 _MODULE_META = re.compile(r"^(?P<name>.*)\((?P<program_id>\d+)\)$")
@@ -180,3 +182,49 @@ def read_metadata_plane(plane: Plane, builder: TraceBuilder) -> None:
         builder.module_names[program_id] = module
         if proto:
             builder.modules[(module, program_id)] = proto
+
+
+HOST_PLANE = "/host:CPU"
+
+
+def read_step_annotations(planes: Sequence[Plane]) -> list[Step]:
+    """Steps the program annotated (JAX `StepTraceAnnotation`, TensorFlow step markers): host
+    events with a `step_num` stat. Several events of one step (nested annotations, several
+    threads) are one step, from the first start to the last end."""
+    spans: dict[int, tuple[int, int]] = {}
+    for plane in planes:
+        if plane.name != HOST_PLANE:
+            continue
+        step_id = next((k for k, v in plane.stat_metadata.items() if v.name == "step_num"), None)
+        if step_id is None:
+            continue
+        for line in plane.raw_lines:
+            if not line.events:
+                continue
+            cols = decode_events(list(line.events), [step_id])
+            for i in np.flatnonzero(cols.irregular).tolist():
+                cols.stats[0][i] = _int_stat(line.events[i], step_id, plane.name)
+            has = np.flatnonzero(cols.stats[0] >= 0)
+            base = line.timestamp_ns * 1000
+            for k in has.tolist():
+                number = int(cols.stats[0][k])
+                start = base + int(cols.offset_ps[k])
+                end = start + int(cols.duration_ps[k])
+                first, last = spans.get(number, (start, end))
+                spans[number] = (min(first, start), max(last, end))
+    return [Step(n, "annotation", a, b) for n, (a, b) in sorted(spans.items(), key=lambda x: x[1])]
+
+
+def _int_stat(raw: bytes, stat_id: int, plane: str) -> int:
+    """The integer value of one stat of an event the columnar decoder left to upb (-1: none)."""
+    try:
+        event = xplane_pb2.XEvent.FromString(raw)
+    except DecodeError as exc:
+        raise InputError(f"corrupt event on {plane}") from exc
+    for stat in event.stats:
+        if stat.metadata_id == stat_id:
+            kind = stat.WhichOneof("value")
+            if kind in ("int64_value", "uint64_value"):
+                value = int(getattr(stat, kind))
+                return value if value < 1 << 63 else -1
+    return -1

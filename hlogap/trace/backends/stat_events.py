@@ -7,7 +7,7 @@ CPU thunks also carry `device_ordinal`. A line's events are decoded together
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -19,7 +19,13 @@ from hlogap.trace.model import OpKey, TraceBuilder, distinct_rows
 from hlogap.trace.xspace import Plane, plane_stats
 
 ABSENT = -1
-WANTED = ("hlo_op", "hlo_module", "program_id", "device_ordinal")
+# The stats that name an op's event (resolved once per distinct combination), then the ones
+# that place it in time: its module execution (CPU `run_id`, GPU `correlation_id` of the host
+# launch) and the context id an async CPU op shares with its `end:` marker (`_p` / `_c`).
+KEY = ("hlo_op", "hlo_module", "program_id", "device_ordinal")
+PLACE = ("run_id", "correlation_id", "_p", "_c")
+END_MARKER = "end: "
+ExecutionOf = Callable[[np.ndarray], np.ndarray]
 
 
 def read_stat_events(
@@ -28,17 +34,24 @@ def read_stat_events(
     lines: Iterable[xplane_pb2.XLineRaw],
     device: int | None,
     gpu: bool,
+    execution_of: ExecutionOf | None = None,
 ) -> None:
     """Add every event of `lines` that has an `hlo_op` stat.
 
     `device` is the builder's device index for a device plane; None means the device comes from
-    each event's `device_ordinal` stat (CPU: one host plane runs every device).
+    each event's `device_ordinal` stat (CPU: one host plane runs every device). An event's module
+    execution is `execution_of(correlation ids)` when given (GPU), else its `run_id` (CPU).
+    An op whose `end:` marker (same context id) ends after it lasts until the marker.
     """
     by_name = {v.name: k for k, v in plane.stat_metadata.items()}
-    ids = [by_name.get(w, ABSENT) for w in WANTED]
+    ids = [by_name.get(w, ABSENT) for w in (*KEY, *PLACE)]
     if ids[0] == ABSENT:
         return
     names: dict[int, str] = {k: v.name for k, v in plane.stat_metadata.items()}
+    end_markers = np.array(
+        [k for k, md in plane.event_metadata.items() if md.name.startswith(END_MARKER)],
+        dtype=np.int64,
+    )
     str_ids: dict[str, int] = {}  # op/module names given as strings, by their own negative ids
     ordinal_device: dict[int, int] = {}
     resolved: dict[tuple[int, ...], tuple[int, int]] = {}
@@ -62,24 +75,87 @@ def read_stat_events(
             found = resolved[key] = (op, dev)
         return found
 
+    op_lines: list[tuple[np.ndarray, ...]] = []  # per line: op, device, start, duration, ...
+    marker_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # context, start, end
     for line in lines:
         if not line.events:
             continue
         cols = decode_events(list(line.events), ids)
         for i in np.flatnonzero(cols.irregular):
             _read_one(line.events[int(i)], ids, names, str_ids, cols, int(i), plane.name)
-        op_ref = cols.stats[0]
-        is_op = op_ref != ABSENT
+        base_ps = line.timestamp_ns * 1000  # event offsets count from their line's timestamp
+        start = base_ps + cols.offset_ps
+        run_id, correlation, context, marker_context = cols.stats[len(KEY) :]
+        is_marker = np.isin(cols.metadata_id, end_markers) & (marker_context != ABSENT)
+        if is_marker.any():
+            marker_parts.append(
+                (
+                    marker_context[is_marker],
+                    start[is_marker],
+                    start[is_marker] + cols.duration_ps[is_marker],
+                )
+            )
+        is_op = cols.stats[0] != ABSENT
         if not is_op.any():
             continue
-        unique, inverse = distinct_rows([c[is_op] for c in cols.stats])
+        unique, inverse = distinct_rows([c[is_op] for c in cols.stats[: len(KEY)]])
         pairs = np.array([resolve(tuple(int(v) for v in k)) for k in unique], dtype=np.int64)
-        ops, devs = pairs[inverse, 0], pairs[inverse, 1]
-        base_ps = line.timestamp_ns * 1000  # event offsets count from their line's timestamp
-        start, dur = base_ps + cols.offset_ps[is_op], cols.duration_ps[is_op]
+        execution = execution_of(correlation[is_op]) if execution_of else run_id[is_op]
+        op_lines.append(
+            (
+                pairs[inverse, 0],
+                pairs[inverse, 1],
+                start[is_op],
+                cols.duration_ps[is_op],
+                execution,
+                context[is_op],
+            )
+        )
+    markers = [np.concatenate(part) for part in zip(*marker_parts)] if marker_parts else None
+    for ops, devs, start, dur, execution, context in op_lines:
+        extra = _until_marker(context, start, start + dur, markers) if markers else None
         for dev in np.unique(devs):
             mine = devs == dev
-            builder.add_line(int(dev), ops[mine], start[mine], dur[mine], gpu)
+            builder.add_line(
+                int(dev),
+                ops[mine],
+                start[mine],
+                dur[mine],
+                gpu,
+                execution=execution[mine],
+                extra_ps=extra[mine] if extra is not None else None,
+            )
+
+
+def _until_marker(
+    context: np.ndarray, start: np.ndarray, end: np.ndarray, markers: list[np.ndarray]
+) -> np.ndarray:
+    """How long each op runs on after its event: to the end of the first `end:` marker with
+    its context id that starts at or after the op (0 where none ends later than the op).
+
+    XLA's thunk executor emits the marker when an async op completes, on whichever thread
+    completed it; a synchronous op's marker lies inside its own event.
+    """
+    m_context, m_start, m_end = markers
+    n_ops = len(context)
+    # Ops and markers in one order: by context, then time, an op before a marker at its start.
+    ctx = np.concatenate([context, m_context])
+    when = np.concatenate([start, m_start])
+    is_marker = np.concatenate([np.zeros(n_ops, dtype=bool), np.ones(len(m_context), dtype=bool)])
+    order = np.lexsort((is_marker, when, ctx))
+    # For every position, the next marker at or after it (len: none).
+    position = np.where(is_marker[order], np.arange(len(order)), len(order))
+    next_marker = np.minimum.accumulate(position[::-1])[::-1]
+    extra = np.zeros(n_ops, dtype=np.int64)
+    op_rows = np.flatnonzero(~is_marker[order])  # positions of ops in `order`
+    ops = order[op_rows]
+    nxt = next_marker[op_rows]
+    found = nxt < len(order)
+    marker = order[np.where(found, nxt, 0)] - n_ops
+    same = found & (context[ops] != ABSENT) & (m_context[np.maximum(marker, 0)] == context[ops])
+    later = np.where(same, m_end[np.maximum(marker, 0)] - end[ops], 0)
+    extra[ops] = np.maximum(later, 0)
+    return extra
 
 
 def _read_one(

@@ -262,3 +262,22 @@ def test_cpu_occurrences_are_module_executions(program: str) -> None:
         devices = len({device for device, _ in runs[key]})
         # Every op of these programs runs in every execution of its module, on every device.
         assert times.occurrences[i] == executions[info.key.module] * devices, key
+
+
+def test_gpu_kernels_belong_to_the_host_module_executions(amd_file: Path) -> None:
+    # Oracle: the host plane's `<module>:XLA GPU module` events, one per execution per device.
+    space = xplane_pb2.XSpace.FromString(amd_file.read_bytes())
+    (host,) = [p for p in space.planes if p.name == "/host:CPU"]
+    executions = sum(
+        1
+        for line in host.lines
+        for ev in line.events
+        if host.event_metadata[ev.metadata_id].name.endswith(":XLA GPU module")
+    )
+    trace = read_trace(amd_file, "host")
+    assert (trace.execution >= 0).all()  # every kernel found its execution
+    assert len(np.unique(trace.execution)) == executions
+    times = time_ops(trace)
+    # No op runs more often than its module; kernels of one execution are one occurrence.
+    assert times.occurrences.max() <= executions
+    assert (times.occurrences <= times.events).all()

@@ -17,7 +17,13 @@ from pathlib import Path
 from hlogap.errors import HlogapError
 from hlogap.trace.backends.base import BackendReader, detect
 from hlogap.trace.model import Step, TraceBuilder, TraceData, merge_traces
-from hlogap.trace.xspace import Plane, read_metadata_plane, read_planes, read_step_annotations
+from hlogap.trace.xspace import (
+    HOST_PLANE,
+    Plane,
+    read_metadata_plane,
+    read_planes,
+    read_step_annotations,
+)
 
 # Below this many bytes of device lines (~100k events) a fork costs more than it saves.
 PARALLEL_MIN_BYTES = 6_000_000
@@ -45,7 +51,10 @@ def start_reading(path: str | Path, host: str, workers: int = 1) -> TraceData | 
         return _read_planes(
             backend, host, metadata, planes, warnings, read_step_annotations(planes)
         )
-    children = [_fork_reader(backend, host, metadata, group) for group in groups]
+    # Every reader of device planes also gets the host plane: GPU kernels find their module
+    # execution through the host's launch events.
+    hosts = [p for p in planes if p.name == HOST_PLANE]
+    children = [_fork_reader(backend, host, metadata, group + hosts) for group in groups]
     # This process keeps the modules, the steps and the file's warnings; the children have the
     # events.
     steps = read_step_annotations(planes)

@@ -203,7 +203,7 @@ def read_step_annotations(planes: Sequence[Plane]) -> list[Step]:
                 continue
             cols = decode_events(list(line.events), [step_id])
             for i in np.flatnonzero(cols.irregular).tolist():
-                cols.stats[0][i] = _int_stat(line.events[i], step_id, plane.name)
+                cols.stats[0][i] = int_stat(line.events[i], step_id, plane.name)
             has = np.flatnonzero(cols.stats[0] >= 0)
             base = line.timestamp_ns * 1000
             for k in has.tolist():
@@ -215,7 +215,7 @@ def read_step_annotations(planes: Sequence[Plane]) -> list[Step]:
     return [Step(n, "annotation", a, b) for n, (a, b) in sorted(spans.items(), key=lambda x: x[1])]
 
 
-def _int_stat(raw: bytes, stat_id: int, plane: str) -> int:
+def int_stat(raw: bytes, stat_id: int, plane: str) -> int:
     """The integer value of one stat of an event the columnar decoder left to upb (-1: none)."""
     try:
         event = xplane_pb2.XEvent.FromString(raw)

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from hlogap.trace.backends.base import register
-from hlogap.trace.backends.stat_events import read_stat_events
+from hlogap.trace.backends.stat_events import ExecutionOf, read_stat_events
+from hlogap.trace.columnar import decode_events
 from hlogap.trace.model import Backend, TraceBuilder
-from hlogap.trace.xspace import DEVICE_PLANE, Plane, plane_stats
+from hlogap.trace.xspace import DEVICE_PLANE, HOST_PLANE, Plane, int_stat, plane_stats
 
 # Lines xprof derives from the streams when it post-processes a trace; reading them too would
 # count every kernel twice.
@@ -31,6 +34,9 @@ DERIVED_LINES = frozenset(
 )
 
 
+MODULE_EVENT = ":XLA GPU module"  # `<module>:XLA GPU module`: one execution, on the host
+
+
 def _ordinal(plane: Plane) -> int | None:
     m = DEVICE_PLANE.match(plane.name)
     return int(m.group(2)) if m and m.group(1) == "GPU" else None
@@ -44,13 +50,79 @@ class GpuReader:
         return any(_ordinal(p) is not None for p in planes)
 
     def read(self, planes: Sequence[Plane], builder: TraceBuilder) -> None:
+        execution_of = _executions(planes)
         for plane in planes:
             ordinal = _ordinal(plane)
             if ordinal is None:
                 continue
             device = builder.new_device(plane.name, ordinal, plane_stats(plane))
             lines = (ln for ln in plane.raw_lines if ln.name not in DERIVED_LINES)
-            read_stat_events(plane, builder, lines, device, True)
+            read_stat_events(plane, builder, lines, device, True, execution_of)
 
 
 register(GpuReader())
+
+
+def _executions(planes: Sequence[Plane]) -> ExecutionOf | None:
+    """Kernel correlation id -> module execution, from the host plane. Each execution is one
+    `<module>:XLA GPU module` event on the thread that runs it (a TraceMe line), and that
+    thread launches the execution's kernels (API events with the kernel's `correlation_id`,
+    on the thread's CUPTI/ROCm line). The two lines of a thread are paired by time: the
+    module line whose executions enclose most of a launch line's launches. None when the host
+    plane does not say (kernels of one op launched back to back then count as one occurrence).
+    """
+    host = next((p for p in planes if p.name == HOST_PLANE), None)
+    if host is None:
+        return None
+    corr_id = next((k for k, v in host.stat_metadata.items() if v.name == "correlation_id"), -1)
+    module_md = np.array(
+        [k for k, md in host.event_metadata.items() if md.name.endswith(MODULE_EVENT)],
+        dtype=np.int64,
+    )
+    if corr_id < 0 or not len(module_md):
+        return None
+    spans: list[tuple[np.ndarray, np.ndarray, int]] = []  # per module line: starts, ends, 1st id
+    launches: list[tuple[np.ndarray, np.ndarray]] = []  # per launch line: correlation, time
+    numbered = 0
+    for line in host.raw_lines:
+        if not line.events:
+            continue
+        cols = decode_events(list(line.events), [corr_id])
+        for i in np.flatnonzero(cols.irregular).tolist():
+            cols.stats[0][i] = int_stat(line.events[i], corr_id, host.name)
+        start = line.timestamp_ns * 1000 + cols.offset_ps
+        is_module = np.isin(cols.metadata_id, module_md)
+        if is_module.any():
+            order = np.argsort(start[is_module], kind="stable")
+            first = start[is_module][order]
+            spans.append((first, first + cols.duration_ps[is_module][order], numbered))
+            numbered += len(first)
+        launch = cols.stats[0] >= 0
+        if launch.any():
+            launches.append((cols.stats[0][launch], start[launch]))
+    correlations: list[np.ndarray] = []
+    executions: list[np.ndarray] = []
+    for correlation, when in launches:
+        best: tuple[int, np.ndarray, np.ndarray] | None = None
+        for first, last, base in spans:
+            k = np.searchsorted(first, when, side="right") - 1
+            inside = (k >= 0) & (when < last[np.maximum(k, 0)])
+            if best is None or int(inside.sum()) > best[0]:
+                best = (int(inside.sum()), inside, base + k)
+        if best is not None and best[0] > 0:
+            correlations.append(correlation[best[1]])
+            executions.append(best[2][best[1]])
+    if not correlations:
+        return None
+    correlation = np.concatenate(correlations)
+    execution = np.concatenate(executions)
+    order = np.argsort(correlation, kind="stable")
+    correlation, execution = correlation[order], execution[order]
+
+    def execution_of(kernel_correlation: np.ndarray) -> np.ndarray:
+        at = np.minimum(np.searchsorted(correlation, kernel_correlation), len(correlation) - 1)
+        found = (correlation[at] == kernel_correlation) & (kernel_correlation >= 0)
+        result: np.ndarray = np.where(found, execution[at], -1)
+        return result
+
+    return execution_of

@@ -152,10 +152,16 @@ class TraceSpec:
 
 @dataclass
 class OpTotals:
-    occurrences: int = 0
+    events: int = 0
+    # (device, run id) of the module executions the op ran in: hlogap's occurrences
+    executions: set[tuple[int, int]] = field(default_factory=set)
     duration_ps: int = 0
     self_ps: int = 0
     host_duration_ps: int = 0  # the `duration_ps` fields (host clock), for contrast
+
+    @property
+    def occurrences(self) -> int:
+        return len(self.executions)
 
 
 @dataclass
@@ -420,7 +426,8 @@ def _write_device(
             k = (str(program.program_id), op.name)
             out.info[k] = op
             for totals in (out.ops.setdefault(k, OpTotals()), per_device.setdefault(k, OpTotals())):
-                totals.occurrences += 1
+                totals.events += 1
+                totals.executions.add((n, ex.run_id))
                 totals.duration_ps += dur
                 totals.self_ps += self_ps
                 totals.host_duration_ps += host_dur

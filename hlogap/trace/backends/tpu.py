@@ -134,7 +134,28 @@ class _PlaneReader:
         # Parents first where events start together, so nesting sees the enclosing op first.
         order = np.lexsort((-dur_arr, start_arr))
         order = order[keep[order]]
-        self.builder.add_line(self.device, ops[order], start_arr[order], dur_arr[order], gpu=False)
+        execution = self._executions(host_start, host_dur)
+        self.builder.add_line(
+            self.device,
+            ops[order],
+            start_arr[order],
+            dur_arr[order],
+            gpu=False,
+            execution=execution[order] if execution is not None else None,
+        )
+
+    def _executions(self, host_start: np.ndarray, host_dur: np.ndarray) -> np.ndarray | None:
+        """The `XLA Modules` event (one per execution of a program) enclosing each event, by
+        host-clock span; -1 where none does. None without a module line or start times."""
+        if self._aggregated_line:
+            return None
+        starts, ends, _ = self._modules or self._load_modules()[0]
+        if not len(starts):
+            return None
+        k = np.searchsorted(starts, host_start, side="right") - 1
+        inside = (k >= 0) & (host_start + host_dur <= ends[np.maximum(k, 0)])
+        found: np.ndarray = np.where(inside, k, -1)
+        return found
 
     def _aggregated(
         self, events: Iterable[xplane_pb2.XEvent]

@@ -91,7 +91,9 @@ def audit(
     )
     source = find_profile(path, run=run, host=host)
     reading = read_profile(source, jobs)
-    from hlogap.report.analysis import op_rows  # heavy imports, while forked readers run
+    # Heavy imports, while forked readers run.
+    from hlogap.report.analysis import op_rows
+    from hlogap.report.steps import step_rows
 
     trace = reading.result() if isinstance(reading, PendingTrace) else reading
     if trace.backend == "none":
@@ -102,6 +104,7 @@ def audit(
         raise UsageError(f"no device {device} in this profile")
     rows = op_rows(trace, times, the_chip, dump_dir)
     return AuditReport(
+        steps=step_rows(trace, times.selected, rows),
         path=source.path,
         run=source.run,
         files=list(source.files),

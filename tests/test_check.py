@@ -118,7 +118,7 @@ def test_faster_baseline_fails_and_names_the_ops(
     [
         (None, "baseline not found"),
         ("{truncated", "is not JSON"),
-        ('{"schema": "hlogap.audit/2", "ops": []}', "is not an hlogap audit report"),
+        ('{"schema": "hlogap.audit/3", "ops": []}', "is not an hlogap audit report"),
         ('{"schema": "hlogap.audit/1", "ops": [{}], "summary": {}}', "corrupt"),
     ],
 )

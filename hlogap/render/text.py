@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hlogap.report.compare import MATCH_METHODS, Diff, DiffRow
 from hlogap.report.gate import CheckResult
-from hlogap.report.model import AuditReport
+from hlogap.report.model import AuditReport, steps_summary
 from hlogap.units import fmt_eff, fmt_si, fmt_us
 
 
@@ -25,6 +25,31 @@ def header_lines(report: AuditReport) -> list[str]:
         f"gap {fmt_us(report.gap_us)}, efficiency {fmt_eff(report.efficiency)}, "
         f"modeled {fmt_eff(modeled)} of time"
         + (f", possible speedup {speedup:.2f}x" if speedup else ""),
+        *step_lines(report),
+    ]
+
+
+def step_lines(report: AuditReport) -> list[str]:
+    """The steps in two lines: how many and how long, then where the devices' time went."""
+    steps = report.steps
+    if not steps:
+        return ["steps: none found (no step annotation, no module execution to count)"]
+    summary = steps_summary(steps)
+    device_time = summary["busy_us"] + summary["idle_us"]  # type: ignore[operator]
+
+    def share(key: str) -> str:
+        value = summary[key]
+        assert isinstance(value, float)
+        return fmt_eff(value / device_time if device_time > 0 else None)
+
+    median = summary["step_us"]
+    assert isinstance(median, float)
+    return [
+        f"steps: {len(steps)} ({steps[0].source}), median {fmt_us(median)}; "
+        f"devices idle {share('idle_us')} of step time, exposed communication "
+        f"{share('exposed_comm_us')}",
+        f"step time: {share('at_bound_us')} at the roofline bound, {share('lost_in_ops_us')} "
+        f"lost in ops, {share('idle_us')} idle",
     ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal, get_args
@@ -13,9 +14,10 @@ from hlogap._version import __version__
 from hlogap.bounds.roofline import BoundBy
 from hlogap.chips import Chip
 from hlogap.errors import InputError
-from hlogap.trace.model import Backend
+from hlogap.trace.model import Backend, StepSource
 
-SCHEMA = "hlogap.audit/1"
+SCHEMA = "hlogap.audit/2"
+READABLE_SCHEMAS = ("hlogap.audit/1", SCHEMA)  # version 2 adds the timeline (steps, op paths)
 SortKey = Literal["gap", "measured", "efficiency"]
 SORT_KEYS: tuple[SortKey, ...] = get_args(SortKey)
 ChipSource = Literal["detected", "user", "calibrated", "report"]
@@ -135,6 +137,82 @@ class OpRow:
 
 
 @dataclass(frozen=True)
+class StepRow:
+    step: int
+    source: StepSource
+    start_us: float  # from the profile's first op event
+    wall_us: float
+    devices: int
+    busy_us: float  # summed over devices: time when at least one op ran
+    measured_us: float  # the op executions that started in the step, as in `ops`
+    bound_us: float
+    exposed_comm_us: float  # summed over devices: only collectives / host transfers ran
+
+    @property
+    def idle_us(self) -> float:
+        return max(self.wall_us * self.devices - self.busy_us, 0.0)
+
+    @property
+    def gap_us(self) -> float:
+        return self.measured_us - self.bound_us
+
+    @property
+    def at_bound_us(self) -> float:
+        """Busy time the ops' bounds account for (never more than the busy time)."""
+        return min(self.bound_us, self.busy_us)
+
+    @classmethod
+    def from_dict(cls, raw: object, where: str) -> StepRow:
+        if not isinstance(raw, dict):
+            raise ValueError(f"{where} is not an object")
+        source = next((k for k in get_args(StepSource) if k == raw.get("source")), None)
+        if source is None:
+            raise ValueError(f"{where}.source is {raw.get('source')!r}")
+        values = {
+            k: _number(raw[k], f"{where}.{k}")
+            for k in ("start_us", "wall_us", "busy_us", "measured_us", "bound_us")
+        }
+        return cls(
+            step=int(_number(raw["step"], f"{where}.step")),
+            source=source,
+            devices=int(_number(raw["devices"], f"{where}.devices")),
+            exposed_comm_us=_number(raw.get("exposed_comm_us", 0.0), f"{where}.exposed_comm_us"),
+            **values,
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "step": self.step,
+            "source": self.source,
+            "start_us": self.start_us,
+            "wall_us": self.wall_us,
+            "devices": self.devices,
+            "busy_us": self.busy_us,
+            "idle_us": self.idle_us,
+            "measured_us": self.measured_us,
+            "bound_us": self.bound_us,
+            "gap_us": self.gap_us,
+            "exposed_comm_us": self.exposed_comm_us,
+        }
+
+
+def steps_summary(steps: list[StepRow]) -> dict[str, object]:
+    """The summary's step keys: counts, median step, and the devices' time over the steps split
+    into time at the roofline bound, time lost inside ops, and idle time (they add up)."""
+    busy = sum(s.busy_us for s in steps)
+    at_bound = sum(s.at_bound_us for s in steps)
+    return {
+        "steps": len(steps),
+        "step_us": statistics.median(s.wall_us for s in steps) if steps else None,
+        "busy_us": busy,
+        "idle_us": sum(s.idle_us for s in steps),
+        "exposed_comm_us": sum(s.exposed_comm_us for s in steps),
+        "at_bound_us": at_bound,
+        "lost_in_ops_us": busy - at_bound,
+    }
+
+
+@dataclass(frozen=True)
 class Unlisted:
     """What a report saved with `--top N` left out of `ops`: its summary still counts it."""
 
@@ -160,6 +238,7 @@ class AuditReport:
     warnings: list[str] = field(default_factory=list)
     kind: ReportKind = "profile"  # audited here, or loaded from a saved report
     unlisted: Unlisted = field(default_factory=Unlisted)
+    steps: list[StepRow] = field(default_factory=list)
 
     @property
     def total_ops(self) -> int:
@@ -213,6 +292,7 @@ class AuditReport:
             "modeled_fraction": self.modeled_fraction,
             "upper_bound_us": sum(r.upper_bound_us for r in self.ops),
             "speedup": self.speedup,
+            **steps_summary(self.steps),
         }
 
     def chip_dict(self) -> dict[str, object]:
@@ -246,6 +326,7 @@ class AuditReport:
             "summary": self.summary_dict(),
             "sort": self.sort,
             "ops": [r.to_dict(i + 1) for i, r in enumerate(rows)],
+            "steps": [s.to_dict() for s in self.steps],
             "warnings": self.warnings,
         }
 
@@ -269,6 +350,9 @@ class AuditReport:
             bound_us=_number(summary["bound_us"], "summary.bound_us") - listed_bound,
         )
         warnings = data.get("warnings", [])
+        raw_steps = data.get("steps", [])  # version 1 reports have none
+        if not isinstance(raw_steps, list):
+            raise ValueError("'steps' is not a list")
         return cls(
             path=path,
             run=source.get("run") if isinstance(source.get("run"), str) else None,
@@ -284,6 +368,7 @@ class AuditReport:
             warnings=[str(w) for w in warnings] if isinstance(warnings, list) else [],
             kind="report",
             unlisted=unlisted if unlisted.ops else Unlisted(),
+            steps=[StepRow.from_dict(r, f"steps[{i}]") for i, r in enumerate(raw_steps)],
         )
 
     def only_modules(self, keep: list[OpRow]) -> AuditReport:
@@ -314,10 +399,11 @@ def load_json(path: Path, role: str) -> AuditReport:
             f"{role} {path} is not JSON ({detail}); "
             "save it with `hlogap audit PATH --format json --top 0`"
         ) from exc
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+    if not isinstance(data, dict) or data.get("schema") not in READABLE_SCHEMAS:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise InputError(
-            f"{role} {path} is not an hlogap audit report (schema {found!r}, expected {SCHEMA!r})"
+            f"{role} {path} is not an hlogap audit report (schema {found!r}, expected one of "
+            f"{', '.join(READABLE_SCHEMAS)})"
         )
     try:
         return AuditReport.from_dict(data, str(path))

@@ -20,31 +20,38 @@ class OpTimes:
     occurrences: np.ndarray  # int64: executions (GPU: consecutive kernels of one op are one)
     median_ps: np.ndarray  # float64: median self time of one execution (robust to stragglers)
     devices: int  # devices that ran at least one selected op
+    selected: np.ndarray  # bool per event of the trace: the events these totals cover
+
+
+def select_events(
+    trace: TraceData, device: int | None = None, module: re.Pattern[str] | None = None
+) -> np.ndarray:
+    """Which events an audit covers: `device` keeps only events of devices with that ordinal,
+    `module` only events of ops in the modules it matches (everything after counts only them)."""
+    keep = np.ones(trace.num_events, dtype=bool)
+    if device is not None and len(trace.devices):
+        ordinals = np.array([d.ordinal for d in trace.devices], dtype=np.int64)
+        keep &= ordinals[trace.device_index] == device
+    if module is not None and trace.ops:
+        selected = np.array([bool(module.search(o.key.module)) for o in trace.ops], dtype=bool)
+        keep &= selected[trace.op_index]
+    return keep
 
 
 def time_ops(
     trace: TraceData, device: int | None = None, module: re.Pattern[str] | None = None
 ) -> OpTimes:
-    """Sum the events of every op; `device` keeps only events of devices with that ordinal,
-    `module` only events of ops in the modules it matches (everything after counts only them)."""
+    """Sum the selected events (`select_events`) of every op."""
     n = len(trace.ops)
-    keep = None
-    if device is not None and len(trace.devices):
-        ordinals = np.array([d.ordinal for d in trace.devices], dtype=np.int64)
-        keep = ordinals[trace.device_index] == device
-    if module is not None:
-        selected = np.array([bool(module.search(o.key.module)) for o in trace.ops], dtype=bool)
-        in_module = selected[trace.op_index] if n else np.zeros(len(trace.op_index), dtype=bool)
-        keep = in_module if keep is None else keep & in_module
-    op_index = trace.op_index if keep is None else trace.op_index[keep]
+    keep = select_events(trace, device, module)
+    op_index = trace.op_index[keep]
 
     def total(values: np.ndarray) -> np.ndarray:
-        v = values if keep is None else values[keep]
-        return np.bincount(op_index, weights=v, minlength=n)
+        return np.bincount(op_index, weights=values[keep], minlength=n)
 
-    dev_index = trace.device_index if keep is None else trace.device_index[keep]
-    occurrence = trace.occurrence if keep is None else trace.occurrence[keep]
-    self_ps = trace.self_ps if keep is None else trace.self_ps[keep]
+    dev_index = trace.device_index[keep]
+    occurrence = trace.occurrence[keep]
+    self_ps = trace.self_ps[keep]
     # Occurrences, renumbered densely among the kept events: the op of each, its time.
     ids, first, dense = np.unique(occurrence, return_index=True, return_inverse=True)
     occurrence_op = op_index[first]
@@ -56,6 +63,7 @@ def time_ops(
         occurrences=np.bincount(occurrence_op, minlength=n).astype(np.int64),
         median_ps=_medians(occurrence_op, occurrence_ps, n),
         devices=len(np.unique(dev_index)),
+        selected=keep,
     )
 
 

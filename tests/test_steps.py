@@ -1,0 +1,120 @@
+"""Steps: counted from the trace's own annotations, and where each step's device time goes."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hlogap import audit, load_report
+from hlogap.proto import xplane_pb2
+from hlogap.report.steps import _covered, _merged
+from tests.conftest import FIXTURES, cpu_fixtures, oracle
+from tests.test_timing import _events_by_op
+
+PROGRAMS = [p.name for p in cpu_fixtures()]
+
+
+def _annotations(path: Path) -> dict[int, tuple[int, int]]:
+    """Oracle: step_num -> (start, end) of the host events carrying a `step_num` stat."""
+    space = xplane_pb2.XSpace.FromString(path.read_bytes())
+    spans: dict[int, tuple[int, int]] = {}
+    for plane in space.planes:
+        names = {k: v.name for k, v in plane.stat_metadata.items()}
+        for line in plane.lines:
+            for ev in line.events:
+                for stat in ev.stats:
+                    if names.get(stat.metadata_id) == "step_num":
+                        start = line.timestamp_ns * 1000 + ev.offset_ps
+                        spans[stat.int64_value] = (start, start + ev.duration_ps)
+    return spans
+
+
+def _union_in(intervals: list[tuple[int, int]], lo: int, hi: int) -> int:
+    """Oracle: the length of [lo, hi) that the intervals cover, by a plain sweep."""
+    covered, reach = 0, lo
+    for a, b in sorted(intervals):
+        a, b = max(a, reach), min(b, hi)
+        if b > a:
+            covered += b - a
+            reach = b
+    return covered
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_annotated_steps_are_the_annotations(program: str, cpu_chip_file: Path) -> None:
+    report = audit(FIXTURES / program, str(cpu_chip_file))
+    path = next((FIXTURES / program).rglob("*.xplane.pb"))
+    spans = _annotations(path)
+    assert len(report.steps) == len(spans) == oracle(FIXTURES / program)["steps"]
+    for step in report.steps:
+        start, end = spans[step.step]
+        assert step.source == "annotation"
+        assert step.wall_us == pytest.approx((end - start) / 1e6, rel=1e-3)
+        # Per device, busy + idle = wall, exactly, and both are never negative.
+        assert step.busy_us + step.idle_us == pytest.approx(step.wall_us * step.devices)
+        assert 0 <= step.busy_us <= step.wall_us * step.devices + 1e-9
+    # Every op event of these programs ran inside a step.
+    assert sum(s.measured_us for s in report.steps) == pytest.approx(report.measured_us)
+
+
+def test_busy_time_is_the_union_of_op_events(cpu_chip_file: Path) -> None:
+    # sharded_train: 8 devices whose ops overlap on XLA:CPU's thread pool.
+    path = next((FIXTURES / "sharded_train").rglob("*.xplane.pb"))
+    report = audit(path, str(cpu_chip_file))
+    space = xplane_pb2.XSpace.FromString(path.read_bytes())
+    (cpu,) = [p for p in space.planes if p.name == "/host:CPU"]
+    names = {k: v.name for k, v in cpu.stat_metadata.items()}
+    by_device: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    durations = _events_by_op(path, "/host:CPU")  # each op event until its end: marker
+    seen: dict[tuple[str, str], int] = defaultdict(int)
+    for line in cpu.lines:
+        for ev in line.events:
+            stats = {names[s.metadata_id]: s for s in ev.stats}
+            if "hlo_op" in stats:
+                key = (names[stats["hlo_module"].ref_value], names[stats["hlo_op"].ref_value])
+                start = line.timestamp_ns * 1000 + ev.offset_ps
+                duration = durations[key][seen[key]]
+                seen[key] += 1
+                by_device[stats["device_ordinal"].int64_value].append((start, start + duration))
+    spans = _annotations(path)
+    for step in report.steps:
+        lo, hi = spans[step.step]
+        busy = sum(_union_in(v, lo, hi) for v in by_device.values())
+        assert step.devices == len(by_device) == 8
+        assert step.busy_us == pytest.approx(busy / 1e6, rel=1e-9)
+    # Collectives ran on the devices with no compute beside them for part of each step.
+    assert all(0 < s.exposed_comm_us <= s.busy_us for s in report.steps)
+
+
+def test_steps_survive_a_saved_report(cpu_chip_file: Path, tmp_path: Path) -> None:
+    report = audit(FIXTURES / "mlp", str(cpu_chip_file))
+    saved = tmp_path / "mlp.json"
+    saved.write_text(json.dumps(report.to_dict(0)))
+    loaded = load_report(saved)
+    assert loaded.steps == report.steps
+    assert loaded.summary_dict() == pytest.approx(report.summary_dict())
+
+
+def test_without_annotations_a_step_is_an_execution_of_the_main_module(amd_file: Path) -> None:
+    report = audit(amd_file)
+    assert report.steps and {s.source for s in report.steps} == {"module"}
+    # The dominant module ran on every device once per step: its ops' occurrences per device.
+    top = max(report.ops, key=lambda r: r.measured_us)
+    per_device = top.occurrences / report.devices
+    assert len(report.steps) == per_device
+    for step in report.steps:
+        assert step.busy_us + step.idle_us == pytest.approx(step.wall_us * step.devices)
+
+
+def test_union_and_window_cover() -> None:
+    start = np.array([0, 5, 20, 22, 40], dtype=np.int64)
+    end = np.array([10, 8, 25, 30, 50], dtype=np.int64)
+    s, e = _merged(start, end)
+    assert (s.tolist(), e.tolist()) == ([0, 20, 40], [10, 30, 50])
+    a = np.array([0, 5, 25, 31, 0, 45], dtype=np.int64)
+    b = np.array([50, 21, 45, 39, 1, 46], dtype=np.int64)
+    assert _covered(s, e, a, b).tolist() == [30, 6, 10, 0, 1, 1]

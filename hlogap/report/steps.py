@@ -87,7 +87,7 @@ def _module_steps(trace: TraceData, index: np.ndarray) -> list[Step]:
         return []
     modules = np.array([o.key.module for o in trace.ops])
     module_of = modules[trace.op_index[known]]
-    names, inverse = np.unique(module_of, return_inverse=True)
+    _, inverse = np.unique(module_of, return_inverse=True)
     time = np.bincount(inverse.ravel(), weights=trace.self_ps[known])
     mine = known[inverse.ravel() == int(np.argmax(time))]
     device = trace.device_index[mine].astype(np.int64)

@@ -104,10 +104,10 @@ def _module_steps(trace: TraceData, index: np.ndarray) -> list[Step]:
     np.maximum.at(last, inverse, end)
     for (d, _), a, b in zip(unique.tolist(), first.tolist(), last.tolist(), strict=True):
         spans.setdefault(d, []).append((a, b))
-    count = max(len(v) for v in spans.values())
+    ordered = [sorted(v) for v in spans.values()]
     steps = []
-    for k in range(count):
-        kth = [sorted(v)[k] for v in spans.values() if len(v) > k]
+    for k in range(max(len(v) for v in ordered)):
+        kth = [v[k] for v in ordered if len(v) > k]
         steps.append(Step(k, "module", min(a for a, _ in kth), max(b for _, b in kth)))
     return steps
 

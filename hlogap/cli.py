@@ -61,14 +61,19 @@ def _emit(text: str, output: Path | None) -> None:
 
 
 def _write(
-    document: Document, kind: DocumentKind, fmt: str | None, output: Path | None, top: int = 20
+    document: Document,
+    kind: DocumentKind,
+    fmt: str | None,
+    output: Path | None,
+    top: int = 20,
+    steps: bool = False,
 ) -> None:
     """Render `document` in the chosen format to `output` or stdout."""
     from hlogap.render.base import RenderOptions, choose_format, render
 
     chosen = choose_format(kind, fmt, output)
     color = output is None and sys.stdout.isatty()
-    _emit(render(document, chosen, RenderOptions(top=top, color=color)), output)
+    _emit(render(document, chosen, RenderOptions(top=top, color=color, steps=steps)), output)
 
 
 @app.command()
@@ -94,6 +99,16 @@ def audit(
         Path | None,
         typer.Option("--plot", help="Also draw the roofline chart to FILE (.svg, .png, .html)."),
     ] = None,
+    group_by: Annotated[
+        str | None,
+        typer.Option(
+            "--group-by", help="Roll ops up by scope (layer), category, source or module."
+        ),
+    ] = None,
+    depth: Annotated[
+        int, typer.Option("--depth", help="Components of the op path a scope keeps.")
+    ] = 3,
+    steps: Annotated[bool, typer.Option("--steps", help="Also print the per-step table.")] = False,
 ) -> None:
     """Rank a profile's XLA ops by the time they lose against the roofline."""
     from hlogap.pipeline import audit as run_audit
@@ -110,8 +125,10 @@ def audit(
         hlo_dump=hlo_dump,
         sort=sort,
         jobs=jobs,
+        group_by=group_by,
+        depth=depth,
     )
-    _write(report, "audit", fmt, output, top)
+    _write(report, "audit", fmt, output, top, steps)
     if plot is not None:
         from hlogap.render.plot import write_plot
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from hlogap.chips import Chip, detect_chip, load_chip
 from hlogap.errors import InputError, UsageError
+from hlogap.report.groups import DEFAULT_DEPTH, GROUP_KEYS, group_rows
 from hlogap.report.model import SORT_KEYS, AuditReport, ChipSource, load_json, sort_rows
 from hlogap.source import ProfileSource, find_profile
 from hlogap.trace.model import TraceData, merge_traces
@@ -76,11 +77,18 @@ def audit(
     hlo_dump: str | Path | None = None,
     sort: str = "gap",
     jobs: int | None = None,
+    group_by: str | None = None,
+    depth: int = DEFAULT_DEPTH,
 ) -> AuditReport:
     """Audit a profile (logdir, run directory or .xplane.pb) and return the report."""
     sort_key = next((k for k in SORT_KEYS if k == sort), None)
     if sort_key is None:
         raise UsageError(f"unknown sort key '{sort}' (use one of: {', '.join(SORT_KEYS)})")
+    group_key = next((k for k in GROUP_KEYS if k == group_by), None)
+    if group_by is not None and group_key is None:
+        raise UsageError(f"unknown --group-by '{group_by}' (use one of: {', '.join(GROUP_KEYS)})")
+    if depth < 1:
+        raise UsageError(f"--depth must be at least 1, not {depth}")
     module_re = _module_regex(module)
     dump_dir = Path(hlo_dump) if hlo_dump else None
     if dump_dir is not None and not dump_dir.is_dir():
@@ -105,6 +113,8 @@ def audit(
     rows = op_rows(trace, times, the_chip, dump_dir)
     return AuditReport(
         steps=step_rows(trace, times.selected, rows),
+        group_by=group_key,
+        groups=group_rows(rows, group_key, depth, sort_key) if group_key else [],
         path=source.path,
         run=source.run,
         files=list(source.files),

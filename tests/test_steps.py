@@ -118,3 +118,32 @@ def test_union_and_window_cover() -> None:
     a = np.array([0, 5, 25, 31, 0, 45], dtype=np.int64)
     b = np.array([50, 21, 45, 39, 1, 46], dtype=np.int64)
     assert _covered(s, e, a, b).tolist() == [30, 6, 10, 0, 1, 1]
+
+
+def test_group_by_scope_rolls_ops_up_by_layer(cpu_chip_file: Path) -> None:
+    from hlogap.report.groups import scope_parts
+
+    path = FIXTURES / "sharded_train"
+    report = audit(path, str(cpu_chip_file), group_by="scope", depth=2)
+    assert report.group_by == "scope"
+    # Every op falls in the group of its op path's first two components; totals are kept.
+    members: dict[str, list[str]] = defaultdict(list)
+    for op in report.ops:
+        members["/".join(scope_parts(op.op_name)[:2]) or "(unknown)"].append(op.name)
+    assert {g.name: g.ops for g in report.groups} == {k: len(v) for k, v in members.items()}
+    assert {"jit(train_step)/jvp()", "jit(ring_exchange)/shard_map"} <= set(members)
+    assert sum(g.measured_us for g in report.groups) == pytest.approx(report.measured_us)
+    assert [g.gap_us for g in report.groups] == sorted(
+        (g.gap_us for g in report.groups), reverse=True
+    )
+    by_module = audit(path, str(cpu_chip_file), group_by="module")
+    assert {g.name for g in by_module.groups} == {"jit_train_step", "jit_ring_exchange"}
+    doc = by_module.to_dict()
+    assert doc["group_by"] == "module" and len(doc["groups"]) == 2
+
+
+def test_scope_parts_keep_parentheses_whole() -> None:
+    from hlogap.report.groups import scope_parts
+
+    assert scope_parts("jit(f)/transpose(jvp(g/h))/dot") == ["jit(f)", "transpose(jvp(g/h))", "dot"]
+    assert scope_parts("") == []

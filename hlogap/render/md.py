@@ -48,6 +48,19 @@ def _cell(text: str) -> str:
 def _audit(report: AuditReport, top: int) -> str:
     lines = ["## hlogap audit", ""]
     lines += [f"- {_cell(line)}" for line in header_lines(report)]
+    if report.group_by:
+        lines += [
+            "",
+            f"| # | {report.group_by} | ops | n | measured | bound | gap | eff |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        groups = report.groups if top <= 0 else report.groups[:top]
+        lines += [
+            f"| {rank} | `{_cell(g.name)}` | {g.ops} | {g.occurrences} | {fmt_us(g.measured_us)} "
+            f"| {fmt_us(g.bound_us)} | {fmt_us(g.gap_us)} | {fmt_eff(g.efficiency)} |"
+            for rank, g in enumerate(groups, 1)
+        ]
+        return "\n".join(lines) + "\n"
     lines += [
         "",
         "| # | op | category | n | measured | bound | gap | eff | bound by | hint |",

@@ -37,7 +37,7 @@ class TableRenderer:
 
     def render(self, document: Document, options: RenderOptions) -> str:
         if isinstance(document, AuditReport):
-            return _audit(document, options.top, options.color)
+            return _audit(document, options)
         if isinstance(document, Diff):
             return _diff(document, options.top)
         if isinstance(document, CheckResult):
@@ -76,21 +76,42 @@ def _print(
     return out.getvalue()
 
 
-def _audit(report: AuditReport, top: int, color: bool) -> str:
-    table = _new_table()
-    for name, justify in (
-        ("#", "right"),
-        ("op", "left"),
-        ("category", "left"),
-        ("n", "right"),
-        ("measured", "right"),
-        ("bound", "right"),
-        ("gap", "right"),
-        ("eff", "right"),
-        ("bound by", "left"),
-        ("why", "left"),
-    ):
+def _audit(report: AuditReport, options: RenderOptions) -> str:
+    top, color = options.top, options.color
+    # On a terminal Rich fits the table to it; piped output is wide so that rows stay one line.
+    width = None if color else 220
+    if report.group_by:
+        table, after = _groups(report, top)
+    else:
+        table, after = _ops(report, top)
+    text = _print([*header_lines(report), ""], table, after, width=width, color=color)
+    if options.steps:
+        text += _print(["", "steps:"], _steps(report), width=width, color=color)
+    return text
+
+
+def _columns(table: Table, columns: tuple[tuple[str, str], ...]) -> None:
+    for name, justify in columns:
         table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+
+
+def _ops(report: AuditReport, top: int) -> tuple[Table, list[str]]:
+    table = _new_table()
+    _columns(
+        table,
+        (
+            ("#", "right"),
+            ("op", "left"),
+            ("category", "left"),
+            ("n", "right"),
+            ("measured", "right"),
+            ("bound", "right"),
+            ("gap", "right"),
+            ("eff", "right"),
+            ("bound by", "left"),
+            ("why", "left"),
+        ),
+    )
     rows = report.ops if top <= 0 else report.ops[:top]
     for rank, r in enumerate(rows, 1):
         table.add_row(
@@ -105,16 +126,69 @@ def _audit(report: AuditReport, top: int, color: bool) -> str:
             r.bound_by,
             r.hints[0] if r.hints else "",
         )
-    shown = len(rows)
-    after = (
-        [f"({shown} of {len(report.ops)} ops; --top 0 shows all)"]
-        if shown < len(report.ops)
-        else []
+    return table, more_line(len(rows), len(report.ops), "--top 0 shows all")
+
+
+def _groups(report: AuditReport, top: int) -> tuple[Table, list[str]]:
+    table = _new_table()
+    _columns(
+        table,
+        (
+            ("#", "right"),
+            (report.group_by or "group", "left"),
+            ("ops", "right"),
+            ("n", "right"),
+            ("measured", "right"),
+            ("bound", "right"),
+            ("gap", "right"),
+            ("eff", "right"),
+        ),
     )
-    # On a terminal Rich fits the table to it; piped output is wide so that rows stay one line.
-    return _print(
-        [*header_lines(report), ""], table, after, width=None if color else 220, color=color
+    rows = report.groups if top <= 0 else report.groups[:top]
+    for rank, g in enumerate(rows, 1):
+        table.add_row(
+            str(rank),
+            g.name,
+            str(g.ops),
+            str(g.occurrences),
+            fmt_us(g.measured_us),
+            fmt_us(g.bound_us),
+            fmt_us(g.gap_us),
+            fmt_eff(g.efficiency),
+        )
+    return table, more_line(len(rows), len(report.groups), "--top 0 shows all", "groups")
+
+
+def _steps(report: AuditReport) -> Table:
+    table = _new_table()
+    _columns(
+        table,
+        (
+            ("step", "right"),
+            ("start", "right"),
+            ("wall", "right"),
+            ("busy", "right"),
+            ("idle", "right"),
+            ("measured", "right"),
+            ("bound", "right"),
+            ("gap", "right"),
+            ("exposed comm", "right"),
+        ),
     )
+    for s in report.steps:
+        device_time = s.wall_us * s.devices
+        table.add_row(
+            str(s.step),
+            fmt_us(s.start_us),
+            fmt_us(s.wall_us),
+            fmt_eff(s.busy_us / device_time if device_time > 0 else None),
+            fmt_eff(s.idle_us / device_time if device_time > 0 else None),
+            fmt_us(s.measured_us),
+            fmt_us(s.bound_us),
+            fmt_us(s.gap_us),
+            fmt_us(s.exposed_comm_us),
+        )
+    return table
 
 
 def _diff_table(rows: list[DiffRow], with_module: bool) -> Table:

@@ -132,8 +132,8 @@ def multi_module(rows: list[DiffRow]) -> bool:
     return len({r.pair.module for r in rows}) > 1
 
 
-def more_line(shown: int, total: int, hint: str) -> list[str]:
-    return [f"({shown} of {total} ops; {hint})"] if shown < total else []
+def more_line(shown: int, total: int, hint: str, what: str = "ops") -> list[str]:
+    return [f"({shown} of {total} {what}; {hint})"] if shown < total else []
 
 
 def thresholds_line(result: CheckResult) -> str:

@@ -8,7 +8,7 @@ import math
 import statistics
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal, TypeVar, get_args
 
 from hlogap._version import __version__
 from hlogap.bounds.roofline import BoundBy
@@ -213,6 +213,37 @@ def steps_summary(steps: list[StepRow]) -> dict[str, object]:
 
 
 @dataclass(frozen=True)
+class GroupRow:
+    """Ops rolled up (`--group-by`): their totals summed."""
+
+    name: str
+    ops: int
+    occurrences: int
+    measured_us: float
+    bound_us: float
+
+    @property
+    def gap_us(self) -> float:
+        return self.measured_us - self.bound_us
+
+    @property
+    def efficiency(self) -> float | None:
+        return self.bound_us / self.measured_us if self.measured_us > 0 else None
+
+    def to_dict(self, rank: int) -> dict[str, object]:
+        return {
+            "rank": rank,
+            "name": self.name,
+            "ops": self.ops,
+            "occurrences": self.occurrences,
+            "measured_us": self.measured_us,
+            "bound_us": self.bound_us,
+            "gap_us": self.gap_us,
+            "efficiency": self.efficiency,
+        }
+
+
+@dataclass(frozen=True)
 class Unlisted:
     """What a report saved with `--top N` left out of `ops`: its summary still counts it."""
 
@@ -239,6 +270,8 @@ class AuditReport:
     kind: ReportKind = "profile"  # audited here, or loaded from a saved report
     unlisted: Unlisted = field(default_factory=Unlisted)
     steps: list[StepRow] = field(default_factory=list)
+    group_by: str | None = None  # `--group-by` (scope, category, source, module), when asked
+    groups: list[GroupRow] = field(default_factory=list)
 
     @property
     def total_ops(self) -> int:
@@ -327,6 +360,14 @@ class AuditReport:
             "sort": self.sort,
             "ops": [r.to_dict(i + 1) for i, r in enumerate(rows)],
             "steps": [s.to_dict() for s in self.steps],
+            **(
+                {
+                    "group_by": self.group_by,
+                    "groups": [g.to_dict(i + 1) for i, g in enumerate(self.groups)],
+                }
+                if self.group_by
+                else {}
+            ),
             "warnings": self.warnings,
         }
 
@@ -454,8 +495,11 @@ def _chip(raw: object) -> Chip | None:
     )
 
 
-def sort_rows(rows: list[OpRow], key: SortKey) -> list[OpRow]:
-    """Largest first for every key, as the contract says; unmeasured ops go last."""
+Ranked = TypeVar("Ranked", OpRow, GroupRow)
+
+
+def sort_rows(rows: list[Ranked], key: SortKey) -> list[Ranked]:
+    """Largest first for every key, as the contract says; unmeasured rows go last."""
     if key == "gap":
         return sorted(rows, key=lambda r: (-r.gap_us, -r.measured_us, r.name))
     if key == "measured":

@@ -1,0 +1,61 @@
+"""`--group-by`: ops rolled up by layer (scope), category, source line or module."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from hlogap.report.model import GroupRow, OpRow, SortKey, sort_rows
+
+GroupBy = Literal["scope", "category", "source", "module"]
+GROUP_KEYS: tuple[GroupBy, ...] = get_args(GroupBy)
+DEFAULT_DEPTH = 3
+
+
+def group_key(op: OpRow, by: GroupBy, depth: int) -> str:
+    """The group an op falls in; ops without the information group under "(unknown)"."""
+    if by == "scope":
+        # `jit(train_step)/jvp(model)/dense_1/dot_general` cut to `depth` components.
+        value = "/".join(scope_parts(op.op_name)[:depth])
+    elif by == "category":
+        value = op.category
+    elif by == "source":
+        value = op.source
+    else:
+        value = op.module
+    return value or "(unknown)"
+
+
+def scope_parts(op_name: str) -> list[str]:
+    """The components of an op path, split at the slashes outside parentheses:
+    `jit(f)/transpose(jvp(g/h))/dot` -> [`jit(f)`, `transpose(jvp(g/h))`, `dot`]."""
+    parts: list[str] = []
+    depth = 0
+    current = ""
+    for char in op_name:
+        if char == "/" and depth == 0:
+            parts.append(current)
+            current = ""
+            continue
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        current += char
+    if current:
+        parts.append(current)
+    return parts
+
+
+def group_rows(ops: list[OpRow], by: GroupBy, depth: int, sort: SortKey) -> list[GroupRow]:
+    """One row per group, with its ops' totals, ranked like the ops."""
+    members: dict[str, list[OpRow]] = {}
+    for op in ops:
+        members.setdefault(group_key(op, by, depth), []).append(op)
+    groups = [
+        GroupRow(
+            name=name,
+            ops=len(rows),
+            occurrences=sum(r.occurrences for r in rows),
+            measured_us=sum(r.measured_us for r in rows),
+            bound_us=sum(r.bound_us for r in rows),
+        )
+        for name, rows in members.items()
+    ]
+    return sort_rows(groups, sort)

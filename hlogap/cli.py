@@ -256,6 +256,22 @@ def check(
             help="Ops under PCT % of the total time are not gated one by one (default 1).",
         ),
     ] = None,
+    max_step_regression: Annotated[
+        float | None,
+        typer.Option(
+            "--max-step-regression",
+            metavar="PCT",
+            help="Fail if the median step time grows more than PCT % (off by default).",
+        ),
+    ] = None,
+    max_idle_regression: Annotated[
+        float | None,
+        typer.Option(
+            "--max-idle-regression",
+            metavar="PT",
+            help="Fail if the devices' idle share of step time grows more than PT points.",
+        ),
+    ] = None,
     chip: ChipOpt = None,
     run: Annotated[str | None, typer.Option(help="Run name; default: newest.")] = None,
     host: Annotated[str | None, typer.Option(help="Only this host's file.")] = None,
@@ -281,6 +297,8 @@ def check(
             "max_op_regression": max_op_regression,
             "min_efficiency": min_efficiency,
             "min_op_share": min_op_share,
+            "max_step_regression": max_step_regression,
+            "max_idle_regression": max_idle_regression,
         },
         Path.cwd(),
     )

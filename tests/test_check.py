@@ -323,3 +323,52 @@ def test_a_straggler_does_not_fail_the_per_op_gate_when_medians_are_there(
         cwd=tmp_path,
     )
     assert out.returncode == (0 if with_medians else 1), out.stdout
+
+
+# ----------------------------------------------------------------------------- step gates
+
+
+def _steps_scaled(report: dict[str, Any], wall: float, idle_pt: float = 0.0) -> dict:
+    """The report with every step `wall` times as long, its idle share `idle_pt` points lower."""
+    out = copy.deepcopy(report)
+    for step in out["steps"]:
+        device_time = step["wall_us"] * step["devices"]
+        step["busy_us"] = min(step["busy_us"] + idle_pt / 100 * device_time, device_time)
+        step["wall_us"] *= wall
+        step["busy_us"] *= wall
+        step["idle_us"] = step["wall_us"] * step["devices"] - step["busy_us"]
+    return out
+
+
+def test_step_time_gate(mlp_report: dict, cpu_chip_file: Path, tmp_path: Path) -> None:
+    assert mlp_report["steps"], "the fixtures are annotated"
+    same = _save(tmp_path, mlp_report)
+    assert _gate(same, cpu_chip_file, "--max-step-regression", "5", cwd=tmp_path).returncode == 0
+    faster = _save(tmp_path, _steps_scaled(mlp_report, wall=0.5), "fast.json")
+    out = _gate(faster, cpu_chip_file, "--max-step-regression", "50", cwd=tmp_path)
+    assert out.returncode == 1
+    assert "step +100.0% (limit +50%)" in out.stdout.splitlines()[0]
+    assert "median step" in out.stdout
+
+
+def test_idle_gate(mlp_report: dict, cpu_chip_file: Path, tmp_path: Path) -> None:
+    busier = _save(tmp_path, _steps_scaled(mlp_report, wall=1.0, idle_pt=20), "busy.json")
+    out = _gate(busier, cpu_chip_file, "--max-idle-regression", "10", cwd=tmp_path)
+    assert out.returncode == 1, out.stdout
+    assert "idle +20.0 pt (limit +10 pt)" in out.stdout.splitlines()[0]
+    ok = _gate(busier, cpu_chip_file, "--max-idle-regression", "30", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stdout
+
+
+def test_step_gate_fails_closed_without_steps(
+    mlp_report: dict, cpu_chip_file: Path, tmp_path: Path
+) -> None:
+    # A version-1 baseline has no steps: asked to gate on them, check fails and says why.
+    old = copy.deepcopy(mlp_report)
+    old["schema"] = "hlogap.audit/1"
+    del old["steps"]
+    baseline = _save(tmp_path, old, "v1.json")
+    assert _gate(baseline, cpu_chip_file, cwd=tmp_path).returncode == 0  # v1 still reads
+    out = _gate(baseline, cpu_chip_file, "--max-step-regression", "5", cwd=tmp_path)
+    assert out.returncode == 1
+    assert "step time: no steps in BASE" in out.stdout

@@ -8,11 +8,16 @@ Three checks always run, one more on request (docs/ci.md explains the defaults):
 - some op's measured time per occurrence grows by more than `max_op_regression` %, among ops that
   are not tiny: at least `min_op_share` % of the total measured time and at least MIN_OP_US per
   occurrence, on either side;
-- the overall efficiency (bound / measured) of NEW is below `min_efficiency` (off by default).
+- the overall efficiency (bound / measured) of NEW is below `min_efficiency` (off by default);
+- the median step time grows by more than `max_step_regression` % (off by default);
+- the devices' idle share of step time grows by more than `max_idle_regression` percentage
+  points (off by default).
+Asked for, a step check fails when either side has no steps: the gate fails closed.
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -20,6 +25,7 @@ from pathlib import Path
 from hlogap._version import __version__
 from hlogap.errors import InputError, UsageError
 from hlogap.report.compare import Diff, DiffRow
+from hlogap.report.model import AuditReport
 from hlogap.units import fmt_us
 
 if sys.version_info >= (3, 11):
@@ -38,6 +44,8 @@ class Thresholds:
     max_op_regression: float = 20.0  # % of the op's BASE time per occurrence
     min_efficiency: float | None = None  # fraction, 0..1
     min_op_share: float = 1.0  # % of the total measured time below which an op is not gated
+    max_step_regression: float | None = None  # % of BASE's median step time
+    max_idle_regression: float | None = None  # percentage points of the idle share of step time
     config: str | None = field(default=None, compare=False)  # the file that set some values
 
     def to_dict(self) -> dict[str, object]:
@@ -163,6 +171,11 @@ class CheckResult:
 def _short(check: Check) -> str:
     if check.name == "ops":
         return f"{check.value:.0f} op{'' if check.value == 1 else 's'} over +{check.limit:g}%"
+    if check.name == "step":
+        return f"step {_pct(check.value)} (limit +{check.limit:g}%)"
+    if check.name == "idle":
+        value = "unknown" if check.value is None else f"{check.value:+.1f} pt"
+        return f"idle {value} (limit +{check.limit:g} pt)"
     if check.name == "efficiency":
         value = "unknown" if check.value is None else f"{check.value:.2f}"
         return f"efficiency {value} (min {check.limit:g})"
@@ -246,7 +259,55 @@ def run_check(diff: Diff, t: Thresholds) -> CheckResult:
                 + f" (bound / measured; min {t.min_efficiency:g})",
             )
         )
+    checks += _step_checks(diff, t)
     appeared = [
         row for row in diff.rows if row.base is None and not is_tiny(row, diff, t.min_op_share)
     ]
     return CheckResult(diff, t, checks, gated, regressed, appeared)
+
+
+def _idle_share(report: AuditReport) -> float | None:
+    device_time = sum(s.wall_us * s.devices for s in report.steps)
+    return sum(s.idle_us for s in report.steps) / device_time * 100 if device_time > 0 else None
+
+
+def _step_checks(diff: Diff, t: Thresholds) -> list[Check]:
+    """The step checks asked for; each fails when a side has no steps to compare."""
+    checks: list[Check] = []
+    missing = [side for side, r in (("BASE", diff.base), ("NEW", diff.new)) if not r.steps]
+    why = f"no steps in {' and '.join(missing)}" if missing else ""
+    if t.max_step_regression is not None:
+        if missing:
+            checks.append(Check("step", None, t.max_step_regression, True, f"step time: {why}"))
+        else:
+            base = statistics.median(s.wall_us for s in diff.base.steps)
+            new = statistics.median(s.wall_us for s in diff.new.steps)
+            delta = (new - base) / base * 100 if base > 0 else None
+            checks.append(
+                Check(
+                    "step",
+                    delta,
+                    t.max_step_regression,
+                    delta is None or delta > t.max_step_regression,
+                    f"median step {fmt_us(base)} -> {fmt_us(new)}: {_pct(delta)} "
+                    f"(limit +{t.max_step_regression:g}%)",
+                )
+            )
+    if t.max_idle_regression is not None:
+        base_idle, new_idle = _idle_share(diff.base), _idle_share(diff.new)
+        if missing or base_idle is None or new_idle is None:
+            reason = why or "no step time"
+            checks.append(Check("idle", None, t.max_idle_regression, True, f"idle: {reason}"))
+        else:
+            change = new_idle - base_idle
+            checks.append(
+                Check(
+                    "idle",
+                    change,
+                    t.max_idle_regression,
+                    change > t.max_idle_regression,
+                    f"devices idle {base_idle:.1f}% -> {new_idle:.1f}% of step time: "
+                    f"{change:+.1f} pt (limit +{t.max_idle_regression:g} pt)",
+                )
+            )
+    return checks

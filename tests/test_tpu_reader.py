@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hlogap import audit
 from hlogap.hlo.text import parse_instruction
 from hlogap.proto import xplane_pb2
 from hlogap.trace.model import TraceData
@@ -402,3 +403,34 @@ def test_root_symbol_event_is_dropped(small: Trace, tmp_path: Path) -> None:
 
     data = read_trace(_rewrite(path, tmp_path / "t.xplane.pb", edit), "host")
     _assert_matches(data, written.ops)
+
+
+def test_steps_line_gives_the_steps_on_the_device_clock(small: Trace) -> None:
+    # Oracle: the `Steps` events (host clock) mapped back through the writer's clock map.
+    path, _ = small
+    space = xplane_pb2.XSpace.FromString(path.read_bytes())
+    expected: dict[int, tuple[int, int]] = {}
+    for plane in space.planes:
+        for line in plane.lines:
+            if line.name != "Steps" or not plane.name.startswith("/device:TPU:"):
+                continue
+            for ev in line.events:
+                number = int(plane.event_metadata[ev.metadata_id].name)
+                start = tt._DEVICE_T0 + (ev.offset_ps - tt._HOST_T0) * tt._HOST_DEN // tt._HOST_NUM
+                end = (
+                    tt._DEVICE_T0
+                    + (ev.offset_ps + ev.duration_ps - tt._HOST_T0) * tt._HOST_DEN // tt._HOST_NUM
+                )
+                first, last = expected.get(number, (start, end))
+                expected[number] = (min(first, start), max(last, end))
+    data = _read(path)
+    assert [s.number for s in data.steps] == sorted(expected) == [0, 1, 2]
+    for step in data.steps:
+        start, end = expected[step.number]
+        assert step.source == "tpu-steps"
+        assert abs(step.start_ps - start) <= 2_000 and abs(step.end_ps - end) <= 2_000
+    report = audit(path)
+    assert [s.source for s in report.steps] == ["tpu-steps"] * 3
+    for s in report.steps:
+        assert s.busy_us + s.idle_us == pytest.approx(s.wall_us * s.devices)
+        assert 0 < s.busy_us <= s.wall_us * s.devices

@@ -266,6 +266,19 @@ def self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
     return self_ps
 
 
+def merge_steps(steps: list[Step]) -> list[Step]:
+    """Steps of several devices, readers or hosts as one list: annotated steps win over the
+    others; one step number is one step, from its first start to its last end."""
+    best = [s for s in steps if s.source == "annotation"] or steps
+    spans: dict[int, Step] = {}
+    for s in best:
+        seen = spans.get(s.number)
+        if seen is not None:
+            s = Step(s.number, s.source, min(s.start_ps, seen.start_ps), max(s.end_ps, seen.end_ps))
+        spans[s.number] = s
+    return sorted(spans.values(), key=lambda s: (s.start_ps, s.number))
+
+
 def merge_traces(traces: list[TraceData]) -> TraceData:
     """Concatenate several hosts' events; ops with the same key are one op."""
     if len(traces) == 1:
@@ -299,7 +312,6 @@ def merge_traces(traces: list[TraceData]) -> TraceData:
         devices.extend(t.devices)
         modules.update(t.modules)
     warnings = [w for t in traces for w in t.warnings]
-    # Forked readers of one file each see its annotations; hosts of a pod each have their own.
-    steps = next((t.steps for t in traces if t.steps), [])
+    steps = merge_steps([s for t in traces for s in t.steps])
     backend: Backend = backends.pop() if backends else "none"
     return _trace(backend, devices, ops, modules, parts, steps, warnings)

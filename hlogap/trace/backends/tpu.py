@@ -32,11 +32,12 @@ from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
 from hlogap.trace.backends.base import register
 from hlogap.trace.columnar import LineColumns, decode_events
-from hlogap.trace.model import Backend, OpKey, TraceBuilder
+from hlogap.trace.model import Backend, OpKey, Step, TraceBuilder, merge_steps
 from hlogap.trace.xspace import DEVICE_PLANE, Plane, plane_stats, stat_value
 
 OP_LINE = "XLA Ops"
 MODULE_LINE = "XLA Modules"
+STEP_LINE = "Steps"
 _MODULE_EVENT = re.compile(r"^(?P<name>.*)\((?P<program_id>\d+)\)$")
 # `%fusion.3 = ...` (HLO text printed by the TPU compiler) -> `fusion.3`
 _TEXT_NAME = re.compile(r"^%?(?P<name>[^\s=%]+) = \S")
@@ -64,7 +65,9 @@ class TpuReader:
             if device is None:
                 stats = plane_stats(plane)
                 device = devices[plane.name] = builder.new_device(plane.name, ordinal, stats)
-            _PlaneReader(plane, builder, device).read()
+            steps = _PlaneReader(plane, builder, device).read()
+            if not any(s.source == "annotation" for s in builder.steps):
+                builder.steps = merge_steps([*builder.steps, *steps])
 
 
 register(TpuReader())
@@ -82,14 +85,50 @@ class _PlaneReader:
         self._modules: tuple[np.ndarray, np.ndarray, list[str]] | None = None
         self._module_names: dict[str, str] = {}
         self._aggregated_line = False
+        self._clock_pairs: list[np.ndarray] = []  # (host, device) start of events with both
 
-    def read(self) -> None:
+    def read(self) -> list[Step]:
+        """Read the plane's op events; return its `Steps` line's steps on the device clock."""
         groups: dict[int, list[xplane_pb2.XLineRaw]] = {}  # chunks of one line share its id
+        step_lines: list[xplane_pb2.XLineRaw] = []
         for line in self.plane.raw_lines:
             if line.name == OP_LINE:
                 groups.setdefault(line.id, []).append(line)
+            elif line.name == STEP_LINE:
+                step_lines.append(line)
         for lines in groups.values():
             self._read_line(lines)
+        return self._steps(step_lines)
+
+    def _steps(self, lines: list[xplane_pb2.XLineRaw]) -> list[Step]:
+        """One step per `Steps` event, named by its number. The line keeps host-clock times and
+        the ops the TensorCore's: steps are mapped onto the device clock by the line through
+        the ops' (host, device) start pairs (least squares; the identity without pairs)."""
+        spans: list[tuple[int, int, int]] = []
+        for line in lines:
+            base = line.timestamp_ns * 1000
+            for raw in line.events:
+                event = _event(raw, self.plane.name)
+                md = self.plane.event_metadata.get(event.metadata_id)
+                name = md.name if md is not None else ""
+                number = int(name) if name.isdigit() else len(spans)
+                start = base + event.offset_ps
+                spans.append((number, start, start + event.duration_ps))
+        if not spans:
+            return []
+        scale, offset = 1.0, 0.0
+        if self._clock_pairs:
+            host, device = np.concatenate(self._clock_pairs, axis=1).astype(np.float64)
+            if len(host) > 1 and np.ptp(host) > 0:
+                scale, offset = (float(v) for v in np.polyfit(host - host[0], device, 1))
+                offset -= scale * float(host[0])
+            else:
+                offset = float(device[0] - host[0])
+
+        def on_device(t: int) -> int:
+            return round(scale * t + offset)
+
+        return [Step(n, "tpu-steps", on_device(a), on_device(b)) for n, a, b in spans]
 
     def _read_line(self, lines: list[xplane_pb2.XLineRaw]) -> None:
         """One op line (all its chunks): events decoded in columns (hlogap.trace.columnar);
@@ -118,6 +157,10 @@ class _PlaneReader:
                 md = cols.metadata_id
                 start = np.where(on_device, dev_start, base + cols.offset_ps)
                 dur = np.where(on_device, dev_dur, cols.duration_ps)
+                if on_device.any():
+                    self._clock_pairs.append(
+                        np.stack([base + cols.offset_ps[on_device], dev_start[on_device]])
+                    )
                 host = np.stack([base + cols.offset_ps, cols.duration_ps])
             host_parts.append(host)
             md_parts.append(md)

@@ -52,16 +52,16 @@ def step_rows(trace: TraceData, selected: np.ndarray, rows: list[OpRow]) -> list
         work = mine & ~is_comm[op]
         compute += _covered(*_merged(start[work], end[work]), window_start, window_end)
     # Each event and occurrence counts in the step it starts in.
-    step_of = np.searchsorted(window_start, start, side="right") - 1
-    inside = (step_of >= 0) & (start < window_end[np.maximum(step_of, 0)])
+    step_of, inside = _step_of(start, window_start, window_end)
     measured = np.bincount(
         step_of[inside], weights=trace.self_ps[index][inside], minlength=len(steps)
     )
-    occurrence = trace.occurrence[index]
-    _, first = np.unique(occurrence, return_index=True)
-    first = first[inside[first]]
+    first = trace.occurrence_first[selected[trace.occurrence_first]]
+    first_step, first_inside = _step_of(trace.start_ps[first], window_start, window_end)
     bound = np.bincount(
-        step_of[first], weights=bound_per_occurrence[op[first]], minlength=len(steps)
+        first_step[first_inside],
+        weights=bound_per_occurrence[trace.op_index[first[first_inside]]],
+        minlength=len(steps),
     )
     return [
         StepRow(
@@ -79,31 +79,40 @@ def step_rows(trace: TraceData, selected: np.ndarray, rows: list[OpRow]) -> list
     ]
 
 
+def _step_of(
+    start: np.ndarray, window_start: np.ndarray, window_end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The step each start falls in, and whether it falls in one at all."""
+    step = np.searchsorted(window_start, start, side="right") - 1
+    inside = (step >= 0) & (start < window_end[np.maximum(step, 0)])
+    return step, inside
+
+
 def _module_steps(trace: TraceData, index: np.ndarray) -> list[Step]:
     """Executions of the module that takes most device time: the k-th on every device is
     step k, from the first of them to start to the last to end."""
     known = index[trace.execution[index] >= 0]
     if not len(known):
         return []
-    modules = np.array([o.key.module for o in trace.ops])
-    module_of = modules[trace.op_index[known]]
-    _, inverse = np.unique(module_of, return_inverse=True)
-    time = np.bincount(inverse.ravel(), weights=trace.self_ps[known])
-    mine = known[inverse.ravel() == int(np.argmax(time))]
+    codes: dict[str, int] = {}
+    module_code = np.array([codes.setdefault(o.key.module, len(codes)) for o in trace.ops])
+    module_of = module_code[trace.op_index[known]]
+    time = np.bincount(module_of, weights=trace.self_ps[known])
+    mine = known[module_of == int(np.argmax(time))]
     device = trace.device_index[mine].astype(np.int64)
-    execution = trace.execution[mine]
+    execution = trace.execution[mine]  # dense per file: a small key space
+    executions = int(execution.max()) + 1
+    key = device * executions + execution
+    size = (int(device.max()) + 1) * executions
+    first = np.full(size, np.iinfo(np.int64).max)
+    last = np.full(size, np.iinfo(np.int64).min)
     start = trace.start_ps[mine]
-    end = start + trace.duration_ps[mine]
+    np.minimum.at(first, key, start)
+    np.maximum.at(last, key, start + trace.duration_ps[mine])
+    ran = np.flatnonzero(last > np.iinfo(np.int64).min)
     spans: dict[int, list[tuple[int, int]]] = {}
-    keys = np.stack([device, execution], axis=1)
-    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-    inverse = inverse.ravel()
-    first = np.full(len(unique), np.iinfo(np.int64).max)
-    last = np.full(len(unique), np.iinfo(np.int64).min)
-    np.minimum.at(first, inverse, start)
-    np.maximum.at(last, inverse, end)
-    for (d, _), a, b in zip(unique.tolist(), first.tolist(), last.tolist(), strict=True):
-        spans.setdefault(d, []).append((a, b))
+    for k, a, b in zip(ran.tolist(), first[ran].tolist(), last[ran].tolist(), strict=True):
+        spans.setdefault(k // executions, []).append((a, b))
     ordered = [sorted(v) for v in spans.values()]
     steps = []
     for k in range(max(len(v) for v in ordered)):

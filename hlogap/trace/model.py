@@ -74,12 +74,16 @@ class TraceData:
     start_ps: np.ndarray  # int64: when the event began, on its device's clock
     duration_ps: np.ndarray  # int64 (an async CPU op: until its `end:` marker)
     self_ps: np.ndarray  # int64: duration minus nested op events on the same line
-    # int64: the module execution the event belongs to, unique within its device (CPU run_id,
-    # GPU host launch, TPU `XLA Modules` event); negative where the trace does not say.
+    # int64: the module execution the event belongs to (CPU run_id, GPU host launch, TPU `XLA
+    # Modules` event), numbered densely from 0 per file and told apart by device;
+    # negative where the trace does not say.
     execution: np.ndarray
     # int64: dense id of the event's occurrence, one execution of its op inside one execution
     # of its module on one device (docs/json.md); its events share it.
     occurrence: np.ndarray
+    # int64 per occurrence: the index of its first event (all of an occurrence's events share
+    # its device and op, so any device or module selection keeps or drops them together).
+    occurrence_first: np.ndarray
     steps: list[Step] = field(default_factory=list)  # annotated steps, when the trace has some
     warnings: list[str] = field(default_factory=list)
 
@@ -118,6 +122,7 @@ class TraceBuilder:
         self.blocks: list[_Block] = []
         self.steps: list[Step] = []
         self._unknown = 0  # negative execution ids handed out where the trace gives none
+        self._executions: dict[int, int] = {}  # the trace's execution id -> a dense one
 
     def new_device(self, plane: str, ordinal: int, stats: dict[str, object]) -> int:
         self.devices.append(Device(self.host, plane, ordinal, stats))
@@ -162,7 +167,7 @@ class TraceBuilder:
             dur_arr = dur_arr + extra
             self_arr = self_arr + extra
         if execution is not None:
-            exec_arr = np.asarray(execution, dtype=np.int64)[order]
+            exec_arr = self._dense(np.asarray(execution, dtype=np.int64)[order])
         else:
             exec_arr = np.full(len(op_arr), -1, dtype=np.int64)
         unknown = exec_arr < 0
@@ -177,6 +182,21 @@ class TraceBuilder:
             exec_arr = np.where(unknown, -run, exec_arr)
         dev_arr = np.full(len(op_arr), device, dtype=np.int32)
         self.blocks.append(_Block(op_arr, dev_arr, start_arr, dur_arr, self_arr, exec_arr))
+
+    def _dense(self, execution: np.ndarray) -> np.ndarray:
+        """The trace's execution ids (run ids, correlation-derived numbers) as small dense ones,
+        the same across lines; unknown (negative) ones stay negative."""
+        known = execution >= 0
+        if not known.any():
+            return execution
+        values, inverse = np.unique(execution[known], return_inverse=True)
+        ids = np.array(
+            [self._executions.setdefault(v, len(self._executions)) for v in values.tolist()],
+            dtype=np.int64,
+        )
+        dense: np.ndarray = execution.copy()
+        dense[known] = ids[inverse.ravel()]
+        return dense
 
     def finish(self, backend: Backend, warnings: list[str]) -> TraceData:
         return _trace(
@@ -200,6 +220,23 @@ def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return rows, inverse.ravel()
 
 
+def occurrence_ids(
+    op: np.ndarray, device: np.ndarray, execution: np.ndarray, devices: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Dense ids of the distinct (op, device, execution) of each event, and each id's first
+    event. One 1-D key and one sort where the ranges fit in int64 (always, in practice)."""
+    low, high = int(execution.min()), int(execution.max())
+    span = high - low + 1
+    slots = (int(op.max()) + 1) * max(devices, 1)
+    if slots * span < 1 << 62:
+        key = (op.astype(np.int64) * max(devices, 1) + device) * span + (execution - low)
+        _, first, ids = np.unique(key, return_index=True, return_inverse=True)
+        return ids.ravel(), first
+    rows = distinct_rows([op.astype(np.int64), device.astype(np.int64), execution])[1]
+    _, first = np.unique(rows, return_index=True)
+    return rows, first
+
+
 def _trace(
     backend: Backend,
     devices: list[Device],
@@ -218,11 +255,11 @@ def _trace(
         op_index, device_index = column("op"), column("device")
         start, dur, self_ps = column("start_ps"), column("duration_ps"), column("self_ps")
         execution = column("execution")
-        occurrence = distinct_rows([op_index.astype(np.int64), device_index, execution])[1]
+        occurrence, first = occurrence_ids(op_index, device_index, execution, len(devices))
     else:
         backend = "none"
         op_index = device_index = np.zeros(0, dtype=np.int32)
-        start = dur = self_ps = execution = occurrence = np.zeros(0, dtype=np.int64)
+        start = dur = self_ps = execution = occurrence = first = np.zeros(0, dtype=np.int64)
     return TraceData(
         backend=backend,
         devices=devices,
@@ -235,6 +272,7 @@ def _trace(
         self_ps=self_ps,
         execution=execution,
         occurrence=occurrence,
+        occurrence_first=first,
         steps=steps,
         warnings=warnings,
     )
@@ -280,17 +318,20 @@ def merge_steps(steps: list[Step]) -> list[Step]:
 
 
 def merge_traces(traces: list[TraceData]) -> TraceData:
-    """Concatenate several hosts' events; ops with the same key are one op."""
+    """Concatenate several hosts' (or forked readers') events; ops with the same key are one op.
+    Each trace's devices are its own, so its occurrences stay distinct: their ids are offset,
+    not recomputed."""
     if len(traces) == 1:
         return traces[0]
     ops: list[OpInfo] = []
     op_ids: dict[OpKey, int] = {}
     devices: list[Device] = []
     modules: dict[tuple[str, str], bytes] = {}
-    parts: list[_Block] = []
     backends = {t.backend for t in traces} - {"none"}
     if len(backends) > 1:
         raise InputError(f"hosts of one run mix backends: {', '.join(sorted(backends))}")
+    columns: dict[str, list[np.ndarray]] = {}
+    events = occurrences = 0
     for t in traces:
         remap = np.empty(len(t.ops), dtype=np.int32)
         for i, info in enumerate(t.ops):
@@ -299,19 +340,29 @@ def merge_traces(traces: list[TraceData]) -> TraceData:
                 j = op_ids[info.key] = len(ops)
                 ops.append(info)
             remap[i] = j
-        parts.append(
-            _Block(
-                remap[t.op_index],
-                t.device_index + len(devices),
-                t.start_ps,
-                t.duration_ps,
-                t.self_ps,
-                t.execution,
-            )
-        )
+        for name, column in (
+            ("op_index", remap[t.op_index]),
+            ("device_index", t.device_index + len(devices)),
+            ("start_ps", t.start_ps),
+            ("duration_ps", t.duration_ps),
+            ("self_ps", t.self_ps),
+            ("execution", t.execution),
+            ("occurrence", t.occurrence + occurrences),
+            ("occurrence_first", t.occurrence_first + events),
+        ):
+            columns.setdefault(name, []).append(column)
+        events += t.num_events
+        occurrences += len(t.occurrence_first)
         devices.extend(t.devices)
         modules.update(t.modules)
-    warnings = [w for t in traces for w in t.warnings]
-    steps = merge_steps([s for t in traces for s in t.steps])
+    merged = {name: np.concatenate(parts) for name, parts in columns.items()}
     backend: Backend = backends.pop() if backends else "none"
-    return _trace(backend, devices, ops, modules, parts, steps, warnings)
+    return TraceData(
+        backend=backend if events else "none",
+        devices=devices,
+        ops=ops,
+        modules=modules,
+        steps=merge_steps([s for t in traces for s in t.steps]),
+        warnings=[w for t in traces for w in t.warnings],
+        **merged,
+    )

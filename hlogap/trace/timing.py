@@ -50,12 +50,13 @@ def time_ops(
         return np.bincount(op_index, weights=values[keep], minlength=n)
 
     dev_index = trace.device_index[keep]
-    occurrence = trace.occurrence[keep]
-    self_ps = trace.self_ps[keep]
-    # Occurrences, renumbered densely among the kept events: the op of each, its time.
-    ids, first, dense = np.unique(occurrence, return_index=True, return_inverse=True)
-    occurrence_op = op_index[first]
-    occurrence_ps = np.bincount(dense.ravel(), weights=self_ps, minlength=len(ids))
+    # The kept occurrences (a selection keeps or drops an occurrence whole): op and time of each.
+    first = trace.occurrence_first
+    kept = keep[first]
+    occurrence_op = trace.op_index[first[kept]]
+    occurrence_ps = np.bincount(
+        trace.occurrence[keep], weights=trace.self_ps[keep], minlength=len(first)
+    )[kept]
     return OpTimes(
         measured_ps=total(trace.self_ps),
         duration_ps=total(trace.duration_ps),

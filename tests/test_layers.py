@@ -15,7 +15,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hlogap"
 STAGES = [
-    {"errors", "units", "_version", "proto"},  # leaves: every stage may use them
+    {"errors", "units", "_version", "_plugins", "proto"},  # leaves: every stage may use them
     {"source"},
     {"trace"},
     {"hlo"},

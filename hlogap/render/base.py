@@ -8,12 +8,11 @@ registry which formats exist, which document kinds each writes, and which one `-
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
+from hlogap._plugins import import_all
 from hlogap.bounds.instruction import InstructionBound
 from hlogap.chips import Chip
 from hlogap.errors import UsageError
@@ -74,11 +73,7 @@ def register(renderer: Renderer) -> Renderer:
 
 def renderers() -> list[Renderer]:
     """Every renderer of this package (modules imported on first use), by name."""
-    # Every module is imported, not only until the registry is non-empty: a caller may have
-    # imported one of them directly already.
-    package = importlib.import_module("hlogap.render")
-    for info in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{info.name}")
+    import_all("hlogap.render")
     return sorted(_REGISTRY.values(), key=lambda r: r.name)
 
 

@@ -24,8 +24,23 @@ ChipSource = Literal["detected", "user", "calibrated", "report"]
 ReportKind = Literal["profile", "report"]
 
 
+class Totals:
+    """What a row of measured and bound time derives: its gap and its efficiency."""
+
+    measured_us: float
+    bound_us: float
+
+    @property
+    def gap_us(self) -> float:
+        return self.measured_us - self.bound_us
+
+    @property
+    def efficiency(self) -> float | None:
+        return self.bound_us / self.measured_us if self.measured_us > 0 else None
+
+
 @dataclass(kw_only=True)
-class OpRow:
+class OpRow(Totals):
     module: str
     program_id: str = ""
     name: str
@@ -55,14 +70,6 @@ class OpRow:
     op_name: str = ""  # the framework op path from the HLO metadata (`jit(f)/.../dot_general`)
     source: str = ""  # `file:line` of the user's code, from the HLO metadata
     hints: list[str] = field(default_factory=list)
-
-    @property
-    def gap_us(self) -> float:
-        return self.measured_us - self.bound_us
-
-    @property
-    def efficiency(self) -> float | None:
-        return self.bound_us / self.measured_us if self.measured_us > 0 else None
 
     @property
     def intensity(self) -> float | None:
@@ -213,7 +220,7 @@ def steps_summary(steps: list[StepRow]) -> dict[str, object]:
 
 
 @dataclass(frozen=True)
-class GroupRow:
+class GroupRow(Totals):
     """Ops rolled up (`--group-by`): their totals summed."""
 
     name: str
@@ -221,14 +228,6 @@ class GroupRow:
     occurrences: int
     measured_us: float
     bound_us: float
-
-    @property
-    def gap_us(self) -> float:
-        return self.measured_us - self.bound_us
-
-    @property
-    def efficiency(self) -> float | None:
-        return self.bound_us / self.measured_us if self.measured_us > 0 else None
 
     def to_dict(self, rank: int) -> dict[str, object]:
         return {

@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError
 
 from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
-from hlogap.trace.columnar import decode_events
+from hlogap.trace.columnar import LineColumns, decode_events
 from hlogap.trace.model import Step, TraceBuilder
 
 DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):(\d+)$")
@@ -201,9 +201,7 @@ def read_step_annotations(planes: Sequence[Plane]) -> list[Step]:
         for line in plane.raw_lines:
             if not line.events:
                 continue
-            cols = decode_events(list(line.events), [step_id])
-            for i in np.flatnonzero(cols.irregular).tolist():
-                cols.stats[0][i] = int_stat(line.events[i], step_id, plane.name)
+            cols = decode_one_stat(line, step_id, plane.name)
             has = np.flatnonzero(cols.stats[0] >= 0)
             base = line.timestamp_ns * 1000
             for k in has.tolist():
@@ -213,6 +211,15 @@ def read_step_annotations(planes: Sequence[Plane]) -> list[Step]:
                 first, last = spans.get(number, (start, end))
                 spans[number] = (min(first, start), max(last, end))
     return [Step(n, "annotation", a, b) for n, (a, b) in sorted(spans.items(), key=lambda x: x[1])]
+
+
+def decode_one_stat(line: xplane_pb2.XLineRaw, stat_id: int, plane: str) -> LineColumns:
+    """A line's events in columns with one integer stat (-1 where absent); the events the
+    columnar decoder leaves to upb are read by upb."""
+    cols = decode_events(list(line.events), [stat_id])
+    for i in np.flatnonzero(cols.irregular).tolist():
+        cols.stats[0][i] = int_stat(line.events[i], stat_id, plane)
+    return cols
 
 
 def int_stat(raw: bytes, stat_id: int, plane: str) -> int:

@@ -7,11 +7,10 @@ target; a target no rule knows is unmodeled, with the reason.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from hlogap._plugins import import_all
 from hlogap.cost.base import ModuleIndex, Work, operand_shapes
 from hlogap.hlo.ir import Instruction, Shape
 
@@ -61,9 +60,7 @@ def rule(
 
 def rules() -> list[CostRule]:
     """Every rule of this package; its modules are imported on first use."""
-    package = importlib.import_module("hlogap.cost.custom_calls")
-    for info in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{info.name}")
+    import_all("hlogap.cost.custom_calls")
     return list(_RULES)
 
 

@@ -7,11 +7,10 @@ file's planes. A new backend is one new module in this package.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Sequence
 from typing import Protocol
 
+from hlogap._plugins import import_all
 from hlogap.trace.model import Backend, TraceBuilder
 from hlogap.trace.xspace import Plane
 
@@ -39,11 +38,7 @@ def register(reader: BackendReader) -> BackendReader:
 
 def registered() -> list[BackendReader]:
     """Every backend of this package, imported on first use, in order of `priority`."""
-    # Every module is imported, not only until the registry is non-empty: a caller may have
-    # imported one of them directly already.
-    package = importlib.import_module("hlogap.trace.backends")
-    for info in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{info.name}")
+    import_all("hlogap.trace.backends")
     return sorted(_REGISTRY.values(), key=lambda r: r.priority)
 
 

@@ -13,9 +13,8 @@ import numpy as np
 
 from hlogap.trace.backends.base import register
 from hlogap.trace.backends.stat_events import ExecutionOf, read_stat_events
-from hlogap.trace.columnar import decode_events
 from hlogap.trace.model import Backend, TraceBuilder
-from hlogap.trace.xspace import DEVICE_PLANE, HOST_PLANE, Plane, int_stat, plane_stats
+from hlogap.trace.xspace import DEVICE_PLANE, HOST_PLANE, Plane, decode_one_stat, plane_stats
 
 # Lines xprof derives from the streams when it post-processes a trace; reading them too would
 # count every kernel twice.
@@ -87,9 +86,7 @@ def _executions(planes: Sequence[Plane]) -> ExecutionOf | None:
     for line in host.raw_lines:
         if not line.events:
             continue
-        cols = decode_events(list(line.events), [corr_id])
-        for i in np.flatnonzero(cols.irregular).tolist():
-            cols.stats[0][i] = int_stat(line.events[i], corr_id, host.name)
+        cols = decode_one_stat(line, corr_id, host.name)
         start = line.timestamp_ns * 1000 + cols.offset_ps
         is_module = np.isin(cols.metadata_id, module_md)
         if is_module.any():

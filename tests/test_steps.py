@@ -12,7 +12,7 @@ import pytest
 from hlogap import audit, load_report
 from hlogap.proto import xplane_pb2
 from hlogap.report.steps import _covered, _merged
-from tests.conftest import FIXTURES, cpu_fixtures, oracle
+from tests.conftest import FIXTURES, SHARED, cpu_fixtures, oracle
 from tests.test_timing import _events_by_op
 
 PROGRAMS = [p.name for p in cpu_fixtures()]
@@ -147,3 +147,26 @@ def test_scope_parts_keep_parentheses_whole() -> None:
 
     assert scope_parts("jit(f)/transpose(jvp(g/h))/dot") == ["jit(f)", "transpose(jvp(g/h))", "dot"]
     assert scope_parts("") == []
+
+
+def test_real_v6e_offload_steps_are_exposed_transfers() -> None:
+    # The v6e host-offload profile: its steps are executions of jit_f on 4 chips, and the
+    # copy-done waits plus the all-reduce (xprof: 96.9% of the op time) run with no compute
+    # beside them: exposed communication. Oracle: xprof's hlo_stats for the same file.
+    root = SHARED / "tpu-v6e-offload"
+    path = root / "tpu_inference_2.xplane.pb"
+    if not path.is_file():
+        pytest.skip("../shared/fixtures/tpu-v6e-offload absent")
+    xprof = json.loads((root / "tpu_inference_2.xprof_hlo_stats.json").read_text())
+    total = sum(r["total_self_time"] for r in xprof)
+    transfers = sum(
+        r["total_self_time"]
+        for r in xprof
+        if r["hlo_op_name"].startswith(("copy-start", "copy-done", "all-reduce"))
+    )
+    report = audit(path)
+    assert {s.source for s in report.steps} == {"module"} and len(report.steps) == 100
+    assert {s.devices for s in report.steps} == {4}
+    exposed = sum(s.exposed_comm_us for s in report.steps)
+    busy = sum(s.busy_us for s in report.steps)
+    assert exposed / busy == pytest.approx(transfers / total, abs=0.02)

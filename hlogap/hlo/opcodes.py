@@ -18,6 +18,17 @@ COLLECTIVE_OPCODES = frozenset(
         "ragged-all-to-all",
     }
 )
+# Data in flight rather than compute: async copies (DMA, host offload: `S(5)`) and point to
+# point transfers; with the collectives, what "exposed communication" counts.
+ASYNC_TRANSFERS = frozenset({"copy-start", "copy-done", "send", "send-done", "recv", "recv-done"})
+
+
+def is_transfer(opcode: str) -> bool:
+    """A collective (sync or async) or an async copy / send / recv."""
+    base = opcode.removesuffix("-start").removesuffix("-done")
+    return base in COLLECTIVE_OPCODES or opcode in ASYNC_TRANSFERS
+
+
 # The collectives the ring model costs; ragged-all-to-all moves data-dependent amounts.
 RING_COLLECTIVES = COLLECTIVE_OPCODES - {"ragged-all-to-all"}
 

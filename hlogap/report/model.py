@@ -153,7 +153,7 @@ class StepRow:
     busy_us: float  # summed over devices: time when at least one op ran
     measured_us: float  # the op executions that started in the step, as in `ops`
     bound_us: float
-    exposed_comm_us: float  # summed over devices: only collectives / host transfers ran
+    exposed_comm_us: float  # summed over devices: only collectives / async transfers ran
 
     @property
     def idle_us(self) -> float:

@@ -3,7 +3,8 @@
 A step is an annotated step of the program (`StepTraceAnnotation`), else one execution of the
 module that takes most device time. Per step and device, time is busy (at least one op runs)
 or idle; busy time splits into time at the ops' roofline bound and time lost in them. Exposed
-communication is busy time when only collectives or host transfers run.
+communication is busy time when only collectives or async transfers (copies, including host
+offload, send/recv) run.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from hlogap.bounds.roofline import BoundBy
-from hlogap.hlo.opcodes import COLLECTIVE_OPCODES
+from hlogap.hlo.opcodes import is_transfer
 from hlogap.report.model import OpRow, StepRow
 from hlogap.trace.model import Step, TraceData
 
@@ -28,8 +29,7 @@ def step_rows(trace: TraceData, selected: np.ndarray, rows: list[OpRow]) -> list
     for row in rows:
         i = op_keys[(row.module, row.program_id, row.name)]
         bound_per_occurrence[i] = row.bound_us / row.occurrences if row.occurrences else 0.0
-        base = row.opcode.removesuffix("-start").removesuffix("-done")
-        is_comm[i] = row.bound_by in COMMUNICATION or base in COLLECTIVE_OPCODES
+        is_comm[i] = row.bound_by in COMMUNICATION or is_transfer(row.opcode)
     index = np.flatnonzero(selected)
     if not len(index):
         return []

@@ -38,6 +38,12 @@ def available_memory() -> int | None:
     return None
 
 
+def device_ordinal(plane: Plane, kind: str) -> int | None:
+    """N of a `/device:<kind>:N` plane (kind "GPU" or "TPU"); None for any other plane."""
+    m = DEVICE_PLANE.match(plane.name)
+    return int(m.group(2)) if m and m.group(1) == kind else None
+
+
 def read_bytes(path: str | Path) -> bytes:
     """A local file, or a URL through fsspec; memory is checked before anything is read."""
     if "://" in str(path):

@@ -14,7 +14,13 @@ import numpy as np
 from hlogap.trace.backends.base import register
 from hlogap.trace.backends.stat_events import ExecutionOf, read_stat_events
 from hlogap.trace.model import Backend, TraceBuilder
-from hlogap.trace.xspace import DEVICE_PLANE, HOST_PLANE, Plane, decode_one_stat, plane_stats
+from hlogap.trace.xspace import (
+    HOST_PLANE,
+    Plane,
+    decode_one_stat,
+    device_ordinal,
+    plane_stats,
+)
 
 # Lines xprof derives from the streams when it post-processes a trace; reading them too would
 # count every kernel twice.
@@ -36,22 +42,17 @@ DERIVED_LINES = frozenset(
 MODULE_EVENT = ":XLA GPU module"  # `<module>:XLA GPU module`: one execution, on the host
 
 
-def _ordinal(plane: Plane) -> int | None:
-    m = DEVICE_PLANE.match(plane.name)
-    return int(m.group(2)) if m and m.group(1) == "GPU" else None
-
-
 class GpuReader:
     name: Backend = "gpu"
     priority = 10
 
     def claims(self, planes: Sequence[Plane]) -> bool:
-        return any(_ordinal(p) is not None for p in planes)
+        return any(device_ordinal(p, "GPU") is not None for p in planes)
 
     def read(self, planes: Sequence[Plane], builder: TraceBuilder) -> None:
         execution_of = _executions(planes)
         for plane in planes:
-            ordinal = _ordinal(plane)
+            ordinal = device_ordinal(plane, "GPU")
             if ordinal is None:
                 continue
             device = builder.new_device(plane.name, ordinal, plane_stats(plane))

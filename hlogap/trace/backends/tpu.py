@@ -33,7 +33,7 @@ from hlogap.proto import xplane_pb2
 from hlogap.trace.backends.base import register
 from hlogap.trace.columnar import LineColumns, decode_events
 from hlogap.trace.model import Backend, OpKey, Step, TraceBuilder, merge_steps
-from hlogap.trace.xspace import DEVICE_PLANE, Plane, plane_stats, stat_value
+from hlogap.trace.xspace import Plane, device_ordinal, plane_stats, stat_value
 
 OP_LINE = "XLA Ops"
 MODULE_LINE = "XLA Modules"
@@ -43,22 +43,17 @@ _MODULE_EVENT = re.compile(r"^(?P<name>.*)\((?P<program_id>\d+)\)$")
 _TEXT_NAME = re.compile(r"^%?(?P<name>[^\s=%]+) = \S")
 
 
-def _ordinal(plane: Plane) -> int | None:
-    m = DEVICE_PLANE.match(plane.name)
-    return int(m.group(2)) if m and m.group(1) == "TPU" else None
-
-
 class TpuReader:
     name: Backend = "tpu"
     priority = 0
 
     def claims(self, planes: Sequence[Plane]) -> bool:
-        return any(_ordinal(p) is not None for p in planes)
+        return any(device_ordinal(p, "TPU") is not None for p in planes)
 
     def read(self, planes: Sequence[Plane], builder: TraceBuilder) -> None:
         devices: dict[str, int] = {}  # a plane split into chunks (same name) is one device
         for plane in planes:
-            ordinal = _ordinal(plane)
+            ordinal = device_ordinal(plane, "TPU")
             if ordinal is None:
                 continue
             device = devices.get(plane.name)

@@ -51,11 +51,23 @@ OutputOpt = Annotated[
 
 
 def _emit(text: str, output: Path | None) -> None:
+    """To stdout, or to `output` through a temporary file renamed into place: an interrupted
+    run never leaves half a report."""
     if output is None:
         sys.stdout.write(text)
         return
+    import os
+    import tempfile
+
     try:
-        output.write_text(text)
+        fd, tmp = tempfile.mkstemp(prefix=".hlogap-", dir=output.resolve().parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, output)
+        except BaseException:
+            os.unlink(tmp)
+            raise
     except OSError as exc:
         raise HlogapError(f"cannot write {output}: {exc.strerror}") from exc
 
@@ -128,6 +140,11 @@ def audit(
         group_by=group_by,
         depth=depth,
     )
+    from hlogap.source import refuse_to_overwrite
+
+    for target in (output, plot):
+        if target is not None:
+            refuse_to_overwrite(target, report.files)
     _write(report, "audit", fmt, output, top, steps)
     if plot is not None:
         from hlogap.render.plot import write_plot

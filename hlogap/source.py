@@ -4,15 +4,16 @@ Layout written by jax.profiler / xprof:
     LOGDIR/plugins/profile/<run>/<host>.xplane.pb
 The newest run is the default; every host file of the run is read unless `host` narrows it.
 Remote logdirs (`gs://`, `s3://`, any fsspec URL) are listed and read through fsspec, as xprof
-does. Nothing here writes anywhere.
+does. Nothing here writes anywhere; `refuse_to_overwrite` keeps every writer out of profiles.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hlogap.errors import InputError
+from hlogap.errors import InputError, UsageError
 
 XPLANE_SUFFIX = ".xplane.pb"
 
@@ -152,3 +153,23 @@ def _select_run(directory: Path, run: str | None) -> Path:
     raise InputError(
         f"no profile found in {directory} (expected plugins/profile/<run>/*.xplane.pb)"
     )
+
+
+def refuse_to_overwrite(output: Path, files: Sequence[str]) -> None:
+    """hlogap never writes into a profile: not onto a file it read (through links too), not
+    into a run directory it read from, nor anywhere under a logdir's `plugins/` tree."""
+    local = [Path(f).resolve() for f in files if not is_url(f)]
+    protected = set()
+    for f in local:
+        protected.add(f.parent)
+        if f.parent.parent.name == "profile" and f.parent.parent.parent.name == "plugins":
+            protected.add(f.parent.parent.parent)
+    target = output.resolve()
+    if target in local:
+        raise UsageError(f"refusing to write over the profile file it reads: {output}")
+    for directory in sorted(protected):
+        if target.is_relative_to(directory):
+            raise UsageError(
+                f"refusing to write into the profile directory {directory}: {output} "
+                "(hlogap never writes into a profile; choose a path outside it)"
+            )

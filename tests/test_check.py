@@ -372,3 +372,48 @@ def test_step_gate_fails_closed_without_steps(
     out = _gate(baseline, cpu_chip_file, "--max-step-regression", "5", cwd=tmp_path)
     assert out.returncode == 1
     assert "step time: no steps in BASE" in out.stdout
+
+
+# ------------------------------------------------------------------------- the gate fails closed
+
+
+def _degenerate(report: dict[str, Any], how: str) -> dict[str, Any]:
+    out = copy.deepcopy(report)
+    if how == "no ops":
+        out["ops"] = []
+        out["summary"].update(ops=0, measured_us=0.0, bound_us=0.0)
+    elif how == "all zero":
+        for op in out["ops"]:
+            op["measured_us"] = op["median_us"] = 0.0
+        out["summary"]["measured_us"] = 0.0
+    elif how == "null times":  # what the writer makes of NaN
+        for op in out["ops"]:
+            op["measured_us"] = None
+    elif how == "negative":
+        out["ops"][0]["measured_us"] = -1.0
+    elif how == "renamed module":  # and 61% slower: nothing can be compared
+        out = _scaled(out, measured=1.61)
+        for op in out["ops"]:
+            op["module"] = "jit_renamed"
+    return out
+
+
+@pytest.mark.parametrize("how", ["no ops", "all zero", "null times", "negative", "renamed module"])
+def test_degenerate_current_report_never_passes(
+    how: str, mlp_report: dict, cpu_chip_file: Path, tmp_path: Path
+) -> None:
+    baseline = _save(tmp_path, mlp_report)
+    current = _save(tmp_path, _degenerate(mlp_report, how), "current.json")
+    out = _check(str(current), "--baseline", str(baseline), cwd=tmp_path)
+    assert out.returncode == 3, (how, out.stdout, out.stderr)
+    assert out.stdout == "" and out.stderr.count("\n") == 1
+
+
+def test_baseline_with_infinite_medians_is_corrupt(
+    mlp_report: dict, cpu_chip_file: Path, tmp_path: Path
+) -> None:
+    text = json.dumps(mlp_report).replace('"median_us": ', '"median_us": Infinity, "x": ', 1)
+    baseline = tmp_path / "inf.json"
+    baseline.write_text(text)
+    out = _gate(baseline, cpu_chip_file, cwd=tmp_path)
+    assert out.returncode == 3 and "corrupt" in out.stderr

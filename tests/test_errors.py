@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -375,3 +376,44 @@ def test_a_failing_forked_reader_never_runs_the_callers_code(tmp_path: Path) -> 
     out = _forked(tmp_path, setup)
     assert out.stdout.count("done") == 1, out.stdout
     assert out.returncode == 4 and "reader process died" in out.stderr
+
+
+# ---------------------------------------------------------------- never a write into a profile
+
+
+def _logdir_copy(tmp: Path) -> tuple[Path, Path]:
+    """A copy of the sample logdir, and its host file."""
+    import shutil
+
+    logdir = tmp / "tb"
+    shutil.copytree(SAMPLE, logdir)
+    return logdir, next(logdir.rglob("*.xplane.pb"))
+
+
+@pytest.mark.parametrize("where", ["the file", "a link to it", "its run dir", "plugins"])
+def test_output_never_lands_in_the_profile(
+    where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logdir, host = _logdir_copy(tmp_path)
+    original = host.read_bytes()
+    if where == "the file":
+        target = host
+    elif where == "a link to it":
+        target = tmp_path / "link.json"
+        target.symlink_to(host)
+    elif where == "its run dir":
+        target = host.parent / "report.json"
+    else:
+        target = logdir / "plugins" / "report.json"
+    chip = tmp_path / "c.toml"
+    chip.write_text('name = "c"\n[peak_flops]\nf32 = 1e11\n[memory]\nhbm_bw = 2e10\n')
+    args = ["audit", str(logdir), "--chip", str(chip)]
+    code, _, err = run_cli([*args, "-o", str(target)], capsys)
+    assert code == 2 and "refusing to write" in err, (code, err)
+    assert host.read_bytes() == original
+    assert not (host.parent / "report.json").exists()
+    assert not (logdir / "plugins" / "report.json").exists()
+    # Beside the logdir (not in its plugins/ tree) is the user's to write.
+    beside = logdir / "report.json"
+    code, _, err = run_cli([*args, "-o", str(beside)], capsys)
+    assert code == 0 and json.loads(beside.read_text())["schema"] == "hlogap.audit/2"

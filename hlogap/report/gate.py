@@ -17,6 +17,7 @@ Asked for, a step check fails when either side has no steps: the gate fails clos
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 from dataclasses import dataclass, field, fields
@@ -203,10 +204,39 @@ def is_tiny(row: DiffRow, diff: Diff, min_op_share: float) -> bool:
     return _share(row, diff) < min_op_share or per_occ < MIN_OP_US
 
 
+def _refuse_degenerate(diff: Diff) -> None:
+    """The gate fails closed: a side with nothing measured, or a time that is not a finite
+    number >= 0, or two sides with no op in common, is an input error, never a pass."""
+    for role, report in (("baseline", diff.base), ("profile", diff.new)):
+        if not report.ops:
+            raise InputError(f"{role} {report.path} has no ops: nothing to check")
+        bad = [
+            o.name
+            for o in report.ops
+            if not (math.isfinite(o.measured_us) and o.measured_us >= 0)
+            or not (math.isfinite(o.bound_us) and o.bound_us >= 0)
+        ]
+        if bad:
+            raise InputError(
+                f"{role} {report.path} has ops whose time is not a finite number >= 0: "
+                + ", ".join(bad[:3])
+            )
+        if report.measured_us <= 0:
+            raise InputError(f"{role} {report.path} measured no time: nothing to check")
+    if not any(row.base is not None and row.new is not None for row in diff.rows):
+
+        def modules(report: AuditReport) -> str:
+            return ", ".join(sorted({o.module for o in report.ops})[:4])
+
+        raise InputError(
+            f"no op of {diff.new.path} (modules {modules(diff.new)}) matches the baseline "
+            f"{diff.base.path} (modules {modules(diff.base)}): nothing was compared"
+        )
+
+
 def run_check(diff: Diff, t: Thresholds) -> CheckResult:
     """Apply the thresholds to a BASE (the baseline) -> NEW diff."""
-    if diff.base.measured_us <= 0:
-        raise InputError(f"baseline {diff.base.path} measured no time: nothing to compare with")
+    _refuse_degenerate(diff)
     r = diff.ratio
     scaled = "" if r == 1 else f" (x{r:.3g} run length)"
     checks = [

@@ -453,13 +453,13 @@ def load_json(path: Path, role: str) -> AuditReport:
 
 
 def _number(value: object, what: str) -> float:
-    if value is None:  # the JSON writer turns non-finite numbers into null
-        return 0.0
+    """A count or a time of a saved report: a finite number, never negative. The JSON writer
+    turns non-finite numbers into null, so null here means a degenerate report."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{what} is {value!r}, not a number")
     number = float(value)
-    if not math.isfinite(number):
-        raise ValueError(f"{what} is {value!r}, not a finite number")
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{what} is {value!r}, not a finite number >= 0")
     return number
 
 

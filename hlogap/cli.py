@@ -25,7 +25,30 @@ app = typer.Typer(
     rich_markup_mode=None,
     help="Roofline and profile-gap auditor for XLA programs: which ops lose the most time "
     "against the hardware's roofline, and why.",
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from hlogap._version import __version__
+
+        print(f"hlogap {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Roofline and profile-gap auditor for XLA programs: which ops lose the most time against
+    the hardware's roofline, and why."""
+
 
 ChipOpt = Annotated[
     str | None,
@@ -50,11 +73,34 @@ OutputOpt = Annotated[
 ]
 
 
+def _write_stdout(text: str) -> None:
+    """Text on stdout in whatever encoding it has: where box-drawing characters cannot be
+    encoded (LC_ALL=C, latin-1), tables are drawn in ASCII and other characters replaced."""
+    encoding = sys.stdout.encoding or "utf-8"
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        import unicodedata
+
+        boxes = {
+            code: "-"
+            if "HORIZONTAL" in (name := unicodedata.name(chr(code), "")) and "VERTICAL" not in name
+            else "|"
+            if "VERTICAL" in name and "HORIZONTAL" not in name
+            else "+"
+            for code in range(0x2500, 0x2580)
+        }
+        safe = text.translate(boxes).encode(encoding, errors="replace")
+        sys.stdout.buffer.write(safe)
+        return
+    sys.stdout.write(text)
+
+
 def _emit(text: str, output: Path | None) -> None:
     """To stdout, or to `output` through a temporary file renamed into place: an interrupted
     run never leaves half a report."""
     if output is None:
-        sys.stdout.write(text)
+        _write_stdout(text)
         return
     import os
     import tempfile
@@ -90,7 +136,13 @@ def _write(
 
 @app.command()
 def audit(
-    path: Annotated[Path, typer.Argument(help="TensorBoard logdir, run directory or .xplane.pb")],
+    # str, not Path: a Path would fold the `//` of a URL (gs://bucket/tb -> gs:/bucket/tb).
+    path: Annotated[
+        str,
+        typer.Argument(
+            metavar="PATH", help="TensorBoard logdir, run directory, .xplane.pb, or a URL."
+        ),
+    ],
     chip: ChipOpt = None,
     top: TopOpt = 20,
     fmt: FormatOpt = None,
@@ -221,13 +273,14 @@ def chips(fmt: FormatOpt = None) -> None:
 @app.command()
 def check(
     path: Annotated[
-        Path,
+        str,
         typer.Argument(
-            help="Profile to gate (logdir, run directory, .xplane.pb) or a saved JSON report."
+            metavar="PATH",
+            help="Profile to gate (logdir, run directory, .xplane.pb, URL) or a saved JSON report.",
         ),
     ],
     baseline: Annotated[
-        Path,
+        str,
         typer.Option(
             "--baseline", help="Saved `hlogap audit --format json --top 0` report (or a profile)."
         ),
@@ -339,8 +392,12 @@ def check(
 
 @app.command()
 def diff(
-    base: Annotated[Path, typer.Argument(help="Baseline: a profile or a saved JSON report.")],
-    new: Annotated[Path, typer.Argument(help="New: a profile or a saved JSON report.")],
+    base: Annotated[
+        str, typer.Argument(metavar="BASE", help="Baseline: a profile (or URL) or a saved report.")
+    ],
+    new: Annotated[
+        str, typer.Argument(metavar="NEW", help="New: a profile (or URL) or a saved JSON report.")
+    ],
     chip: ChipOpt = None,
     top: TopOpt = 20,
     fmt: FormatOpt = None,

@@ -11,7 +11,7 @@ from hlogap.chips import Chip, detect_chip, load_chip
 from hlogap.errors import InputError, UsageError
 from hlogap.report.groups import DEFAULT_DEPTH, GROUP_KEYS, group_rows
 from hlogap.report.model import SORT_KEYS, AuditReport, ChipSource, load_json, sort_rows
-from hlogap.source import ProfileSource, find_profile
+from hlogap.source import ProfileSource, find_profile, is_url
 from hlogap.trace.model import TraceData, merge_traces
 from hlogap.trace.reading import PendingTrace, read_trace, start_reading
 from hlogap.trace.timing import time_ops
@@ -157,6 +157,8 @@ def load_report(
 ) -> AuditReport:
     """A saved JSON report, or a profile audited. `role` ("baseline", "BASE"...) names it in
     errors. `module` (a regex) also filters the ops of a saved report."""
+    if is_url(path):  # a remote profile: find_profile lists it through fsspec
+        return audit(path, chip, run=run, host=host, device=device, module=module)
     p = Path(path)
     if not p.exists():
         raise InputError(f"{role} not found: {p}")
@@ -170,12 +172,12 @@ def load_report(
 
 
 def load_pair(
-    base: tuple[Path, str], new: tuple[Path, str], **selection: Any
+    base: tuple[str, str], new: tuple[str, str], **selection: Any
 ) -> tuple[AuditReport, AuditReport]:
-    """BASE and NEW, each a (path, role): both are checked to exist before either is audited,
-    so a typo in the second fails at once, and for the reason the user can act on."""
+    """BASE and NEW, each a (path or URL, role): local ones are checked to exist before either
+    is audited, so a typo in the second fails at once, for the reason the user can act on."""
     for path, role in (base, new):
-        if not path.exists():
+        if not is_url(path) and not Path(path).exists():
             raise InputError(f"{role} not found: {path}")
     return load_report(*base, **selection), load_report(*new, **selection)
 

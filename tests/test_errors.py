@@ -417,3 +417,31 @@ def test_output_never_lands_in_the_profile(
     beside = logdir / "report.json"
     code, _, err = run_cli([*args, "-o", str(beside)], capsys)
     assert code == 0 and json.loads(beside.read_text())["schema"] == "hlogap.audit/2"
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "ascii"])
+def test_tables_print_in_a_plain_encoding(encoding: str, tmp_path: Path) -> None:
+    # CI containers with a latin-1 or ASCII stdout: tables come out in ASCII, never exit 4.
+    chip = tmp_path / "c.toml"
+    chip.write_text('name = "c"\n[peak_flops]\nf32 = 1e11\n[memory]\nhbm_bw = 2e10\n')
+    env = {**os.environ, "PYTHONIOENCODING": encoding}
+    for args in (
+        ["audit", str(SAMPLE), "--chip", str(chip), "--steps"],
+        ["chips"],
+        ["diff", str(SAMPLE), str(SAMPLE), "--chip", str(chip)],
+    ):
+        out = subprocess.run(
+            [sys.executable, "-m", "hlogap", *args], env=env, capture_output=True, timeout=120
+        )
+        assert out.returncode == 0, (args, out.stderr)
+        text = out.stdout.decode(encoding)
+        assert " | " in text and "---" in text, args
+
+
+def test_version_and_short_help(capsys: pytest.CaptureFixture[str]) -> None:
+    from hlogap import __version__
+
+    code, out, _ = run_cli(["--version"], capsys)
+    assert (code, out) == (0, f"hlogap {__version__}\n")
+    code, out, _ = run_cli(["audit", "-h"], capsys)
+    assert code == 0 and "--group-by" in out

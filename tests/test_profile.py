@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -65,3 +66,28 @@ def test_remote_logdir_through_fsspec(cpu_chip_file: Path) -> None:
     assert remote.measured_us == pytest.approx(local.measured_us)
     with pytest.raises(InputError, match="no profile found"):
         find_profile("memory://bucket/empty")
+
+
+def test_urls_on_the_command_line(
+    cpu_chip_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The command line keeps a URL's `//` (a Path argument folded it: "gs:/bucket/tb").
+    from tests.test_errors import run_cli
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/cli/logs/plugins/profile/2026_11_22_04_58_39/vm.xplane.pb", SAMPLE_FILE.read_bytes())
+    local = audit(SAMPLE_FILE, chip=str(cpu_chip_file))
+    for url in ("memory://cli/logs", SAMPLE_FILE.resolve().as_uri()):
+        code, out, err = run_cli(
+            ["audit", url, "--chip", str(cpu_chip_file), "--format", "json", "--jobs", "1"], capsys
+        )
+        assert code == 0, err
+        assert json.loads(out)["summary"]["measured_us"] == pytest.approx(local.measured_us)
+    saved = tmp_path / "base.json"
+    saved.write_text(json.dumps(local.to_dict(0)))
+    code, out, err = run_cli(
+        ["diff", str(saved), "memory://cli/logs", "--chip", str(cpu_chip_file), "-f", "json"],
+        capsys,
+    )
+    assert code == 0, err
+    assert json.loads(out)["summary"]["measured_delta_us"] == pytest.approx(0.0, abs=1e-6)

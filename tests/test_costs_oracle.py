@@ -379,3 +379,34 @@ def test_tpu_hbm_bytes_agree_with_xla() -> None:
         )
         checked += 1
     assert checked >= 70
+
+
+@pytest.mark.parametrize(
+    ("transform", "shape", "dtype"),
+    [
+        ("rfft2", (8, 64), "float32"),
+        ("irfft", (4, 65), "complex64"),
+        ("ifft2", (16, 32), "complex64"),
+    ],
+)
+def test_fft_from_a_trace_proto_counts_like_xla(
+    transform: str, shape: tuple[int, int], dtype: str
+) -> None:
+    # The HloProto a trace carries (not the text) must give the FFT its type and lengths: the
+    # decoder used to drop them, and the FFT came out 10-49x too low.
+    jax = pytest.importorskip("jax")
+    import numpy as np
+
+    from hlogap.hlo.decode import decode_hlo_module_proto
+
+    fn = getattr(jax.numpy.fft, transform)
+    compiled = jax.jit(fn).lower(np.zeros(shape, dtype=dtype)).compile()
+    (hlo_module,) = compiled.runtime_executable().hlo_modules()
+    decoded = decode_hlo_module_proto(hlo_module.as_serialized_hlo_module_proto())
+    analysis = compiled.cost_analysis()
+    xla = analysis[0] if isinstance(analysis, list) else analysis
+    entry = decoded.entry_computation
+    assert entry is not None
+    (fft,) = [i for i in entry.instructions if i.opcode == "fft"]
+    assert fft.attrs["fft_type"] == transform.rstrip("2").upper()
+    assert cost_computation(entry, decoded, trip_counts=False).flops == pytest.approx(xla["flops"])

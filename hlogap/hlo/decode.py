@@ -104,6 +104,7 @@ _TO_APPLY = frozenset(
     }
 )
 _PRECISION = ("default", "high", "highest")
+_FFT_TYPES = {0: "FFT", 1: "IFFT", 2: "RFFT", 3: "IRFFT"}  # xla.FftType
 _RNG_DISTRIBUTION = {1: "rng_uniform", 2: "rng_normal"}
 _RNG_ALGORITHM = {0: "rng_default", 1: "rng_three_fry", 2: "rng_philox"}
 _API_VERSIONS = {
@@ -295,6 +296,9 @@ class _Instruction:
         elif op == "fusion":
             inst.fusion_kind = p.fusion_kind
             attrs["kind"] = p.fusion_kind
+        elif op == "fft":
+            attrs["fft_type"] = _FFT_TYPES.get(p.fft_type, str(p.fft_type))
+            attrs["fft_length"] = "{" + ",".join(map(str, p.fft_length)) + "}"
         elif op == "iota" and p.dimensions:
             attrs["iota_dimension"] = str(p.dimensions[0])
         elif op == "compare":

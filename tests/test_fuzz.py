@@ -97,4 +97,4 @@ def test_audit_gives_clean_error_or_valid_report(
     assert report.ops
     assert report.measured_us == pytest.approx(sum(r.measured_us for r in report.ops))
     for row in report.ops:
-        assert row.bound_by in ("compute", "memory", "communication", "unmodeled")
+        assert row.bound_by in ("compute", "memory", "communication", "none", "unmodeled")

@@ -125,3 +125,17 @@ def test_layout_hint_only_where_data_moves() -> None:
     assert cost_instruction(parse_instruction(bitcast)).hbm_bytes == 0
     assert not [h for h in hints(bitcast, "h100-sxm") if "layout change" in h]
     assert [h for h in hints(moved, "h100-sxm") if "layout change" in h]
+
+
+def test_ops_that_do_no_work_are_bound_by_none() -> None:
+    # A bitcast transpose, a while's own time, a done that only waits: no FLOPs, no bytes.
+    bitcast = "%t = f32[1,8]{1,0} transpose(f32[8,1]{1,0} %p), dimensions={1,0}"
+    the_chip = load_chip("h100-sxm")
+    for hlo in (bitcast, "%w = (s32[], f32[8]) while((s32[], f32[8]) %t), condition=%c, body=%b"):
+        inst = parse_instruction(hlo)
+        bound = bound_op(cost_instruction(inst), the_chip, async_role(inst.opcode, inst.name))
+        assert bound.bound_by == "none" and bound.lower_s == 0
+        (hint,) = hints(hlo, "h100-sxm", measured_us=3.0)
+        assert hint.startswith("no work the roofline counts") and "3 us" in hint
+    work = "%a = f32[1024]{0} add(f32[1024]{0} %x, f32[1024]{0} %y)"
+    assert bound_op(cost_instruction(parse_instruction(work)), the_chip).bound_by == "memory"

@@ -77,6 +77,10 @@ def hints_for(
             f"faster than the roofline: {chip.name}'s peaks are too low for this op "
             "(wrong --chip, or a CPU calibration taken while the machine was busy)",
         )
+    if bound.bound_by == "none" and not bound.overlapped:
+        why = f" ({cost.note})" if cost.note else ""
+        spent = f": its {measured_us:.3g} us per occurrence are overhead" if measured_us else ""
+        out.append(f"no work the roofline counts{why}{spent}")
     if measured_us and not bound.overlapped:
         out.extend(_achieved(cost, bound, chip, measured_us * 1e-6))
     return out

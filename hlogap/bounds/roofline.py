@@ -15,8 +15,10 @@ from hlogap.chips import Chip
 from hlogap.cost import OpCost
 from hlogap.hlo.opcodes import AsyncRole
 
-BoundBy = Literal["compute", "memory", "communication", "unmodeled"]
-"""What bounds an op: its slowest resource, or `unmodeled` when hlogap cannot cost it."""
+BoundBy = Literal["compute", "memory", "communication", "none", "unmodeled"]
+"""What bounds an op: its slowest resource; `none` when it does no work the roofline counts
+(no FLOPs, no bytes: a bitcast, a loop's own time, a done that only waits); `unmodeled` when
+hlogap cannot cost it."""
 
 
 @dataclass(frozen=True)
@@ -67,5 +69,7 @@ def bound_op(cost: OpCost, chip: Chip, role: AsyncRole = "") -> Bound:
         "memory": t_memory,
         "communication": t_comm,
     }
-    bound_by = max(times, key=lambda k: times[k])
+    bound_by: BoundBy = max(times, key=lambda k: times[k])
+    if not any(times.values()):
+        bound_by = "none"
     return Bound(t_compute, t_memory, t_comm, bound_by, overlapped=role in ("start", "done"))

@@ -92,3 +92,13 @@ def test_chips_as_json_lists_every_chip() -> None:
     doc = json.loads(render(ChipList(builtin_chips()), "json", RenderOptions()))
     assert doc["schema"] == "hlogap.chips/1"
     assert len(doc["chips"]) == len(builtin_chips())
+
+
+def test_tables_have_no_trailing_spaces(cpu_chip_file: Path) -> None:
+    report = audit(MLP, str(cpu_chip_file))
+    for text in (
+        render(report, "table", RenderOptions(top=0, steps=True)),
+        render(ChipList(builtin_chips()), "table", RenderOptions()),
+    ):
+        assert text.endswith("\n")
+        assert not [line for line in text.splitlines() if line != line.rstrip()]

@@ -73,7 +73,8 @@ def _print(
         console.print(table)
     for line in after or []:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-    return out.getvalue()
+    # Rich pads every cell to its column's width: rows would end in spaces.
+    return "".join(line.rstrip() + "\n" for line in out.getvalue().splitlines())
 
 
 def _audit(report: AuditReport, options: RenderOptions) -> str:

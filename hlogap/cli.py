@@ -67,6 +67,9 @@ FormatOpt = Annotated[
     ),
 ]
 TopOpt = Annotated[int, typer.Option("--top", "-n", help="Rows to show; 0 = all.")]
+WideOpt = Annotated[
+    bool, typer.Option("--wide", help="Every column, however wide the terminal is.")
+]
 OutputOpt = Annotated[
     Path | None,
     typer.Option("--output", "-o", help="Write to FILE instead of stdout."),
@@ -125,13 +128,19 @@ def _write(
     output: Path | None,
     top: int = 20,
     steps: bool = False,
+    wide: bool = False,
 ) -> None:
-    """Render `document` in the chosen format to `output` or stdout."""
+    """Render `document` in the chosen format to `output` or stdout; on a terminal, tables fit
+    its width unless `wide`."""
+    import shutil
+
     from hlogap.render.base import RenderOptions, choose_format, render
 
     chosen = choose_format(kind, fmt, output)
-    color = output is None and sys.stdout.isatty()
-    _emit(render(document, chosen, RenderOptions(top=top, color=color, steps=steps)), output)
+    terminal = output is None and sys.stdout.isatty()
+    width = shutil.get_terminal_size().columns if terminal and not wide else None
+    options = RenderOptions(top=top, color=terminal, steps=steps, width=width)
+    _emit(render(document, chosen, options), output)
 
 
 @app.command()
@@ -173,6 +182,7 @@ def audit(
         int, typer.Option("--depth", help="Components of the op path a scope keeps.")
     ] = 3,
     steps: Annotated[bool, typer.Option("--steps", help="Also print the per-step table.")] = False,
+    wide: WideOpt = False,
 ) -> None:
     """Rank a profile's XLA ops by the time they lose against the roofline."""
     from hlogap.pipeline import audit as run_audit
@@ -197,7 +207,7 @@ def audit(
     for target in (output, plot):
         if target is not None:
             refuse_to_overwrite(target, report.files)
-    _write(report, "audit", fmt, output, top, steps)
+    _write(report, "audit", fmt, output, top, steps, wide)
     if plot is not None:
         from hlogap.render.plot import write_plot
 
@@ -209,6 +219,7 @@ def demo(
     top: TopOpt = 20,
     fmt: FormatOpt = None,
     chip: ChipOpt = None,
+    wide: WideOpt = False,
 ) -> None:
     """Audit the sample CPU profile bundled with hlogap (calibrates this CPU if needed)."""
     from hlogap.chips.calibrate import calibrate, calibrated_chip
@@ -221,7 +232,7 @@ def demo(
         print("calibrating this CPU once (numpy matmul and copy)...", file=sys.stderr)
         calibrate()
     report = run_audit(sample, chip)
-    _write(report, "audit", fmt, None, top)
+    _write(report, "audit", fmt, None, top, wide=wide)
 
 
 @app.command()

@@ -15,7 +15,7 @@ from hlogap import audit
 from hlogap.chips import builtin_chips
 from hlogap.errors import UsageError
 from hlogap.render.base import ChipList, RenderOptions, choose_format, formats, render, renderers
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, SHARED
 from tests.test_errors import run_cli
 
 MLP = FIXTURES / "mlp"
@@ -102,3 +102,30 @@ def test_tables_have_no_trailing_spaces(cpu_chip_file: Path) -> None:
     ):
         assert text.endswith("\n")
         assert not [line for line in text.splitlines() if line != line.rstrip()]
+
+
+@pytest.mark.parametrize("width", [80, 100, 200])
+def test_table_fits_the_terminal_one_op_a_line(width: int) -> None:
+    from hlogap.render.table import middle
+
+    amd = SHARED / "amd-gpu" / "mi355x_te_attention.xplane.pb"
+    if not amd.is_file():
+        pytest.skip("AMD fixture absent")
+    report = audit(amd)
+    text = render(report, "table", RenderOptions(top=0, width=width))
+    table = [line for line in text.splitlines() if "│" in line or "┃" in line or "━" in line]
+    assert table and max(len(line) for line in table) <= width
+    rows = [line for line in table if "│" in line]
+    assert len(rows) == len(report.ops)  # every op one line
+    for row, op in zip(rows, report.ops, strict=True):
+        name = row.split("│")[1].strip()
+        assert name == op.name or (name == middle(op.name, len(name)) and "…" in name)
+    if width >= 200:
+        assert "left out" not in text and "bound by" in text
+
+
+def test_middle_keeps_both_ends() -> None:
+    from hlogap.render.table import middle
+
+    assert middle("copy_bitcast_fusion.14", 12) == "copy_…ion.14"
+    assert middle("short", 12) == "short"

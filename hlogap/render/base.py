@@ -53,6 +53,7 @@ class RenderOptions:
     top: int = 20  # rows of a report or a diff; 0 = all
     color: bool = False  # a terminal that shows colour
     steps: bool = False  # the per-step table too (human-readable formats; JSON always has it)
+    width: int | None = None  # a terminal's columns, to fit tables to; None: wide, whole rows
 
 
 class Renderer(Protocol):

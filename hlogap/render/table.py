@@ -79,12 +79,13 @@ def _print(
 
 def _audit(report: AuditReport, options: RenderOptions) -> str:
     top, color = options.top, options.color
-    # On a terminal Rich fits the table to it; piped output is wide so that rows stay one line.
-    width = None if color else 220
+    # A terminal's width when known (every op one line, fitted to it); else wide: piped output
+    # keeps whole rows for grep and diff.
+    width = options.width or WIDE
     if report.group_by:
         table, after = _groups(report, top)
     else:
-        table, after = _ops(report, top)
+        table, after = _ops(report, top, options.width)
     text = _print([*header_lines(report), ""], table, after, width=width, color=color)
     if options.steps:
         text += _print(["", "steps:"], _steps(report), width=width, color=color)
@@ -96,38 +97,98 @@ def _columns(table: Table, columns: tuple[tuple[str, str], ...]) -> None:
         table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
 
 
-def _ops(report: AuditReport, top: int) -> tuple[Table, list[str]]:
-    table = _new_table()
-    _columns(
-        table,
-        (
-            ("#", "right"),
-            ("op", "left"),
-            ("category", "left"),
-            ("n", "right"),
-            ("measured", "right"),
-            ("bound", "right"),
-            ("gap", "right"),
-            ("eff", "right"),
-            ("bound by", "left"),
-            ("why", "left"),
-        ),
-    )
+WIDE = 220
+OP_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("#", "right"),
+    ("op", "left"),
+    ("category", "left"),
+    ("n", "right"),
+    ("measured", "right"),
+    ("bound", "right"),
+    ("gap", "right"),
+    ("eff", "right"),
+    ("bound by", "left"),
+    ("why", "left"),
+)
+# Dropped in this order when the terminal is too narrow for every column.
+DROP_FIRST = ("category", "bound", "n", "bound by")
+MIN_OP, MIN_WHY = 16, 24
+
+
+def middle(text: str, width: int) -> str:
+    """`text` cut to `width` characters in the middle, where names differ least
+    (`copy_bitcast_fusion.14` -> `copy_bi…sion.14`)."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
+
+
+def _fit(cells: list[dict[str, str]], width: int) -> tuple[list[str], int, int]:
+    """The columns that fit `width` (Rich draws a table of n columns of widths w in
+    sum(w) + 3n - 1 characters), the op column's width and the why column's (0: dropped)."""
+    natural = {name: max([len(name), *(len(c[name]) for c in cells)]) for name, _ in OP_COLUMNS}
+    shown = [name for name, _ in OP_COLUMNS]
+
+    def room() -> int:
+        fixed = sum(natural[n] for n in shown if n not in ("op", "why"))
+        return width - fixed - 3 * len(shown) + 1
+
+    for name in DROP_FIRST:
+        if room() >= min(natural["op"], MIN_OP) + MIN_WHY:
+            break
+        shown.remove(name)
+    left = room()
+    if left < min(natural["op"], MIN_OP) + MIN_WHY:  # no room for reasons: the op keeps it all
+        shown.remove("why")
+        return shown, max(left + 3, 4), 0
+    op_width = min(natural["op"], max(MIN_OP, left - natural["why"]))
+    return shown, op_width, min(natural["why"], left - op_width)
+
+
+def _ops(report: AuditReport, top: int, width: int | None) -> tuple[Table, list[str]]:
     rows = report.ops if top <= 0 else report.ops[:top]
-    for rank, r in enumerate(rows, 1):
-        table.add_row(
-            str(rank),
-            r.name,
-            r.category,
-            str(r.occurrences),
-            fmt_us(r.measured_us),
-            fmt_us(r.bound_us),
-            fmt_us(r.gap_us),
-            fmt_eff(r.efficiency),
-            r.bound_by,
-            r.hints[0] if r.hints else "",
-        )
-    return table, more_line(len(rows), len(report.ops), "--top 0 shows all")
+    cells = [
+        {
+            "#": str(rank),
+            "op": r.name,
+            "category": r.category,
+            "n": str(r.occurrences),
+            "measured": fmt_us(r.measured_us),
+            "bound": fmt_us(r.bound_us),
+            "gap": fmt_us(r.gap_us),
+            "eff": fmt_eff(r.efficiency),
+            "bound by": r.bound_by,
+            "why": r.hints[0] if r.hints else "",
+        }
+        for rank, r in enumerate(rows, 1)
+    ]
+    table = _new_table()
+    if width is None:
+        _columns(table, OP_COLUMNS)
+        for c in cells:
+            table.add_row(*(c[name] for name, _ in OP_COLUMNS))
+        return table, more_line(len(rows), len(report.ops), "--top 0 shows all")
+    shown, op_width, why_width = _fit(cells, width)
+    for name, justify in OP_COLUMNS:
+        if name in shown:
+            fixed = {"op": op_width, "why": why_width}.get(name)
+            table.add_column(
+                name,
+                justify=justify,  # type: ignore[arg-type]
+                no_wrap=True,
+                overflow="ellipsis",
+                width=fixed,
+                min_width=fixed,
+            )
+    for c in cells:
+        c["op"] = middle(c["op"], op_width)
+        table.add_row(*(c[name] for name in shown))
+    dropped = [name for name, _ in OP_COLUMNS if name not in shown]
+    after = more_line(len(rows), len(report.ops), "--top 0 shows all")
+    if dropped:
+        after.append(f"({', '.join(dropped)} left out to fit {width} columns; --wide shows all)")
+    return table, after
 
 
 def _groups(report: AuditReport, top: int) -> tuple[Table, list[str]]:

@@ -129,3 +129,16 @@ def test_middle_keeps_both_ends() -> None:
 
     assert middle("copy_bitcast_fusion.14", 12) == "copy_…ion.14"
     assert middle("short", 12) == "short"
+
+
+def test_diff_and_check_follow_the_terminal_width(cpu_chip_file: Path) -> None:
+    from hlogap.report.compare import compare
+    from hlogap.report.gate import Thresholds, run_check
+
+    report = audit(MLP, str(cpu_chip_file))
+    diff = compare(report, report)
+    for document in (diff, run_check(diff, Thresholds())):
+        for width in (90, 160):
+            text = render(document, "table", RenderOptions(width=width))
+            table = [line for line in text.splitlines() if "│" in line or "━" in line]
+            assert max((len(line) for line in table), default=0) <= width

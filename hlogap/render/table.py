@@ -39,9 +39,9 @@ class TableRenderer:
         if isinstance(document, AuditReport):
             return _audit(document, options)
         if isinstance(document, Diff):
-            return _diff(document, options.top)
+            return _diff(document, options.top, options.width or DIFF_WIDTH)
         if isinstance(document, CheckResult):
-            return _check(document)
+            return _check(document, options.width or DIFF_WIDTH)
         if isinstance(document, ChipList):
             return _chips(document.chips)
         return _bound(document)
@@ -263,13 +263,14 @@ def _diff_table(rows: list[DiffRow], with_module: bool) -> Table:
     return table
 
 
-def _diff(diff: Diff, top: int) -> str:
+def _diff(diff: Diff, top: int, width: int) -> str:
     rows = diff.rows if top <= 0 else diff.rows[:top]
     more = more_line(len(rows), len(diff.rows), "--top 0 shows all")
-    return _print([*diff_header(diff), ""], _diff_table(rows, multi_module(diff.rows)), more)
+    table = _diff_table(rows, multi_module(diff.rows))
+    return _print([*diff_header(diff), ""], table, more, width=width)
 
 
-def _check(result: CheckResult) -> str:
+def _check(result: CheckResult, width: int) -> str:
     diff = result.diff
     rows = result.regressed[:CHECK_ROWS]
     more = more_line(len(rows), len(result.regressed), "--format json lists all")
@@ -282,10 +283,10 @@ def _check(result: CheckResult) -> str:
     lines = [result.verdict()]
     lines += [f"  {'FAIL' if c.failed else 'ok  '}  {c.text}" for c in result.checks]
     if not rows:
-        return _print([*lines, *notes])
+        return _print([*lines, *notes], width=width)
     title = f"ops slower than +{result.thresholds.max_op_regression:g}% per occurrence:"
     table = _diff_table(rows, multi_module(diff.rows))
-    return _print([*lines, "", title], table, [*more, "", *notes])
+    return _print([*lines, "", title], table, [*more, "", *notes], width=width)
 
 
 def _chips(chips: list[Chip]) -> str:

@@ -461,3 +461,20 @@ def test_linear_algebra_custom_calls_get_operation_counts(program: str) -> None:
                 found[routine] = costs[inst.name].flops
                 assert costs[inst.name].unmodeled is None
     assert found == pytest.approx(LINALG_FLOPS[program])
+
+
+def test_top_k_compares_every_element_once() -> None:
+    # XLA reports -1 for the TopK custom call; selecting the top k needs each element compared.
+    jax = pytest.importorskip("jax")
+    import numpy as np
+
+    compiled = jax.jit(lambda x: jax.lax.top_k(x, 8)).lower(np.zeros((16, 1024), np.float32))
+    module = parse_module(compiled.compile().as_text())
+    (call,) = [
+        i for c in module.computations for i in c.instructions if i.custom_call_target == "TopK"
+    ]
+    cost = cost_module(module)[call.name]
+    assert cost.unmodeled is None
+    assert cost.flops == 16 * 1024 and cost.matrix_flops == 0
+    # It reads its operand and writes the 8 values and indices of each row.
+    assert cost.hbm_bytes == 16 * 1024 * 4 + 16 * 8 * (4 + 4)

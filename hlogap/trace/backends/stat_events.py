@@ -111,9 +111,16 @@ def read_stat_events(
                 context[is_op],
             )
         )
-    markers = [np.concatenate(part) for part in zip(*marker_parts)] if marker_parts else None
-    for ops, devs, start, dur, execution, context in op_lines:
-        extra = _until_marker(context, start, start + dur, markers) if markers else None
+    # One pairing pass over every op of the plane: a marker may sit on any of its lines.
+    extras: list[np.ndarray | None] = [None] * len(op_lines)
+    if marker_parts and op_lines:
+        markers = [np.concatenate(part) for part in zip(*marker_parts)]
+        start = np.concatenate([line[2] for line in op_lines])
+        end = start + np.concatenate([line[3] for line in op_lines])
+        context = np.concatenate([line[5] for line in op_lines])
+        cuts = np.cumsum([len(line[0]) for line in op_lines])[:-1]
+        extras = list(np.split(_until_marker(context, start, end, markers), cuts))
+    for (ops, devs, start, dur, execution, _), extra in zip(op_lines, extras, strict=True):
         for dev in np.unique(devs):
             mine = devs == dev
             builder.add_line(

@@ -42,13 +42,6 @@ def registered() -> list[BackendReader]:
     return sorted(_REGISTRY.values(), key=lambda r: r.priority)
 
 
-def reader(name: Backend) -> BackendReader:
-    for candidate in registered():
-        if candidate.name == name:
-            return candidate
-    raise KeyError(name)
-
-
 def detect(planes: Sequence[Plane]) -> BackendReader:
     """The first backend that claims the planes; the CPU reader claims every file."""
     for candidate in registered():

@@ -91,11 +91,6 @@ class TraceData:
     def num_events(self) -> int:
         return len(self.op_index)
 
-    @property
-    def end_ps(self) -> np.ndarray:
-        end: np.ndarray = self.start_ps + self.duration_ps
-        return end
-
 
 @dataclass
 class _Block:

@@ -224,11 +224,11 @@ def decode_one_stat(line: xplane_pb2.XLineRaw, stat_id: int, plane: str) -> Line
     columnar decoder leaves to upb are read by upb."""
     cols = decode_events(list(line.events), [stat_id])
     for i in np.flatnonzero(cols.irregular).tolist():
-        cols.stats[0][i] = int_stat(line.events[i], stat_id, plane)
+        cols.stats[0][i] = _int_stat(line.events[i], stat_id, plane)
     return cols
 
 
-def int_stat(raw: bytes, stat_id: int, plane: str) -> int:
+def _int_stat(raw: bytes, stat_id: int, plane: str) -> int:
     """The integer value of one stat of an event the columnar decoder left to upb (-1: none)."""
     try:
         event = xplane_pb2.XEvent.FromString(raw)

@@ -52,6 +52,8 @@ def test_every_figure_has_a_source(c: Chip) -> None:
         figures.append("memory.hbm_bytes")
     if c.interconnect_bw is not None:
         figures.append("interconnect.bw")
+    if c.host_bw is not None:
+        figures.append("host.bw")
     for figure in figures:
         source = c.sources.get(figure, "")
         assert "https://" in source or source.startswith("seeds:"), f"{c.name}: {figure}"

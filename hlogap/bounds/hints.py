@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from hlogap.bounds.roofline import Bound
 from hlogap.chips import Chip
 from hlogap.cost import OpCost
@@ -56,10 +58,11 @@ def hints_for(
     )
     if relayout and cost.hbm_bytes > 0:  # a transpose proved a bitcast moves nothing
         out.append("layout change: data is copied to another layout; check producer layouts")
-    transfer = max(bound.t_compute_s, bound.t_memory_s, bound.t_comm_s) * 1e6
+    transfer = bound.work_s * 1e6
     if bound.overlapped and transfer > 0:
+        link = " on the host link" if bound.bound_by == "host" else ""
         out.append(
-            f"async transfer needs >= {transfer:.3g} us and overlaps later ops; "
+            f"async transfer needs >= {transfer:.3g} us{link} and overlaps later ops; "
             "waiting for it shows on its done"
         )
     elif bound.overlapped and measured_us:
@@ -100,3 +103,22 @@ def _achieved(cost: OpCost, bound: Bound, chip: Chip, seconds: float) -> list[st
         rate = cost.comm_bytes / seconds
         return [f"sends {fmt_si(rate, 'B/s')}, {rate / chip.interconnect_bw:.0%} of the link"]
     return []
+
+
+def host_wait_hint(host_bytes: float, spans_s: np.ndarray, link_rate: float, chip: Chip) -> str:
+    """What the host link achieved for a done's transfers (start to done), and what it carried
+    in all, in that direction, while host transfers were in flight."""
+    what = f"waits for a {fmt_si(host_bytes, 'B')} transfer over the host link"
+    if not len(spans_s) or not spans_s.sum() or not chip.host_bw:
+        return what
+    rate = host_bytes * len(spans_s) / float(spans_s.sum())
+    text = (
+        f"{what}: start to done moves {fmt_si(rate, 'B/s')}, {rate / chip.host_bw:.0%} of "
+        f"{chip.name}'s {fmt_si(chip.host_bw, 'B/s')} host link"
+    )
+    if link_rate > rate * 1.05:
+        text += (
+            f"; it shares the link with other transfers: together they carry "
+            f"{fmt_si(link_rate, 'B/s')} ({link_rate / chip.host_bw:.0%}) in that direction"
+        )
+    return text

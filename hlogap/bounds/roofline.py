@@ -3,7 +3,8 @@
 T_compute = matrix FLOPs / matrix peak(dtype) + vector FLOPs / vector peak(dtype)
 T_memory  = HBM bytes / HBM bandwidth
 T_comm    = interconnect bytes / link bandwidth
-lower bound = max(T_compute, T_memory, T_comm); upper bound = their sum.
+T_host    = bytes to or from host memory / host link bandwidth
+lower bound = max(T_compute, T_memory, T_comm, T_host); upper bound = their sum.
 """
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from hlogap.chips import Chip
 from hlogap.cost import OpCost
 from hlogap.hlo.opcodes import AsyncRole
 
-BoundBy = Literal["compute", "memory", "communication", "none", "unmodeled"]
-"""What bounds an op: its slowest resource; `none` when it does no work the roofline counts
-(no FLOPs, no bytes: a bitcast, a loop's own time, a done that only waits); `unmodeled` when
-hlogap cannot cost it."""
+BoundBy = Literal["compute", "memory", "communication", "host", "none", "unmodeled"]
+"""What bounds an op: its slowest resource (`host`: the link to host memory); `none` when it
+does no work the roofline counts (no FLOPs, no bytes: a bitcast, a loop's own time, a done that
+only waits); `unmodeled` when hlogap cannot cost it."""
 
 
 @dataclass(frozen=True)
@@ -29,21 +32,34 @@ class Bound:
     bound_by: BoundBy
     overlapped: bool = False  # an async start: its transfer runs beside other ops
     unmodeled: str | None = None  # why there is no bound, when the chip cannot give one
+    t_host_s: float = 0.0
+
+    @property
+    def work_s(self) -> float:
+        """The time its slowest resource needs, overlapped or not."""
+        return max(self.t_compute_s, self.t_memory_s, self.t_comm_s, self.t_host_s)
 
     @property
     def lower_s(self) -> float:
         """The roofline: no schedule can beat the slowest resource."""
-        if self.overlapped:
-            return 0.0
-        return max(self.t_compute_s, self.t_memory_s, self.t_comm_s)
+        return 0.0 if self.overlapped else self.work_s
 
     @property
     def upper_s(self) -> float:
         """Nothing overlaps: the seeds' upper bound."""
-        return self.t_compute_s + self.t_memory_s + self.t_comm_s
+        return self.t_compute_s + self.t_memory_s + self.t_comm_s + self.t_host_s
 
 
 UNMODELED = Bound(0.0, 0.0, 0.0, "unmodeled")
+
+
+def wait_bound_s(transfer: Bound, windows_s: np.ndarray) -> float:
+    """Lower bound on the time dones wait for their start's transfer, summed over the waits.
+
+    `windows_s` holds, per wait, the time the schedule left between the start's end and the
+    done's begin: the most that overlap can hide of the transfer's `work_s`.
+    """
+    return float(np.clip(transfer.work_s - windows_s, 0.0, None).sum())
 
 
 def bound_op(cost: OpCost, chip: Chip, role: AsyncRole = "") -> Bound:
@@ -64,12 +80,20 @@ def bound_op(cost: OpCost, chip: Chip, role: AsyncRole = "") -> Bound:
             )
             return Bound(0.0, 0.0, 0.0, "unmodeled", unmodeled=reason)
         t_comm = cost.comm_bytes / chip.interconnect_bw
+    t_host = 0.0
+    if cost.host_bytes:
+        if not chip.host_bw:
+            reason = f"chip {chip.name} has no host link bandwidth ([host] bw) for its transfer"
+            return Bound(0.0, 0.0, 0.0, "unmodeled", unmodeled=reason)
+        t_host = cost.host_bytes / chip.host_bw
     times: dict[BoundBy, float] = {
         "compute": t_compute,
         "memory": t_memory,
         "communication": t_comm,
+        "host": t_host,
     }
     bound_by: BoundBy = max(times, key=lambda k: times[k])
     if not any(times.values()):
         bound_by = "none"
-    return Bound(t_compute, t_memory, t_comm, bound_by, overlapped=role in ("start", "done"))
+    overlapped = role in ("start", "done")
+    return Bound(t_compute, t_memory, t_comm, bound_by, overlapped, t_host_s=t_host)

@@ -89,6 +89,8 @@ class Chip:
     path: str | None
     cores_per_device: int = 1
     """Cores that run as one device (TPU v4/v5p megacore: 2); XLA's trace stats count per core."""
+    host_bw: float | None = None
+    """The device's link to host memory (PCIe, NVLink-C2C), bytes/s one direction: `[host] bw`."""
 
     def matrix_peak(self, dtype: str) -> float:
         """FLOP/s of a dot or convolution whose (widest) operand type is ``dtype``.
@@ -127,6 +129,7 @@ class Chip:
             "hbm_bw": self.hbm_bw,
             "hbm_bytes": self.hbm_bytes,
             "interconnect_bw": self.interconnect_bw,
+            "host_bw": self.host_bw,
             "ridge_points": {k: v / self.hbm_bw for k, v in self.peak_flops.items()},
             "detect": self.detect,
             "sources": dict(self.sources),
@@ -304,6 +307,7 @@ def _parse(data: dict[str, object], path: Path) -> Chip:
         raise fail("[memory] hbm_bw (bytes/s) is required")
     hbm_bytes = memory.get("hbm_bytes")
     interconnect_bw = table("interconnect").get("bw")
+    host_bw = table("host").get("bw")
     detect = table("detect")
     for key, rule in detect.items():
         if not _valid_rule(rule):
@@ -326,4 +330,5 @@ def _parse(data: dict[str, object], path: Path) -> Chip:
         detect=detect,
         path=str(path),
         cores_per_device=int(positive(data.get("cores_per_device", 1), "cores_per_device")),
+        host_bw=None if host_bw is None else positive(host_bw, "host.bw"),
     )

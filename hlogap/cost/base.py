@@ -25,6 +25,7 @@ class OpCost:
     hbm_write_bytes: float = 0.0
     padding_bytes: float = 0.0  # part of the HBM bytes that is tile padding
     comm_bytes: float = 0.0  # bytes on the interconnect per device (ring model)
+    host_bytes: float = 0.0  # bytes over the device's link to host memory (S(5) copies)
     collective: str | None = None
     group_size: int | None = None
     unmodeled: str | None = None  # why this op cannot be costed (the counts are then 0 or partial)

@@ -72,7 +72,11 @@ def cost_instruction(
         sent = [first_leaf(inst.shape)] if op == "recv" else operand_shapes(inst, ix)[:1]
         comm = Comm(float(logical(sent)), op)
     note = (custom.note if custom else None) or comm.note or w.note
-    if op in ("copy-start", "copy", "custom-call") and _crosses_host(inst, ix):
+    host_bytes = 0.0
+    if op in ("copy-start", "copy") and _crosses_host(inst, ix):
+        # The array crosses the host link once; its HBM side is in the HBM traffic.
+        host_bytes = float(logical(operand_shapes(inst, ix)[:1]))
+    elif op == "custom-call" and _crosses_host(inst, ix):
         note = note or "host transfer: only the HBM side is counted"
     out = first_leaf(inst.shape)
     return OpCost(
@@ -85,6 +89,7 @@ def cost_instruction(
         hbm_write_bytes=float(t.write),
         padding_bytes=float(t.padding),
         comm_bytes=comm.bytes,
+        host_bytes=host_bytes,
         collective=comm.kind,
         group_size=comm.group_size,
         unmodeled=w.unmodeled or comm.unmodeled,
@@ -130,6 +135,7 @@ class _Sum:
     write: float = 0.0
     padding: float = 0.0
     comm: float = 0.0
+    host: float = 0.0
     unmodeled: list[str] = field(default_factory=list)
 
     def add(self, c: OpCost, times: float = 1.0) -> None:
@@ -142,6 +148,7 @@ class _Sum:
         self.write += c.hbm_write_bytes * times
         self.padding += c.padding_bytes * times
         self.comm += c.comm_bytes * times
+        self.host += c.host_bytes * times
         if c.unmodeled:
             self.unmodeled.append(c.unmodeled)
 
@@ -156,6 +163,7 @@ class _Sum:
             hbm_write_bytes=self.write,
             padding_bytes=self.padding,
             comm_bytes=self.comm,
+            host_bytes=self.host,
             unmodeled=f"{len(self.unmodeled)} op(s) unmodeled: " + "; ".join(reasons[:3])
             if reasons
             else None,
@@ -216,6 +224,7 @@ def _max_cost(costs: Sequence[OpCost]) -> OpCost:
         hbm_write_bytes=max(c.hbm_write_bytes for c in costs),
         padding_bytes=max(c.padding_bytes for c in costs),
         comm_bytes=max(c.comm_bytes for c in costs),
+        host_bytes=max(c.host_bytes for c in costs),
         unmodeled=next((c.unmodeled for c in costs if c.unmodeled), None),
     )
 

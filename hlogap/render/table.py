@@ -291,7 +291,7 @@ def _check(result: CheckResult, width: int) -> str:
 
 def _chips(chips: list[Chip]) -> str:
     table = _new_table()
-    for col in ("name", "chip", "bf16", "int8", "f32", "HBM", "link", "ridge bf16"):
+    for col in ("name", "chip", "bf16", "int8", "f32", "HBM", "link", "host", "ridge bf16"):
         table.add_column(col, justify="left" if col in ("name", "chip") else "right")
     for c in chips:
         peak = c.peak_flops
@@ -301,6 +301,7 @@ def _chips(chips: list[Chip]) -> str:
             *(fmt_si(peak[k], "FLOP/s") if k in peak else "-" for k in ("bf16", "int8", "f32")),
             fmt_si(c.hbm_bw, "B/s"),
             fmt_si(c.interconnect_bw, "B/s") if c.interconnect_bw else "-",
+            fmt_si(c.host_bw, "B/s") if c.host_bw else "-",
             f"{c.ridge_point('bf16'):.0f}" if "bf16" in peak else "-",
         )
     sources = "Sources for every figure: `hlogap chips --format json` or hlogap/chips/specs/*.toml"

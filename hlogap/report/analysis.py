@@ -6,12 +6,13 @@ the cost model) are imported while a large profile is still being read by other 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from hlogap.bounds.hints import hints_for
-from hlogap.bounds.roofline import bound_op
+from hlogap.bounds.hints import hints_for, host_wait_hint
+from hlogap.bounds.roofline import Bound, bound_op, wait_bound_s
 from hlogap.chips import Chip
 from hlogap.cost import OpCost, cost_instruction, executions_per_run
 from hlogap.cost.trace_stats import cost_from_trace_stats
@@ -20,8 +21,8 @@ from hlogap.hlo.index import HloIndex
 from hlogap.hlo.opcodes import async_role
 from hlogap.hlo.printer import print_instruction
 from hlogap.report.model import OpRow
-from hlogap.trace.model import TraceData
-from hlogap.trace.timing import OpTimes
+from hlogap.trace.model import OpKey, TraceData
+from hlogap.trace.timing import AsyncPairs, OpTimes, async_pairs, covered_ps
 
 
 def op_rows(
@@ -35,6 +36,7 @@ def op_rows(
     loop_runs: dict[int, dict[str, int | None]] = {}  # per module object
     rows: list[OpRow] = []
     num_devices = len({(d.host, d.ordinal) for d in trace.devices}) or None
+    host_waits = _host_waits(trace, times, index, chip)
     for i in np.flatnonzero(times.events):
         info = trace.ops[i]
         resolved = index.resolve(info)
@@ -64,6 +66,12 @@ def op_rows(
                 runs = 1  # GPU ops launch several kernels per run: the kernels do not tell
         per_run = bound  # one run of the op; an occurrence runs it `runs` times
         measured_us = float(times.measured_ps[i]) / 1e6
+        bound_us = per_run.lower_s * 1e6 * runs * occurrences
+        host_hint: list[str] = []
+        wait = host_waits.get(int(i))
+        if wait is not None:  # a done waiting for a host transfer: the link bounds the wait
+            per_run, bound_us, hint = wait
+            host_hint.append(hint)
         rows.append(
             OpRow(
                 module=info.key.module,
@@ -77,7 +85,7 @@ def op_rows(
                 measured_us=measured_us,
                 total_us=float(times.duration_ps[i]) / 1e6,
                 median_us=float(times.median_ps[i]) / 1e6,
-                bound_us=per_run.lower_s * 1e6 * runs * occurrences,
+                bound_us=bound_us,
                 upper_bound_us=per_run.upper_s * 1e6 * runs * occurrences,
                 bound_by=per_run.bound_by,
                 flops=cost.flops * runs,
@@ -91,7 +99,8 @@ def op_rows(
                 source=(inst.source or "") if inst else "",
                 hlo=info.hlo_text or (print_instruction(inst) if inst else ""),
                 fingerprint=fingerprint(inst, resolved.module) if inst else "",
-                hints=hints_for(
+                hints=host_hint
+                or hints_for(
                     inst,
                     cost,
                     bound,
@@ -102,3 +111,68 @@ def op_rows(
             )
         )
     return rows
+
+
+@dataclass(frozen=True)
+class _HostTransfer:
+    """An async start/done pair whose start moves data over the device's host link."""
+
+    start: Bound  # the transfer's own bound (overlapped)
+    host_bytes: float
+    to_device: bool  # host -> device; the link's two directions are separate (PCIe is duplex)
+    pairs: AsyncPairs
+
+
+def _host_waits(
+    trace: TraceData, times: OpTimes, index: HloIndex, chip: Chip
+) -> dict[int, tuple[Bound, float, str]]:
+    """(bound, bound in us, hint) of each done (by op) that waits for a host transfer.
+
+    The start only issues the transfer; the device waits for it at the done. No schedule can
+    make a wait shorter than the transfer's time on the host link minus the time the schedule
+    left between start and done, execution by execution (`wait_bound_s`). Transfers in flight
+    together share the link: the hint says what the link carried in all.
+    """
+    if not chip.host_bw:
+        return {}
+    op_ids = {o.key: i for i, o in enumerate(trace.ops)}
+    transfers: dict[int, _HostTransfer] = {}
+    for event_op in np.flatnonzero(times.events):
+        done = int(event_op)
+        key = trace.ops[done].key
+        inst = index.resolve(trace.ops[done]).instruction
+        if inst is None or async_role(inst.opcode, inst.name) != "done" or not inst.operands:
+            continue
+        start = op_ids.get(OpKey(key.module, key.program_id, inst.operands[0]))
+        resolved = index.resolve(trace.ops[start]) if start is not None else None
+        if start is None or resolved is None or resolved.instruction is None:
+            continue
+        cost = cost_instruction(resolved.instruction, resolved.module)
+        if cost.host_bytes:
+            transfers[done] = _HostTransfer(
+                bound_op(cost, chip, "start"),
+                cost.host_bytes,
+                to_device=inst.shape.memory_space != 5,
+                pairs=async_pairs(trace, times.selected, start, done),
+            )
+    # Per direction: all bytes moved over the time any transfer was in flight, device by device.
+    link_rate: dict[bool, float] = {}
+    for direction in (True, False):
+        same = [t for t in transfers.values() if t.to_device == direction]
+        if not same:
+            continue
+        device = np.concatenate([t.pairs.device for t in same])
+        begin = np.concatenate([t.pairs.begin_ps for t in same])
+        end = np.concatenate([t.pairs.end_ps for t in same])
+        moved = sum(t.host_bytes * len(t.pairs.device) for t in same)
+        in_flight_ps = sum(covered_ps(begin[device == d], end[device == d]) for d in set(device))
+        link_rate[direction] = moved / (in_flight_ps * 1e-12) if in_flight_ps else 0.0
+    out: dict[int, tuple[Bound, float, str]] = {}
+    for done, t in transfers.items():
+        bound_us = wait_bound_s(t.start, t.pairs.window_ps * 1e-12) * 1e6
+        per_run = Bound(0.0, 0.0, 0.0, "host", t_host_s=t.start.t_host_s)
+        hint = host_wait_hint(
+            t.host_bytes, t.pairs.span_ps * 1e-12, link_rate.get(t.to_device, 0.0), chip
+        )
+        out[done] = (per_run, bound_us, hint)
+    return out

@@ -339,6 +339,7 @@ def _chip_key(chip: Chip) -> tuple[object, ...]:
         json.dumps(chip.peak_flops, sort_keys=True),
         chip.hbm_bw,
         chip.interconnect_bw,
+        chip.host_bw,
     )
 
 

@@ -340,6 +340,7 @@ class AuditReport:
             "peak_flops": dict(c.peak_flops),
             "hbm_bw": c.hbm_bw,
             "interconnect_bw": c.interconnect_bw,
+            "host_bw": c.host_bw,
         }
 
     def to_dict(self, top: int = 0) -> dict[str, object]:
@@ -476,6 +477,7 @@ def _chip(raw: object) -> Chip | None:
     peaks = raw.get("peak_flops")
     hbm_bw = raw.get("hbm_bw")
     link = raw.get("interconnect_bw")
+    host = raw.get("host_bw")
     if not isinstance(peaks, dict) or not isinstance(hbm_bw, (int, float)):
         return None
     name = raw["name"]
@@ -491,6 +493,7 @@ def _chip(raw: object) -> Chip | None:
         sources={},
         detect={},
         path=None,
+        host_bw=float(host) if isinstance(host, (int, float)) else None,
     )
 
 

@@ -17,7 +17,7 @@ from hlogap.report.model import OpRow, StepRow
 from hlogap.trace.model import Step, TraceData
 
 # Ops whose time is data in flight between devices or to the host, not compute.
-COMMUNICATION: frozenset[BoundBy] = frozenset({"communication"})
+COMMUNICATION: frozenset[BoundBy] = frozenset({"communication", "host"})
 
 
 def step_rows(trace: TraceData, selected: np.ndarray, rows: list[OpRow]) -> list[StepRow]:

@@ -81,3 +81,63 @@ def _medians(op: np.ndarray, time: np.ndarray, n: int) -> np.ndarray:
     high = sorted_time[np.minimum(first + counts // 2, last)]
     median: np.ndarray = np.where(counts > 0, (low + high) / 2, 0.0)
     return median
+
+
+@dataclass(frozen=True)
+class AsyncPairs:
+    """The executions of an async start/done pair: one per done event that has a start before it
+    on its device (the latest one)."""
+
+    device: np.ndarray  # int32: index into `TraceData.devices`
+    begin_ps: np.ndarray  # int64: the start's begin
+    end_ps: np.ndarray  # int64: the done's end
+    window_ps: np.ndarray  # int64: from the start's end to the done's begin (>= 0)
+
+    @property
+    def span_ps(self) -> np.ndarray:
+        """The whole transfer as the device saw it, start to done."""
+        span: np.ndarray = self.end_ps - self.begin_ps
+        return span
+
+
+def async_pairs(trace: TraceData, selected: np.ndarray, start_op: int, done_op: int) -> AsyncPairs:
+    """Pair each selected event of `done_op` with the latest event of `start_op` that began
+    before it on the same device."""
+    columns: list[tuple[np.ndarray, ...]] = []
+    starts = np.flatnonzero(selected & (trace.op_index == start_op))
+    dones = np.flatnonzero(selected & (trace.op_index == done_op))
+    for device in np.unique(trace.device_index[dones]).tolist():
+        s = starts[trace.device_index[starts] == device]
+        d = dones[trace.device_index[dones] == device]
+        s = s[np.argsort(trace.start_ps[s], kind="stable")]
+        at = np.searchsorted(trace.start_ps[s], trace.start_ps[d], side="right") - 1
+        paired = at >= 0
+        s, d = s[at[paired]], d[paired]
+        s_end = trace.start_ps[s] + trace.duration_ps[s]
+        columns.append(
+            (
+                trace.device_index[d],
+                trace.start_ps[s],
+                trace.start_ps[d] + trace.duration_ps[d],
+                np.maximum(trace.start_ps[d] - s_end, 0),
+            )
+        )
+    if not columns:
+        empty = np.zeros(0, dtype=np.int64)
+        return AsyncPairs(empty.astype(np.int32), empty, empty, empty)
+    device, begin, end, window = (np.concatenate(c) for c in zip(*columns, strict=True))
+    return AsyncPairs(device, begin, end, window)
+
+
+def covered_ps(begin_ps: np.ndarray, end_ps: np.ndarray) -> int:
+    """Time covered by at least one of the intervals (each instant counted once)."""
+    if not len(begin_ps):
+        return 0
+    order = np.argsort(begin_ps, kind="stable")
+    begin, end = begin_ps[order], np.maximum.accumulate(end_ps[order])
+    # An interval starts a new run where it begins after everything before it has ended.
+    new_run = np.ones(len(begin), dtype=bool)
+    new_run[1:] = begin[1:] > end[:-1]
+    run_begin = begin[new_run]
+    run_end = np.append(end[np.flatnonzero(new_run)[1:] - 1], end[-1])
+    return int((run_end - run_begin).sum())

@@ -122,6 +122,13 @@ def _f32(rng: Any, *shape: int, scale: float = 1.0, dtype: Any = None) -> Any:
     return jax.device_put((rng.standard_normal(shape) * scale).astype(dtype or np.float32))
 
 
+def _device(array: Any) -> Any:
+    """A numpy array put on the default device as it is."""
+    import jax
+
+    return jax.device_put(array)
+
+
 def _mlp_params(rng: Any) -> tuple[Any, ...]:
     import jax
     import numpy as np
@@ -429,6 +436,142 @@ def build_sharded_train() -> list[Module]:
     return [(train_step, (params, x, y)), (ring_exchange, (z,))]
 
 
+def build_fft_1d() -> list[Module]:
+    import jax.numpy as jnp
+    import numpy as np
+
+    def fft_1d(x: Any, z: Any) -> Any:
+        return jnp.fft.rfft(x), jnp.fft.fft(z), jnp.fft.irfft(jnp.fft.rfft(x) * 0.5)
+
+    rng = _rng()
+    z = (rng.standard_normal((16, 1024)) + 1j * rng.standard_normal((16, 1024))).astype(np.complex64)
+    return [(fft_1d, (_f32(rng, 16, 1024), _device(z)))]
+
+
+def build_fft_2d() -> list[Module]:
+    import jax.numpy as jnp
+    import numpy as np
+
+    def fft_2d(x: Any, z: Any) -> Any:
+        return jnp.fft.rfft2(x), jnp.fft.ifft2(z)
+
+    rng = _rng()
+    z = (rng.standard_normal((4, 64, 128)) + 1j * rng.standard_normal((4, 64, 128))).astype(
+        np.complex64
+    )
+    return [(fft_2d, (_f32(rng, 4, 128, 128), _device(z)))]
+
+
+def _spd(rng: Any, batch: int, n: int) -> Any:
+    """Symmetric positive definite matrices (a Cholesky or an eigensolver's input)."""
+    import numpy as np
+
+    a = rng.standard_normal((batch, n, n)).astype(np.float32)
+    return _device(a @ a.transpose(0, 2, 1) + n * np.eye(n, dtype=np.float32))
+
+
+def build_cholesky() -> list[Module]:
+    import jax.scipy.linalg as jsl
+
+    def cholesky(a: Any, b: Any) -> Any:
+        factor = jsl.cho_factor(a, lower=True)
+        return jsl.cho_solve(factor, b)  # potrf, then two triangular solves
+
+    rng = _rng()
+    return [(cholesky, (_spd(rng, 4, 96), _f32(rng, 4, 96, 8)))]
+
+
+def build_solve() -> list[Module]:
+    import jax.numpy as jnp
+
+    def solve(a: Any, b: Any) -> Any:
+        return jnp.linalg.solve(a, b)  # getrf with pivoting, then triangular solves
+
+    rng = _rng()
+    return [(solve, (_spd(rng, 2, 64), _f32(rng, 2, 64, 16)))]
+
+
+def build_qr() -> list[Module]:
+    import jax.numpy as jnp
+
+    def qr(a: Any) -> Any:
+        return jnp.linalg.qr(a)  # geqrf, then the Householder product (orgqr)
+
+    rng = _rng()
+    return [(qr, (_f32(rng, 3, 160, 64),))]
+
+
+def build_eigh() -> list[Module]:
+    import jax.numpy as jnp
+
+    def eigh(a: Any) -> Any:
+        return jnp.linalg.eigh(a)
+
+    rng = _rng()
+    return [(eigh, (_spd(rng, 2, 96),))]
+
+
+def build_svd() -> list[Module]:
+    import jax.numpy as jnp
+
+    def svd(a: Any) -> Any:
+        return jnp.linalg.svd(a, full_matrices=False)
+
+    rng = _rng()
+    return [(svd, (_f32(rng, 128, 48),))]
+
+
+def build_top_k() -> list[Module]:
+    import jax.numpy as jnp
+    from jax import lax
+
+    def top_k(x: Any) -> Any:
+        values, indices = lax.top_k(jnp.tanh(x), 16)  # the TopK custom call on CPU
+        return values * 2.0, indices
+
+    rng = _rng()
+    return [(top_k, (_f32(rng, 64, 4096),))]
+
+
+def build_sort_multi() -> list[Module]:
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import lax
+
+    def sort_multi(keys: Any, values: Any, ids: Any) -> Any:
+        by_key = lax.sort((keys, values, ids), dimension=-1, num_keys=1)  # one comparator, 3 arrays
+        two_keys = lax.sort((keys, values), dimension=-1, num_keys=2)
+        return by_key, two_keys, jnp.argsort(values, axis=-1)
+
+    rng = _rng()
+    ids = _device(np.tile(np.arange(2048, dtype=np.int32), (8, 1)))
+    return [(sort_multi, (_f32(rng, 8, 2048), _f32(rng, 8, 2048), ids))]
+
+
+def build_segment_sum() -> list[Module]:
+    import jax
+    import numpy as np
+
+    def segment_sum(data: Any, segments: Any) -> Any:
+        return jax.ops.segment_sum(data, segments, num_segments=128)
+
+    rng = _rng()
+    segments = _device(np.sort(rng.integers(0, 128, 4096)).astype(np.int32))
+    return [(segment_sum, (_f32(rng, 4096, 64), segments))]
+
+
+def build_point_scatter() -> list[Module]:
+    import numpy as np
+
+    def point_scatter(table: Any, rows: Any, updates: Any) -> Any:
+        added = table.at[rows].add(updates)  # a few rows combined in place
+        return added.at[rows, 3].set(0.0)  # single elements overwritten
+
+    rng = _rng()
+    rows = _device(np.array([5, 77, 300, 1021], dtype=np.int32))
+    return [(point_scatter, (_f32(rng, 1024, 256), rows, _f32(rng, 4, 256)))]
+
+
 PROGRAMS: dict[str, Callable[[], list[Module]]] = {
     "mlp": build_mlp,
     "mlp_rerun": build_mlp,
@@ -445,6 +588,17 @@ PROGRAMS: dict[str, Callable[[], list[Module]]] = {
     "gather_scatter": build_gather_scatter,
     "layernorm": build_layernorm,
     "sharded_train": build_sharded_train,
+    "fft_1d": build_fft_1d,
+    "fft_2d": build_fft_2d,
+    "cholesky": build_cholesky,
+    "solve": build_solve,
+    "qr": build_qr,
+    "eigh": build_eigh,
+    "svd": build_svd,
+    "top_k": build_top_k,
+    "sort_multi": build_sort_multi,
+    "segment_sum": build_segment_sum,
+    "point_scatter": build_point_scatter,
 }
 
 

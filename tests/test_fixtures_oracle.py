@@ -38,6 +38,17 @@ EXPECTED = {
     "gather_scatter",
     "layernorm",
     "sharded_train",
+    "fft_1d",
+    "fft_2d",
+    "cholesky",
+    "solve",
+    "qr",
+    "eigh",
+    "svd",
+    "top_k",
+    "sort_multi",
+    "segment_sum",
+    "point_scatter",
 }
 COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all"}
 INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = .*?\s([a-z][a-z0-9\-]*)\(", re.M)

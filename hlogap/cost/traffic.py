@@ -54,10 +54,12 @@ def op_traffic(
         t.add_write(shapes[1] if len(shapes) > 1 else None)
     elif op == "scatter":
         n = (len(shapes) - 1) // 2  # operands, indices, updates
-        for s in shapes[n + 1 :]:
-            t.add_read(s, times=2)  # the update, and the part of the operand it lands on
-            t.add_write(s)
-        t.add_read(shapes[n] if n < len(shapes) else None)
+        for s in shapes[n:]:
+            t.add_read(s)  # the indices and the updates
+        touched = _touched(inst, ix)
+        if not _overwrites(inst, ix):
+            t.add_read(touched)  # combined with the update: the rows it lands on are read
+        t.add_write(touched)
     elif custom is not None:
         if custom.free:
             return
@@ -111,8 +113,8 @@ def _fusion(inst: Instruction, comp: Computation, ix: ModuleIndex, t: Traffic) -
         if producer is not None and producer.opcode == "parameter" and parts:
             continue  # passed through: nothing is written
         if producer is not None and _in_place(producer, local):
-            if leaf.memory_space == 0:  # only the update is written
-                t.add_write(_update(producer, ix))
+            if leaf.memory_space == 0:  # only where the update lands is written
+                t.add_write(_touched(producer, ix))
         else:
             t.add_write(leaf)
 
@@ -153,8 +155,8 @@ def _partial_read(
         if op == "slice" or (op in ("dynamic-slice", "gather") and first):
             t.add_read(user.shape)
         elif op in IN_PLACE and first:
-            if op == "scatter":  # combined with the update: the rows it lands on are read
-                t.add_read(_update(user, ix))
+            if op == "scatter" and not _overwrites(user, ix):
+                t.add_read(_touched(user, ix))  # combined with the update: the rows it lands on
         elif op == "tuple" and user is root:
             continue  # passed through: not read
         elif op in ("bitcast", "get-tuple-element"):
@@ -182,11 +184,29 @@ def _in_place(inst: Instruction, local: dict[str, Instruction]) -> bool:
     return base is not None and base.opcode == "parameter"
 
 
-def _update(inst: Instruction, ix: ModuleIndex) -> Shape | None:
+def _update(inst: Instruction, ix: ModuleIndex | None) -> Shape | None:
     """The update of an in-place op: dynamic-update-slice operand 1, a scatter's first updates."""
     shapes = operand_shapes(inst, ix)
     index = 1 if inst.opcode == "dynamic-update-slice" else (len(shapes) - 1) // 2 + 1
     return shapes[index] if index < len(shapes) else None
+
+
+def _touched(inst: Instruction, ix: ModuleIndex | None) -> Shape | None:
+    """What an in-place update touches of its operand: the update, or the whole operand when
+    that is smaller (a segment sum adds many update rows into few operand rows, which stay in
+    cache between updates)."""
+    update = _update(inst, ix)
+    operand = (operand_shapes(inst, ix) or [None])[0]
+    if inst.opcode == "scatter" and operand is not None and update is not None:
+        return operand if hbm(operand)[0] < hbm(update)[0] else update
+    return update
+
+
+def _overwrites(inst: Instruction, ix: ModuleIndex | None) -> bool:
+    """A scatter whose combiner returns the update (`.at[].set`): the old rows are not read."""
+    combiner = called(inst, ix)
+    root = combiner[0].root if combiner else None
+    return root is not None and root.opcode == "parameter" and root.parameter_number == 1
 
 
 def is_bitcast(inst: Instruction, operand: Shape | None) -> bool:

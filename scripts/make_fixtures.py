@@ -444,7 +444,9 @@ def build_fft_1d() -> list[Module]:
         return jnp.fft.rfft(x), jnp.fft.fft(z), jnp.fft.irfft(jnp.fft.rfft(x) * 0.5)
 
     rng = _rng()
-    z = (rng.standard_normal((16, 1024)) + 1j * rng.standard_normal((16, 1024))).astype(np.complex64)
+    z = (rng.standard_normal((16, 1024)) + 1j * rng.standard_normal((16, 1024))).astype(
+        np.complex64
+    )
     return [(fft_1d, (_f32(rng, 16, 1024), _device(z)))]
 
 

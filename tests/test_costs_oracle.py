@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
+from hlogap import audit
 from hlogap.cost import OpCost, cost_computation, cost_instruction, cost_module
 from hlogap.hlo.decode import decode_hlo_proto
 from hlogap.hlo.ir import Computation, Instruction, Module
 from hlogap.hlo.text import parse_instruction, parse_module
 from hlogap.proto import xplane_pb2
-from hlogap import audit
 from tests.conftest import AMD, FIXTURES, SHARED, cpu_fixtures, oracle
 
 FLOPS_TOL = 0.02

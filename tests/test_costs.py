@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -672,3 +673,43 @@ def test_hand_built_ir_without_text() -> None:
     assert c.flops == 2 * 32 * 16 * 64
     assert c.hbm_bytes == 4 * (32 * 64 + 64 * 16 + 32 * 16)
     assert math.isclose(c.vector_flops, 0.0)
+
+
+# XLA:GPU's CommandBufferScheduling outlines a run of ops into a `command_buffer` computation and
+# calls it from the entry (the form of its own test's expected output,
+# xla/service/gpu/command_buffer_scheduling_test.cc): here two loop fusions and a cuBLAS gemm.
+COMMAND_BUFFER_MODULE = Path(__file__).parent / "hlo" / "command_buffer.hlo.txt"
+
+
+def test_a_command_buffer_call_costs_the_ops_it_runs() -> None:
+    from hlogap.bounds.hints import hints_for
+    from hlogap.bounds.roofline import bound_op
+    from hlogap.chips import load_chip
+    from hlogap.cost import cost_module, timed_computations
+    from hlogap.hlo.opcodes import categorize
+
+    module = parse_module(COMMAND_BUFFER_MODULE.read_text())
+    costs = cost_module(module)
+    # The body runs inside the one op the trace times: it is not timed on its own.
+    assert set(costs) == {"a", "b", "w", "call"}
+    assert [c.name for c in timed_computations(module)] == ["main"]
+    body = {i.name: i for i in module.computation("command_buffer").instructions}
+    inside = [cost_instruction(body[n], module) for n in ("fusion.2", "fusion.3", "custom-call.1")]
+    call = costs["call"]
+    assert call.flops == sum(c.flops for c in inside) == 256 * 512 + 2 * 256 * 512 * 128
+    assert call.matrix_flops == 2 * 256 * 512 * 128
+    assert call.transcendentals == 256 * 512  # the tanh
+    # Each kernel still reads and writes HBM: 1.5 MB + 1 MB + the gemm's 896 KB (no workspace).
+    assert call.hbm_bytes == sum(c.hbm_bytes for c in inside) == 3 * 2**19 + 2**20 + 917504
+    inst = next(i for i in module.entry_computation.instructions if i.name == "call")
+    assert categorize(inst, module) == "command buffer"
+    chip = load_chip("h100-sxm")
+    bound = bound_op(call, chip)
+    assert bound.bound_by == "memory"
+    assert bound.lower_s == pytest.approx(call.hbm_bytes / chip.hbm_bw)
+    hints = hints_for(inst, call, bound, chip, None, measured_us=100.0)
+    assert hints[0] == (
+        "command buffer of 3 ops timed as one (a CUDA graph): "
+        "XLA_FLAGS=--xla_gpu_enable_command_buffer= times each op"
+    )
+    assert hints[1] == "runs fusion.2, fusion.3, custom-call.1"

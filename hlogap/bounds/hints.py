@@ -8,6 +8,7 @@ from hlogap.bounds.roofline import Bound
 from hlogap.chips import Chip
 from hlogap.cost import OpCost
 from hlogap.hlo.ir import Instruction
+from hlogap.hlo.opcodes import COMMAND_BUFFER_FLAG, is_command_buffer
 from hlogap.units import fmt_si
 
 # Padding above this share of the bytes moved is worth a hint.
@@ -32,6 +33,12 @@ def hints_for(
         return out
     if inst is None:
         return out
+    if is_command_buffer(inst) and cost.note:
+        count, _, names = cost.note.partition(": ")
+        out.append(
+            f"{count} timed as one (a CUDA graph): XLA_FLAGS={COMMAND_BUFFER_FLAG} times each op"
+        )
+        out.append(f"runs {names}")
     if cost.matrix_flops and cost.hbm_bytes:
         dtype = cost.matrix_dtype or "bf16"
         ridge = chip.ridge_point(dtype)

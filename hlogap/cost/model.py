@@ -23,7 +23,7 @@ from hlogap.cost.custom_calls import custom_call
 from hlogap.cost.flops import work
 from hlogap.cost.traffic import is_bitcast, op_traffic
 from hlogap.hlo.ir import Computation, Instruction, Module
-from hlogap.hlo.opcodes import ASYNC_DONE, CONTROL_FLOW, FREE, collective_kind
+from hlogap.hlo.opcodes import ASYNC_DONE, CONTROL_FLOW, FREE, collective_kind, is_command_buffer
 
 
 def cost_instruction(
@@ -44,6 +44,14 @@ def cost_instruction(
     op = inst.opcode
     if op in FREE:
         return OpCost()
+    if is_command_buffer(inst) and module is not None:
+        # One CUDA graph: the trace times all its ops as this call, so it costs what they do.
+        bodies = called(inst, ix)
+        if not bodies:
+            return OpCost(unmodeled=f"the command buffer '{inst.name}' calls is not available")
+        inside = [i.name for i in bodies[0].instructions if i.opcode not in FREE]
+        total = cost_computation(bodies[0], module, num_devices=num_devices)
+        return replace(total, note=f"command buffer of {len(inside)} ops: {', '.join(inside)}")
     if op in CONTROL_FLOW:
         return OpCost(note=f"{op}: its bodies' ops are timed as ops of their own")
     if op in ASYNC_DONE:
@@ -232,8 +240,8 @@ def _max_cost(costs: Sequence[OpCost]) -> OpCost:
 def timed_computations(module: Module) -> list[Computation]:
     """The entry and every computation control flow runs: their ops are timed on their own.
 
-    Fused bodies, reducers, comparators and async-wrapped computations are not: they run inside
-    one op.
+    Fused bodies, reducers, comparators, async-wrapped computations and XLA:GPU command buffers
+    are not: they run inside one op.
     """
     ix = index_of(module)
     entry = module.entry_computation
@@ -243,7 +251,7 @@ def timed_computations(module: Module) -> list[Computation]:
     stack = [entry]
     while stack:
         for inst in stack.pop().instructions:
-            if inst.opcode in CONTROL_FLOW:
+            if inst.opcode in CONTROL_FLOW and not is_command_buffer(inst):
                 for callee in called(inst, ix):
                     if bare(callee.name) not in seen:
                         seen[bare(callee.name)] = callee
@@ -278,7 +286,7 @@ def executions_per_run(module: Module) -> dict[str, int | None]:
         seen.add(bare(comp.name))
         for inst in comp.instructions:
             runs[inst.name] = times
-            if inst.opcode not in CONTROL_FLOW:
+            if inst.opcode not in CONTROL_FLOW or is_command_buffer(inst):
                 continue
             trips = trip_count(inst) if inst.opcode == "while" else 1
             inner = times * trips if times is not None and trips is not None else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from hlogap.hlo.ir import Instruction, Module
@@ -136,6 +137,17 @@ def async_role(opcode: str, name: str) -> AsyncRole:
     return ""
 
 
+# XLA:GPU outlines runs of ops into `call`s of computations it names `command_buffer` (uniquified
+# `command_buffer.N`: CommandBufferScheduling) and runs each as one CUDA graph.
+_COMMAND_BUFFER = re.compile(r"%?command_buffer(\.\d+)?")
+COMMAND_BUFFER_FLAG = "--xla_gpu_enable_command_buffer="
+
+
+def is_command_buffer(inst: Instruction) -> bool:
+    """A call XLA:GPU runs as one command buffer: the trace times its ops as this one op."""
+    return inst.opcode == "call" and any(_COMMAND_BUFFER.fullmatch(c) for c in inst.called)
+
+
 def categorize(inst: Instruction, module: Module | None) -> str:
     """A short category in xprof's vocabulary (`loop fusion`, `convolution fusion`, ...)."""
     op = inst.opcode
@@ -161,6 +173,8 @@ def categorize(inst: Instruction, module: Module | None) -> str:
         return "custom-call"
     if op in ("dot", "convolution"):
         return "matmul" if op == "dot" else "convolution"
+    if is_command_buffer(inst):
+        return "command buffer"
     if op in ("while", "conditional", "call"):
         return "control flow"
     if op in ("copy", "copy-start", "copy-done", "transpose"):

@@ -9,16 +9,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hlogap.proto import xplane_pb2
-from hlogap.trace.columnar import decode_events
+from hlogap.trace.columnar import ABSENT, decode_events
 from tests.conftest import AMD_FILES, FIXTURES
 
 WANTED = [3, 5, 7, 9]
 
 
 def upb_values(raw: bytes, wanted: list[int]) -> tuple[int, int, list[int]]:
-    """What upb reads: offset, duration and each wanted stat's integer value (-1: absent)."""
+    """What upb reads: offset, duration and each wanted stat's integer value (ABSENT: absent)."""
     event = xplane_pb2.XEvent.FromString(raw)
-    values = [-1] * len(wanted)
+    values = [ABSENT] * len(wanted)
     for stat in event.stats:
         if stat.metadata_id in wanted:
             kind = stat.WhichOneof("value")

@@ -281,3 +281,21 @@ def test_gpu_kernels_belong_to_the_host_module_executions(amd_file: Path) -> Non
     # No op runs more often than its module; kernels of one execution are one occurrence.
     assert times.occurrences.max() <= executions
     assert (times.occurrences <= times.events).all()
+
+
+def test_negative_run_ids_are_executions_like_any_other() -> None:
+    # XLA:CPU's run_id is a signed stat and about half of all runs are negative (the fixtures'
+    # solve and sort_multi): a sort's three events in one run are one occurrence, not three.
+    from hlogap.trace.model import UNKNOWN_EXECUTION, OpKey, TraceBuilder
+
+    builder = TraceBuilder("host")
+    device = builder.new_device("/host:CPU", 0, {})
+    op = builder.op(OpKey("jit_f", "0", "sort.1"))
+    run = np.array([-1375944643, -1375944643, -1375944643, -1, -1, UNKNOWN_EXECUTION])
+    builder.add_line(
+        device, [op] * 6, [0, 10, 20, 100, 110, 200], [5] * 6, gpu=False, execution=run
+    )
+    times = time_ops(builder.finish("cpu", []))
+    assert times.events[op] == 6
+    # Run -1375944643 and run -1 are one occurrence each; the unknown event is one of its own.
+    assert times.occurrences[op] == 3

@@ -23,11 +23,14 @@ TAG_STAT_ID = 0x08
 TAG_UINT64, TAG_INT64, TAG_STR, TAG_REF = 0x18, 0x20, 0x2A, 0x38
 MAX_STATS = 32  # events with more stats are read by upb
 _PAD = 16
+# The value of a stat an event lacks. Not -1: stats such as XLA:CPU's `run_id` are signed and
+# often negative.
+ABSENT = np.iinfo(np.int64).min
 
 
 @dataclass
 class LineColumns:
-    """Per event of one line. `stats[k]` is the value of the k-th wanted stat (-1: absent)."""
+    """Per event of one line. `stats[k]` is the value of the k-th wanted stat (`ABSENT`)."""
 
     metadata_id: np.ndarray  # int64
     offset_ps: np.ndarray  # int64
@@ -87,7 +90,7 @@ def decode_events(events: list[bytes], wanted: list[int]) -> LineColumns:
         values, used = varint_after(pos, has)
         fields.append(np.where(has, values, 0))
         pos += used
-    stat_values = [np.full(n, -1, dtype=np.int64) for _ in wanted]
+    stat_values = [np.full(n, ABSENT, dtype=np.int64) for _ in wanted]
     for _ in range(MAX_STATS):
         has = tag_at(pos, TAG_STAT, ends)
         if not has.any():

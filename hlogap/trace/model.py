@@ -15,6 +15,9 @@ import numpy as np
 
 from hlogap.errors import InputError
 
+# An event whose module execution the trace does not tell (`TraceBuilder.add_line`).
+UNKNOWN_EXECUTION = np.iinfo(np.int64).min
+
 Backend = Literal["cpu", "gpu", "tpu", "none"]
 """Where a trace's op events come from; "none" when a file holds no op events."""
 
@@ -144,7 +147,8 @@ class TraceBuilder:
         clock jitter, and xprof charges each kernel its whole duration); CPU thunks and TPU ops
         nest inside while/call/conditional events, which then get self time.
 
-        `execution` is each event's module execution (negative: unknown); without it, GPU
+        `execution` is each event's module execution (any int64 id; `UNKNOWN_EXECUTION` where
+        unknown); without it, GPU
         kernels of one op launched back to back are one occurrence and other events one each.
         `extra_ps` is time an event runs on after its own span (an async CPU op, until its
         `end:` marker): added to its duration and self time, not to what it encloses.
@@ -180,8 +184,8 @@ class TraceBuilder:
 
     def _dense(self, execution: np.ndarray) -> np.ndarray:
         """The trace's execution ids (run ids, correlation-derived numbers) as small dense ones,
-        the same across lines; unknown (negative) ones stay negative."""
-        known = execution >= 0
+        the same across lines; unknown ones become negative."""
+        known = execution != UNKNOWN_EXECUTION
         if not known.any():
             return execution
         values, inverse = np.unique(execution[known], return_inverse=True)
@@ -189,7 +193,7 @@ class TraceBuilder:
             [self._executions.setdefault(v, len(self._executions)) for v in values.tolist()],
             dtype=np.int64,
         )
-        dense: np.ndarray = execution.copy()
+        dense: np.ndarray = np.full(len(execution), -1, dtype=np.int64)
         dense[known] = ids[inverse.ravel()]
         return dense
 

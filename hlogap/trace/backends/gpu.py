@@ -13,7 +13,7 @@ import numpy as np
 
 from hlogap.trace.backends.base import register
 from hlogap.trace.backends.stat_events import ExecutionOf, read_stat_events
-from hlogap.trace.model import Backend, TraceBuilder
+from hlogap.trace.model import UNKNOWN_EXECUTION, Backend, TraceBuilder
 from hlogap.trace.xspace import (
     HOST_PLANE,
     Plane,
@@ -120,7 +120,7 @@ def _executions(planes: Sequence[Plane]) -> ExecutionOf | None:
     def execution_of(kernel_correlation: np.ndarray) -> np.ndarray:
         at = np.minimum(np.searchsorted(correlation, kernel_correlation), len(correlation) - 1)
         found = (correlation[at] == kernel_correlation) & (kernel_correlation >= 0)
-        result: np.ndarray = np.where(found, execution[at], -1)
+        result: np.ndarray = np.where(found, execution[at], UNKNOWN_EXECUTION)
         return result
 
     return execution_of

@@ -14,11 +14,10 @@ from google.protobuf.message import DecodeError
 
 from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
-from hlogap.trace.columnar import LineColumns, decode_events
-from hlogap.trace.model import OpKey, TraceBuilder, distinct_rows
+from hlogap.trace.columnar import ABSENT, LineColumns, decode_events
+from hlogap.trace.model import UNKNOWN_EXECUTION, OpKey, TraceBuilder, distinct_rows
 from hlogap.trace.xspace import Plane, plane_stats
 
-ABSENT = -1
 # The stats that name an op's event (resolved once per distinct combination), then the ones
 # that place it in time: its module execution (CPU `run_id`, GPU `correlation_id` of the host
 # launch) and the context id an async CPU op shares with its `end:` marker (`_p` / `_c`).
@@ -101,6 +100,7 @@ def read_stat_events(
         unique, inverse = distinct_rows([c[is_op] for c in cols.stats[: len(KEY)]])
         pairs = np.array([resolve(tuple(int(v) for v in k)) for k in unique], dtype=np.int64)
         execution = execution_of(correlation[is_op]) if execution_of else run_id[is_op]
+        execution = np.where(execution == ABSENT, UNKNOWN_EXECUTION, execution)
         op_lines.append(
             (
                 pairs[inverse, 0],
@@ -191,7 +191,7 @@ def _read_one(
         if kind == "str_value" and k < 2:  # an op/module name as a string: an id of its own
             value = str_ids.get(stat.str_value, 0)
             if not value:
-                value = str_ids[stat.str_value] = ABSENT - 1 - len(str_ids)
+                value = str_ids[stat.str_value] = -2 - len(str_ids)
                 names[value] = stat.str_value
         elif kind in ("ref_value", "int64_value", "uint64_value"):
             value = getattr(stat, kind)

@@ -31,8 +31,8 @@ from google.protobuf.message import DecodeError
 from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
 from hlogap.trace.backends.base import register
-from hlogap.trace.columnar import LineColumns, decode_events
-from hlogap.trace.model import Backend, OpKey, Step, TraceBuilder, merge_steps
+from hlogap.trace.columnar import ABSENT, LineColumns, decode_events
+from hlogap.trace.model import UNKNOWN_EXECUTION, Backend, OpKey, Step, TraceBuilder, merge_steps
 from hlogap.trace.xspace import Plane, device_ordinal, plane_stats, stat_value
 
 OP_LINE = "XLA Ops"
@@ -184,7 +184,8 @@ class _PlaneReader:
 
     def _executions(self, host_start: np.ndarray, host_dur: np.ndarray) -> np.ndarray | None:
         """The `XLA Modules` event (one per execution of a program) enclosing each event, by
-        host-clock span; -1 where none does. None without a module line or start times."""
+        host-clock span; UNKNOWN_EXECUTION where none does. None without a module line or start
+        times."""
         if self._aggregated_line:
             return None
         starts, ends, _ = self._modules or self._load_modules()[0]
@@ -192,7 +193,7 @@ class _PlaneReader:
             return None
         k = np.searchsorted(starts, host_start, side="right") - 1
         inside = (k >= 0) & (host_start + host_dur <= ends[np.maximum(k, 0)])
-        found: np.ndarray = np.where(inside, k, -1)
+        found: np.ndarray = np.where(inside, k, UNKNOWN_EXECUTION)
         return found
 
     def _aggregated(
@@ -376,7 +377,7 @@ def _fill(cols: LineColumns, i: int, event: xplane_pb2.XEvent, wanted: list[int]
     cols.offset_ps[i] = event.offset_ps
     cols.duration_ps[i] = event.duration_ps
     for k in range(len(wanted)):
-        cols.stats[k][i] = -1
+        cols.stats[k][i] = ABSENT
     for stat in event.stats:
         if stat.metadata_id in wanted and stat.WhichOneof("value") in (
             "int64_value",

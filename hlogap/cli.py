@@ -5,6 +5,7 @@ Library modules are imported inside commands so that `hlogap --help` stays insta
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -15,6 +16,7 @@ from typer.exceptions import Abort, Exit, TyperException
 from hlogap.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_USAGE, HlogapError
 
 if TYPE_CHECKING:
+    from hlogap.chips.calibrate import Calibration
     from hlogap.render.base import Document, DocumentKind
 
 app = typer.Typer(
@@ -79,6 +81,18 @@ OutputOpt = Annotated[
 def _write_stdout(text: str) -> None:
     """Text on stdout in whatever encoding it has: where box-drawing characters cannot be
     encoded (LC_ALL=C, latin-1), tables are drawn in ASCII and other characters replaced."""
+    if sys.stdout is None:
+        raise HlogapError("cannot write the output: stdout is closed")
+    try:
+        _encode_stdout(text)
+        sys.stdout.flush()
+    except OSError as exc:  # a full disk, a closed descriptor (a closed pipe is not an error)
+        if isinstance(exc, BrokenPipeError):
+            raise
+        raise HlogapError(f"cannot write the output to stdout: {exc.strerror or exc}") from exc
+
+
+def _encode_stdout(text: str) -> None:
     encoding = sys.stdout.encoding or "utf-8"
     try:
         text.encode(encoding)
@@ -100,25 +114,13 @@ def _write_stdout(text: str) -> None:
 
 
 def _emit(text: str, output: Path | None) -> None:
-    """To stdout, or to `output` through a temporary file renamed into place: an interrupted
-    run never leaves half a report."""
-    if output is None:
+    """To stdout, or to `output` whole or not at all (hlogap.files)."""
+    if output is None or str(output) == "-":
         _write_stdout(text)
         return
-    import os
-    import tempfile
+    from hlogap.files import write_text
 
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".hlogap-", dir=output.resolve().parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, output)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    except OSError as exc:
-        raise HlogapError(f"cannot write {output}: {exc.strerror}") from exc
+    write_text(output, text)
 
 
 def _write(
@@ -137,7 +139,8 @@ def _write(
     from hlogap.render.base import RenderOptions, choose_format, render
 
     chosen = choose_format(kind, fmt, output)
-    terminal = output is None and sys.stdout.isatty()
+    to_stdout = output is None or str(output) == "-"
+    terminal = to_stdout and sys.stdout is not None and sys.stdout.isatty()
     width = shutil.get_terminal_size().columns if terminal and not wide else None
     options = RenderOptions(top=top, color=terminal, steps=steps, width=width)
     _emit(render(document, chosen, options), output)
@@ -222,16 +225,27 @@ def demo(
     wide: WideOpt = False,
 ) -> None:
     """Audit the sample CPU profile bundled with hlogap (calibrates this CPU if needed)."""
-    from hlogap.chips.calibrate import calibrate, calibrated_chip
+    import tempfile
+
+    from hlogap.chips.calibrate import calibrated_chip, calibrated_path, chip_text, measure
+    from hlogap.files import write_text
     from hlogap.pipeline import audit as run_audit
     from hlogap.render.base import choose_format
 
     choose_format("audit", fmt, None)
     sample = Path(__file__).parent / "data" / "sample"
-    if chip is None and calibrated_chip() is None:
-        print("calibrating this CPU once (numpy matmul and copy)...", file=sys.stderr)
-        calibrate()
-    report = run_audit(sample, chip)
+    with tempfile.TemporaryDirectory(prefix="hlogap-demo-") as scratch:
+        if chip is None and calibrated_chip() is None:
+            print("calibrating this CPU once (numpy matmul and copy)...", file=sys.stderr)
+            result = measure()
+            _warn_if_noisy(result)
+            try:
+                write_text(calibrated_path(), chip_text(result), make_parents=True)
+            except HlogapError as exc:  # no writable cache (a read-only HOME): use it once
+                print(f"hlogap: warning: {exc}; this calibration is not kept", file=sys.stderr)
+                chip = str(Path(scratch) / "cpu.toml")
+                write_text(Path(chip), chip_text(result))
+        report = run_audit(sample, chip)
     _write(report, "audit", fmt, None, top, wide=wide)
 
 
@@ -241,14 +255,35 @@ def calibrate(
 ) -> None:
     """Measure this CPU's matmul FLOP/s and memory bandwidth and save them as a chip file."""
     from hlogap.chips.calibrate import calibrate as run_calibrate
-    from hlogap.chips.calibrate import calibrated_path
+    from hlogap.chips.calibrate import calibrated_path, chip_text, measure
 
-    chip = run_calibrate(output)
-    target = output or calibrated_path()
-    print(
-        f"wrote {target}: f32 {chip.peak_flops['f32']:.3g} FLOP/s, memory {chip.hbm_bw:.3g} B/s",
-        file=sys.stderr,
-    )
+    if output is not None and str(output) != "-":
+        from hlogap.files import check_output
+        from hlogap.source import refuse_to_overwrite
+
+        check_output(output)  # before a minute of measuring, not after
+        refuse_to_overwrite(output, [])
+    if output is not None and str(output) == "-":
+        result = measure()
+        _write_stdout(chip_text(result))
+    else:
+        chip, result = run_calibrate(output)
+        print(
+            f"wrote {output or calibrated_path()}: f32 {chip.peak_flops['f32']:.3g} FLOP/s, "
+            f"memory {chip.hbm_bw:.3g} B/s",
+            file=sys.stderr,
+        )
+    _warn_if_noisy(result)
+
+
+def _warn_if_noisy(result: Calibration) -> None:
+    if result.noisy:
+        print(
+            f"hlogap: warning: calibration rounds disagree by {result.flops_spread:.0%} "
+            f"(matmul) and {result.bandwidth_spread:.0%} (copy): this machine is busy; the "
+            "best round is kept, rerun `hlogap calibrate` when it is idle",
+            file=sys.stderr,
+        )
 
 
 @app.command()
@@ -429,38 +464,80 @@ def diff(
     _write(compare(base_report, new_report), "diff", fmt, None, top)
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised where the main thread is so that cleanup runs."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+def _escaped(message: str) -> str:
+    """One line, whatever the message quotes: control characters in paths (a newline, an ANSI
+    escape) are shown escaped, never written raw to the terminal."""
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in message
+    )
+
+
+def _stop_children() -> None:
+    """End the processes reading the profile (they would run on after this one)."""
+    reading = sys.modules.get("hlogap.trace.reading")
+    if reading is not None:
+        reading.stop_readers()
+
+
+def _error(message: str) -> None:
+    print(f"hlogap: {_escaped(message)}", file=sys.stderr)
+
+
 def main() -> None:
-    """Console entry point: one line on stderr and a documented exit code for every failure."""
+    """Console entry point: one line on stderr and a documented exit code for every failure;
+    `--debug` adds the traceback and keeps the exit code."""
+    import signal
+
     debug = "--debug" in sys.argv[1:]
     if debug:
         sys.argv.remove("--debug")
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(standalone_mode=False)
     except Exit as exc:
         code = exc.exit_code
     except TyperException as exc:  # Typer's usage errors (unknown option, missing argument)
-        print(f"hlogap: usage error: {exc.format_message()}", file=sys.stderr)
+        _error(f"usage error: {exc.format_message()}")
         code = getattr(exc, "exit_code", EXIT_USAGE)
-    except Abort:
-        print("hlogap: interrupted", file=sys.stderr)
+    except (Abort, KeyboardInterrupt):
+        _stop_children()
+        _error("interrupted")
         code = 130
+    except _Terminated:
+        _stop_children()
+        _error("terminated")
+        code = 143
     except HlogapError as exc:
-        if debug:
-            raise
-        print(f"hlogap: error: {exc}", file=sys.stderr)
+        _traceback(debug)
+        _error(f"error: {exc}")
         code = exc.exit_code
     except BrokenPipeError:
-        code = 0  # `hlogap ... | head` closed the pipe: not an error
+        # `hlogap ... | head` closed the pipe: not an error. Nothing more goes to the pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
     except MemoryError:
-        print("hlogap: error: out of memory reading the profile", file=sys.stderr)
+        _error("error: out of memory reading the profile")
         code = EXIT_INPUT
     except Exception as exc:  # a bug: one line, traceback only on request
-        if debug:
-            raise
-        print(
-            f"hlogap: internal error ({type(exc).__name__}: {exc}); please report it "
-            "at the hlogap issue tracker, rerun with --debug for the traceback",
-            file=sys.stderr,
+        _traceback(debug)
+        _error(
+            f"internal error ({type(exc).__name__}: {exc}); please report it "
+            "at the hlogap issue tracker, rerun with --debug for the traceback"
         )
         code = EXIT_INTERNAL
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _traceback(debug: bool) -> None:
+    if debug:
+        import traceback
+
+        traceback.print_exc()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +10,10 @@ from hlogap.chips import Chip, detect_chip, load_chip
 from hlogap.errors import InputError, UsageError
 from hlogap.report.groups import DEFAULT_DEPTH, GROUP_KEYS, group_rows
 from hlogap.report.model import SORT_KEYS, AuditReport, ChipSource, load_json, sort_rows
-from hlogap.source import ProfileSource, find_profile, is_url
+from hlogap.source import ProfileSource, find_profile, is_url, regular_file
 from hlogap.trace.model import TraceData, merge_traces
 from hlogap.trace.reading import PendingTrace, read_trace, start_reading
-from hlogap.trace.timing import time_ops
+from hlogap.trace.timing import ModulePattern, time_ops
 
 
 def _read_one(args: tuple[str, str]) -> TraceData:
@@ -26,22 +25,23 @@ def read_profile(source: ProfileSource, jobs: int | None = None) -> TraceData | 
     device planes split over `jobs` processes (default: the machine's cores), returned pending
     so that the caller can work while they read."""
     pairs = list(zip(source.files, source.hosts))
-    cores = jobs or os.cpu_count() or 1
     if len(pairs) == 1:
-        return start_reading(*pairs[0], workers=cores)
-    workers = min(len(pairs), cores)
+        # One file: its device planes are the tasks (the reader never splits finer).
+        return start_reading(*pairs[0], workers=_workers(jobs, 1 << 16))
+    workers = _workers(jobs, len(pairs))
     if workers <= 1:
         traces = [_read_one(p) for p in pairs]
     else:
         # Imported here: most audits read one file. Not fork: the caller may be multithreaded
         # (JAX in the same process, say).
         import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
 
         methods = multiprocessing.get_all_start_methods()
         context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            traces = list(pool.map(_read_one, pairs))
+        # A Pool, not an executor: leaving the block for any reason (an error, an interrupt)
+        # terminates the readers instead of waiting for them.
+        with context.Pool(workers) as pool:
+            traces = pool.map(_read_one, pairs, chunksize=1)
     return merge_traces(traces)
 
 
@@ -162,6 +162,8 @@ def load_report(
     p = Path(path)
     if not p.exists():
         raise InputError(f"{role} not found: {p}")
+    if not p.is_dir():
+        regular_file(p, role)
     if not is_json_report(p):
         return audit(p, chip, run=run, host=host, device=device, module=module)
     module_re = _module_regex(module)
@@ -182,8 +184,27 @@ def load_pair(
     return load_report(*base, **selection), load_report(*new, **selection)
 
 
-def _module_regex(module: str | None) -> re.Pattern[str] | None:
+def _module_regex(module: str | None) -> ModulePattern | None:
+    """RE2 (linear time, no backtracking): a pattern such as `(a+)+$` cannot hang an audit."""
+    if not module:
+        return None
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False  # the error is ours to report, in one line
     try:
-        return re.compile(module) if module else None
-    except re.error as exc:
-        raise UsageError(f"bad --module regex '{module}': {exc}") from exc
+        pattern: ModulePattern = re2.compile(module, options)
+    except re2.error as exc:
+        why = exc.args[0] if exc.args else exc
+        why = why.decode(errors="replace") if isinstance(why, bytes) else str(why)
+        raise UsageError(f"bad --module regex '{module}': {why} (RE2 syntax)") from exc
+    return pattern
+
+
+def _workers(jobs: int | None, tasks: int) -> int:
+    """Processes to read with: `--jobs` (1 or more), default the machine's cores; never more
+    than the cores or than there are `tasks` to share."""
+    cores = os.cpu_count() or 1
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, not {jobs}")
+    return max(1, min(jobs or cores, cores, tasks))

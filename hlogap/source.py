@@ -9,6 +9,7 @@ does. Nothing here writes anywhere; `refuse_to_overwrite` keeps every writer out
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,24 @@ class ProfileSource:
     @property
     def hosts(self) -> list[str]:
         return [host_of(f) for f in self.files]
+
+
+def regular_file(path: Path, what: str) -> Path:
+    """`path`, checked to be a regular file (links followed) before anything opens it: opening
+    a FIFO blocks until someone writes to it, and /dev/zero never ends."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError as exc:
+        raise InputError(f"no such {what}: {path}") from exc
+    except PermissionError as exc:
+        raise InputError(f"permission denied: {path}") from exc
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {path}: {exc.strerror}") from exc
+    if stat.S_ISDIR(mode):
+        raise InputError(f"{what} {path} is a directory, not a file")
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{what} {path} is not a regular file (a FIFO, device or socket)")
+    return path
 
 
 def is_url(path: str | Path) -> bool:
@@ -62,6 +81,8 @@ def find_profile(
     try:
         if not given.exists():
             raise InputError(f"no such file or directory: {given}")
+        if not given.is_dir():
+            regular_file(given, "profile")
         if given.is_file():
             if run is not None:
                 raise InputError(f"--run makes no sense with a single file: {given}")

@@ -196,7 +196,7 @@ def test_invalid_user_file(tmp_path: Path, text: str, reason: str) -> None:
 
 
 def test_missing_user_file(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="cannot read chip file"):
+    with pytest.raises(UsageError, match="no such chip file"):
         load_chip(str(tmp_path / "nope.toml"))
 
 

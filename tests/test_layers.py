@@ -15,7 +15,14 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hlogap"
 STAGES = [
-    {"errors", "units", "_version", "_plugins", "proto"},  # leaves: every stage may use them
+    {
+        "errors",
+        "units",
+        "files",
+        "_version",
+        "_plugins",
+        "proto",
+    },  # leaves: every stage may use them
     {"source"},
     {"trace"},
     {"hlo"},

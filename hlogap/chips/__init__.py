@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeGuard
 
-from hlogap.errors import UsageError
+from hlogap.errors import InputError, UsageError
+from hlogap.source import regular_file
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -259,6 +260,10 @@ def _describe(stats: Mapping[str, object]) -> str:
 
 
 def _load_file(path: Path) -> Chip:
+    try:  # --chip is an option: a chip file that cannot be read is a usage error
+        regular_file(path, "chip file")
+    except InputError as exc:
+        raise UsageError(str(exc)) from exc
     try:
         with path.open("rb") as f:
             data = tomllib.load(f)

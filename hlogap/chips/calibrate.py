@@ -10,11 +10,13 @@ import os
 import platform
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from hlogap.chips import Chip, load_chip
+from hlogap.files import write_text
 
 
 def cache_dir() -> Path:
@@ -41,8 +43,28 @@ COPY_SIZES_MIB = (1, 4, 16, 64, 256)
 MATMUL_SIZES = (512, 1024, 2048)
 
 
-def measure(repeats: int = 5) -> tuple[float, float]:
-    """(best f32 matmul FLOP/s, best copy bandwidth in bytes/s counting read + write)."""
+# Rounds of the whole measurement; runs that disagree by more than this are worth a warning.
+ROUNDS = 3
+NOISE_LIMIT = 0.10
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """This machine's best f32 matmul FLOP/s and copy bandwidth (read + write, bytes/s), and
+    how much the rounds disagreed: (best - worst) / best of each round's best."""
+
+    flops: float
+    bandwidth: float
+    flops_spread: float
+    bandwidth_spread: float
+
+    @property
+    def noisy(self) -> bool:
+        return max(self.flops_spread, self.bandwidth_spread) > NOISE_LIMIT
+
+
+def _round(repeats: int) -> tuple[float, float]:
+    """One round: (best f32 matmul FLOP/s, best copy bandwidth counting read + write)."""
     rng = np.random.default_rng(0)
     flops = 0.0
     for size in MATMUL_SIZES:
@@ -60,22 +82,41 @@ def measure(repeats: int = 5) -> tuple[float, float]:
     return flops, bandwidth
 
 
-def write_chip(path: Path, flops: float, bandwidth: float) -> None:
+def measure(rounds: int = ROUNDS, repeats: int = 3) -> Calibration:
+    """The best of `rounds` rounds, and their spread."""
+    results = [_round(repeats) for _ in range(rounds)]
+    flops = [r[0] for r in results]
+    bandwidth = [r[1] for r in results]
+    return Calibration(
+        max(flops),
+        max(bandwidth),
+        (max(flops) - min(flops)) / max(flops),
+        (max(bandwidth) - min(bandwidth)) / max(bandwidth),
+    )
+
+
+def chip_text(c: Calibration) -> str:
+    """The chip file of a calibration."""
     cpu = platform.processor() or platform.machine()
-    text = f"""# Written by `hlogap calibrate` on {time.strftime("%Y-%m-%d %H:%M:%S")}.
+    return f"""# Written by `hlogap calibrate` on {time.strftime("%Y-%m-%d %H:%M:%S")}.
 name = "cpu"
 vendor = "cpu"
 display = "CPU {cpu} ({os.cpu_count()} cores, calibrated)"
 
 [peak_flops]
-f32 = {flops:.4g}
-bf16 = {flops:.4g}
+f32 = {c.flops:.4g}
+bf16 = {c.flops:.4g}
 
 [memory]
-hbm_bw = {bandwidth:.4g}
+hbm_bw = {c.bandwidth:.4g}
 
 [interconnect]
-bw = {bandwidth:.4g}
+bw = {c.bandwidth:.4g}
+
+[calibration]
+# (best - worst) / best over {ROUNDS} rounds: above {NOISE_LIMIT:.0%}, the machine was busy.
+flops_spread = {c.flops_spread:.3f}
+memory_spread = {c.bandwidth_spread:.3f}
 
 [sources]
 "peak_flops.f32" = "measured: numpy f32 matmul, best over 512/1024/2048 squares, this machine"
@@ -83,15 +124,14 @@ bw = {bandwidth:.4g}
 "memory.hbm_bw" = "measured: numpy copy (read + write), best over 1-256 MiB buffers, this machine"
 "interconnect.bw" = "XLA:CPU devices of one process exchange data through memory: copy bandwidth"
 """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
 
 
-def calibrate(path: Path | None = None) -> Chip:
+def calibrate(path: Path | None = None) -> tuple[Chip, Calibration]:
+    """Measure, write the chip file (default: the cache) and load it back."""
     target = path or calibrated_path()
-    flops, bandwidth = measure()
-    write_chip(target, flops, bandwidth)
-    return load_chip(str(target))
+    result = measure()
+    write_text(target, chip_text(result), make_parents=path is None)
+    return load_chip(str(target)), result
 
 
 def calibrated_chip() -> Chip | None:

@@ -27,6 +27,7 @@ from hlogap._version import __version__
 from hlogap.errors import InputError, UsageError
 from hlogap.report.compare import Diff, DiffRow
 from hlogap.report.model import AuditReport
+from hlogap.source import regular_file
 from hlogap.units import fmt_us
 
 if sys.version_info >= (3, 11):
@@ -61,8 +62,9 @@ def find_config(directory: Path) -> tuple[Path, dict[str, object]] | None:
     only `directory` is searched, and the first file found is the only one read."""
     for name in ("hlogap.toml", "pyproject.toml"):
         path = directory / name
-        if not path.is_file():
+        if not path.exists():
             continue
+        regular_file(path, "config file")
         try:
             with path.open("rb") as f:
                 data = tomllib.load(f)

@@ -14,6 +14,7 @@ from hlogap._version import __version__
 from hlogap.bounds.roofline import BoundBy
 from hlogap.chips import Chip
 from hlogap.errors import InputError
+from hlogap.source import regular_file
 from hlogap.trace.model import Backend, StepSource
 
 SCHEMA = "hlogap.audit/2"
@@ -423,6 +424,7 @@ class AuditReport:
 
 def load_json(path: Path, role: str) -> AuditReport:
     """A saved `audit --format json` report; `role` ("baseline", "BASE"...) names it in errors."""
+    regular_file(path, role)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +28,18 @@ from hlogap.trace.xspace import (
 
 # Below this many bytes of device lines (~100k events) a fork costs more than it saves.
 PARALLEL_MIN_BYTES = 6_000_000
+_READERS: set[int] = set()  # forked readers not yet collected, by pid
+
+
+def stop_readers() -> None:
+    """Kill the forked readers still running (the caller was interrupted) and reap them."""
+    for pid in list(_READERS):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        _READERS.discard(pid)
 
 
 class PendingTrace:
@@ -120,6 +133,9 @@ def _fork_reader(
     pid = os.fork()
     if pid == 0:  # the child: leaves only through os._exit, whatever fails
         try:
+            # An interrupt or a kill ends a reader at once: the parent reports it.
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.close(read_end)
             try:
                 # The file's warnings travel with the parent's part only.
@@ -133,6 +149,7 @@ def _fork_reader(
         finally:
             os._exit(0)
     os.close(write_end)
+    _READERS.add(pid)
     return pid, read_end
 
 
@@ -141,6 +158,7 @@ def _collect(child: tuple[int, int]) -> TraceData:
     with os.fdopen(read_end, "rb") as src:
         data = src.read()
     os.waitpid(pid, 0)
+    _READERS.discard(pid)
     result = pickle.loads(data) if data else RuntimeError("a profile reader process died")
     if isinstance(result, BaseException):
         raise result

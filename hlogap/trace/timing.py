@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from hlogap.trace.model import TraceData
+
+
+class ModulePattern(Protocol):
+    """What `--module` compiles to (an RE2 or `re` pattern): only its search is used."""
+
+    def search(self, text: str, /) -> object: ...
 
 
 @dataclass
@@ -24,7 +30,7 @@ class OpTimes:
 
 
 def select_events(
-    trace: TraceData, device: int | None = None, module: re.Pattern[str] | None = None
+    trace: TraceData, device: int | None = None, module: ModulePattern | None = None
 ) -> np.ndarray:
     """Which events an audit covers: `device` keeps only events of devices with that ordinal,
     `module` only events of ops in the modules it matches (everything after counts only them)."""
@@ -39,7 +45,7 @@ def select_events(
 
 
 def time_ops(
-    trace: TraceData, device: int | None = None, module: re.Pattern[str] | None = None
+    trace: TraceData, device: int | None = None, module: ModulePattern | None = None
 ) -> OpTimes:
     """Sum the selected events (`select_events`) of every op."""
     n = len(trace.ops)

@@ -16,6 +16,7 @@ from google.protobuf.message import DecodeError
 
 from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
+from hlogap.source import regular_file
 from hlogap.trace.columnar import LineColumns, decode_events
 from hlogap.trace.model import Step, TraceBuilder
 
@@ -58,7 +59,7 @@ def read_bytes(path: str | Path) -> bytes:
             raise
         except Exception as exc:  # any backend's error (auth, network, missing object)
             raise InputError(f"cannot read {path}: {exc}") from exc
-    local = Path(path)
+    local = regular_file(Path(path), "profile file")
     try:
         _check_size(path, local.stat().st_size)
         return local.read_bytes()

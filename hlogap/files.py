@@ -1,0 +1,61 @@
+"""Writing what hlogap outputs: whole or not at all, and never into anything but a file.
+
+A report or chip file goes to a temporary file beside the target, renamed into place, so an
+interrupted run never leaves half of one. Character devices (`/dev/null`, a terminal) and the
+process's own descriptors (`/dev/stdout`, `/dev/fd/N`) are written straight; a FIFO, socket,
+directory or block device is refused, since writing to one blocks or destroys.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from hlogap.errors import HlogapError, UsageError
+
+_OWN_DESCRIPTORS = ("/dev/stdout", "/dev/stderr", "/dev/fd/", "/proc/self/fd/")
+
+
+def check_output(path: Path) -> None:
+    """Refuse (usage error) a target that is neither absent, a regular file, a character
+    device nor one of the process's own descriptors."""
+    if str(path).startswith(_OWN_DESCRIPTORS):
+        return
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise HlogapError(f"cannot write {path}: {exc.strerror}") from exc
+    if stat.S_ISREG(mode) or stat.S_ISCHR(mode):
+        return
+    kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, socket or device)"
+    raise UsageError(f"refusing to write to {path}: it is {kind}")
+
+
+def write_text(path: Path, text: str, make_parents: bool = False) -> None:
+    """`text` to `path`, whole or not at all (see the module's docstring); its directory is
+    made when `make_parents` (a cache), else it must exist."""
+    check_output(path)
+    try:
+        if str(path).startswith(_OWN_DESCRIPTORS) or (
+            path.exists() and stat.S_ISCHR(path.stat().st_mode)
+        ):
+            with path.open("w", encoding="utf-8") as f:
+                f.write(text)
+            return
+        directory = path.resolve().parent
+        if make_parents:
+            directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".hlogap-", dir=directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise HlogapError(f"cannot write {path}: {exc.strerror or exc}") from exc

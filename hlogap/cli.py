@@ -207,9 +207,10 @@ def audit(
     )
     from hlogap.source import refuse_to_overwrite
 
+    read = [*report.files, *([chip] if chip and Path(chip).is_file() else [])]
     for target in (output, plot):
         if target is not None:
-            refuse_to_overwrite(target, report.files)
+            refuse_to_overwrite(target, read)
     _write(report, "audit", fmt, output, top, steps, wide)
     if plot is not None:
         from hlogap.render.plot import write_plot
@@ -431,6 +432,11 @@ def check(
     _write(result, "check", fmt, None)
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
+        from hlogap.files import check_output
+        from hlogap.source import refuse_to_overwrite
+
+        check_output(Path(step_summary))
+        refuse_to_overwrite(Path(step_summary), [*base.files, *new.files, baseline, path])
         append_step_summary(result, Path(step_summary))
     if not result.passed:
         raise typer.Exit(EXIT_REGRESSION)

@@ -176,21 +176,27 @@ def _select_run(directory: Path, run: str | None) -> Path:
     )
 
 
-def refuse_to_overwrite(output: Path, files: Sequence[str]) -> None:
-    """hlogap never writes into a profile: not onto a file it read (through links too), not
-    into a run directory it read from, nor anywhere under a logdir's `plugins/` tree."""
+def refuse_to_overwrite(output: Path, files: Sequence[str | Path]) -> None:
+    """hlogap never writes into a profile: not onto a file it read (`files`: profiles, chip
+    files, baselines; through links too), not into a run directory it read from, and nowhere
+    under any logdir's `plugins/` tree or onto any `.xplane.pb`, whoever's they are."""
+    if str(output) == "-" or is_url(output):
+        return
     local = [Path(f).resolve() for f in files if not is_url(f)]
-    protected = set()
-    for f in local:
-        protected.add(f.parent)
-        if f.parent.parent.name == "profile" and f.parent.parent.parent.name == "plugins":
-            protected.add(f.parent.parent.parent)
     target = output.resolve()
     if target in local:
-        raise UsageError(f"refusing to write over the profile file it reads: {output}")
-    for directory in sorted(protected):
-        if target.is_relative_to(directory):
+        raise UsageError(f"refusing to write over a file it reads: {output}")
+    if target.name.endswith(XPLANE_SUFFIX):
+        raise UsageError(f"refusing to write over a profile file: {output}")
+    for ancestor in target.parents:  # a logdir's plugins/ tree, where TensorBoard looks
+        if ancestor.name == "plugins" and (ancestor / "profile").is_dir():
             raise UsageError(
-                f"refusing to write into the profile directory {directory}: {output} "
+                f"refusing to write into the profile directory {ancestor}: {output} "
+                "(hlogap never writes into a profile; choose a path outside it)"
+            )
+    for f in local:
+        if f.name.endswith(XPLANE_SUFFIX) and target.is_relative_to(f.parent):
+            raise UsageError(
+                f"refusing to write into the profile directory {f.parent}: {output} "
                 "(hlogap never writes into a profile; choose a path outside it)"
             )

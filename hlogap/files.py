@@ -1,4 +1,5 @@
-"""Writing what hlogap outputs: whole or not at all, and never into anything but a file.
+"""Files and memory: writing what hlogap outputs whole or not at all, and never into anything
+but a file; how much memory is left.
 
 A report or chip file goes to a temporary file beside the target, renamed into place, so an
 interrupted run never leaves half of one. Character devices (`/dev/null`, a terminal) and the
@@ -59,3 +60,15 @@ def write_text(path: Path, text: str, make_parents: bool = False) -> None:
             raise
     except OSError as exc:
         raise HlogapError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel says can be allocated without swapping (Linux), else None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

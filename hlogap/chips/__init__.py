@@ -271,6 +271,8 @@ def _load_file(path: Path) -> Chip:
         raise UsageError(f"cannot read chip file '{path}': {e.strerror or e}") from e
     except ValueError as e:  # tomllib.TOMLDecodeError, UnicodeDecodeError
         raise UsageError(f"invalid chip file '{path}': {e}") from e
+    except RecursionError as e:
+        raise UsageError(f"invalid chip file '{path}': nested too deeply") from e
     return _parse(data, path)
 
 
@@ -285,9 +287,14 @@ def _parse(data: dict[str, object], path: Path) -> Chip:
         return value
 
     def positive(value: object, what: str) -> float:
-        if not _is_number(value) or not math.isfinite(value) or value <= 0:
-            raise fail(f"{what} must be a positive number, not {value!r}")
-        return float(value)
+        try:
+            number = float(value) if _is_number(value) else math.nan
+        except OverflowError:  # an integer past float's range (10**400)
+            number = math.inf
+        if not math.isfinite(number) or number <= 0:
+            shown = f"{value!r}"[:40]
+            raise fail(f"{what} must be a finite positive number, not {shown}")
+        return number
 
     def rates(key: str) -> dict[str, float]:
         out: dict[str, float] = {}

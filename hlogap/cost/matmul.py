@@ -5,8 +5,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 from hlogap.cost.base import elements, first_leaf, widest
 from hlogap.hlo.ir import ConvDims, Instruction, Shape, Window
+
+# Taps of one spatial dim counted at most: a window this wide is a corrupt HLO.
+MAX_TAPS = 1 << 27
 
 
 def dot_flops(lhs: Shape, out: Shape, contracting: Sequence[int]) -> int:
@@ -62,18 +67,39 @@ def valid_taps(
     Tap k of output o reads dilated input position u = o*stride - pad_low + k*window_dilation; it
     exists iff u is a multiple of base_dilation within [0, (size_in - 1) * base_dilation]. Taps
     on padding or between dilated elements do no work (XLA's count). Solved per tap in closed form,
-    so a 4096-wide window costs 4096 steps, not 4096 x outputs.
+    over the taps that can reach the input (in numpy), not taps x outputs.
     """
-    total = 0
+    if min(stride, base_dilation, window_dilation) < 1 or min(size_in, size_kernel) < 1:
+        raise ValueError(
+            f"convolution window: stride {stride}, dilations {base_dilation}/{window_dilation}, "
+            f"input {size_in}, kernel {size_kernel}"
+        )
+    if size_out < 1:
+        return 0
     last = (size_in - 1) * base_dilation
-    for k in range(size_kernel):
+    # Only taps that can reach the input for some output: c_k = pad_low - k * window_dilation
+    # must lie in [-last, (size_out - 1) * stride]. However wide the kernel, that is at most
+    # about (input + output span) / dilation taps.
+    k_min = max(0, -(-(pad_low - (size_out - 1) * stride) // window_dilation))
+    k_max = min(size_kernel - 1, (pad_low + last) // window_dilation)
+    if k_max < k_min:
+        return 0
+    if k_max - k_min >= MAX_TAPS:
+        raise ValueError(f"convolution window of {k_max - k_min + 1:,} reachable taps")
+    if base_dilation == 1:  # the usual case, in numpy
+        total = 0
+        for chunk in range(k_min, k_max + 1, 1 << 20):
+            cs = pad_low - np.arange(chunk, min(chunk + (1 << 20), k_max + 1)) * window_dilation
+            los = np.maximum(0, -(-cs // stride))
+            his = np.minimum(size_out - 1, (cs + last) // stride)
+            total += int(np.maximum(his - los + 1, 0).sum())
+        return total
+    total = 0
+    for k in range(k_min, k_max + 1):
         c = pad_low - k * window_dilation  # want 0 <= o*stride - c <= last, divisible by bd
         lo = max(0, -(-c // stride))
         hi = min(size_out - 1, (c + last) // stride)
         if lo > hi:
-            continue
-        if base_dilation == 1:
-            total += hi - lo + 1
             continue
         g = math.gcd(stride, base_dilation)
         if c % g:

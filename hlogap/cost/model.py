@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -40,6 +41,25 @@ def cost_instruction(
     conditional, call) costs nothing itself: its bodies' ops are timed as events of their own
     on CPU, GPU and TPU alike; `cost_computation` adds bodies up.
     """
+    try:
+        cost = _cost_instruction(inst, module, num_devices)
+    except (ArithmeticError, IndexError, KeyError, ValueError, RecursionError) as exc:
+        # HLO that parses but cannot be: a zero stride or tile, a dim out of range, a fusion
+        # that calls itself. Such an op is unmodeled with the reason, never a crash.
+        return OpCost(unmodeled=f"{inst.opcode} '{inst.name}' cannot be costed: {_why(exc)}")
+    numbers = (cost.flops, cost.hbm_bytes, cost.comm_bytes, cost.host_bytes, cost.transcendentals)
+    if not all(math.isfinite(n) and n >= 0 for n in numbers):
+        return OpCost(unmodeled=f"{inst.opcode} '{inst.name}' has impossible shapes")
+    return cost
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "its computations nest too deeply or call themselves"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _cost_instruction(inst: Instruction, module: Module | None, num_devices: int | None) -> OpCost:
     ix = index_of(module)
     op = inst.opcode
     if op in FREE:
@@ -192,6 +212,19 @@ def cost_computation(
     HloCostAnalysis (and so `cost_analysis()`) counts. A conditional counts its costliest branch,
     quantity by quantity, as XLA does.
     """
+    try:
+        return _cost_computation(comp, module, trip_counts, num_devices=num_devices)
+    except RecursionError:
+        return OpCost(unmodeled=f"computation '{comp.name}': {_why(RecursionError())}")
+
+
+def _cost_computation(
+    comp: Computation,
+    module: Module,
+    trip_counts: bool = True,
+    *,
+    num_devices: int | None = None,
+) -> OpCost:
     total = _Sum()
     ix = index_of(module)
     for inst in comp.instructions:
@@ -204,14 +237,15 @@ def cost_computation(
             for part, times in runs:
                 if part is not None:
                     total.add(
-                        cost_computation(part, module, trip_counts, num_devices=num_devices), times
+                        _cost_computation(part, module, trip_counts, num_devices=num_devices),
+                        times,
                     )
         elif inst.opcode == "call":
             for part in called(inst, ix):
-                total.add(cost_computation(part, module, trip_counts, num_devices=num_devices))
+                total.add(_cost_computation(part, module, trip_counts, num_devices=num_devices))
         elif inst.opcode == "conditional":
             branches = [
-                cost_computation(c, module, trip_counts, num_devices=num_devices)
+                _cost_computation(c, module, trip_counts, num_devices=num_devices)
                 for c in called(inst, ix)
             ]
             if branches:

@@ -193,6 +193,8 @@ def _shape(proto: hlo_pb2.ShapeProto, depth: int = 0) -> Shape:
     if element == "tuple":
         return Shape("tuple", tuple_shapes=tuple(_shape(s, depth + 1) for s in proto.tuple_shapes))
     dims = tuple(-1 if d == _UNBOUNDED else d for d in proto.dimensions)
+    if any(d < 0 and d != _UNBOUNDED for d in proto.dimensions):
+        raise HloDecodeError(f"HLO shape with a negative dimension: {list(proto.dimensions)}")
     dynamic = tuple(proto.is_dynamic_dimension)
     if len(dynamic) not in (0, len(dims)):
         raise HloDecodeError(f"HLO shape with {len(dims)} dims and {len(dynamic)} dynamic flags")

@@ -385,7 +385,11 @@ class _Parser:
                     dynamic.append(True)
                 else:
                     is_dynamic = self.eat("<=")
-                    dims.append(self.integer())
+                    at = self.pos
+                    size = self.integer()
+                    if size < 0:
+                        raise self.error("a dimension size of 0 or more", at)
+                    dims.append(size)
                     dynamic.append(is_dynamic)
                 if self.eat("]"):
                     break

@@ -72,6 +72,8 @@ def find_config(directory: Path) -> tuple[Path, dict[str, object]] | None:
             raise InputError(f"cannot read {path}: {exc.strerror}") from exc
         except ValueError as exc:  # tomllib.TOMLDecodeError, UnicodeDecodeError
             raise UsageError(f"{path} is not valid TOML: {exc}") from exc
+        except RecursionError as exc:
+            raise UsageError(f"{path} is not valid TOML: nested too deeply") from exc
         if name == "pyproject.toml":
             tool = data.get("tool", {})
             section = tool.get("hlogap") if isinstance(tool, dict) else None
@@ -88,9 +90,12 @@ def _validate(key: str, value: object, label: str) -> float:
     """A threshold's value as a float; `label` is how the user wrote it (flag or file: key)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise UsageError(f"{label} must be a number, not {value!r}")
-    number = float(value)
-    if not number >= 0:  # also rejects NaN
-        raise UsageError(f"{label} must be >= 0, not {number:g}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past float's range (10**400)
+        number = math.inf
+    if not math.isfinite(number) or not number >= 0:  # also rejects NaN
+        raise UsageError(f"{label} must be a finite number >= 0, not {number:g}")
     if key == "min_efficiency" and number > 1:
         raise UsageError(f"{label} is a fraction between 0 and 1, not {number:g}")
     return number

@@ -14,9 +14,13 @@ from typing import Literal
 import numpy as np
 
 from hlogap.errors import InputError
+from hlogap.files import available_memory
 
 # An event whose module execution the trace does not tell (`TraceBuilder.add_line`).
 UNKNOWN_EXECUTION = np.iinfo(np.int64).min
+# Memory an event costs at the peak of reading and timing it (columns and their temporaries).
+PEAK_BYTES_PER_EVENT = 400
+EVENTS_PER_MEMORY_CHECK = 1_000_000
 
 Backend = Literal["cpu", "gpu", "tpu", "none"]
 """Where a trace's op events come from; "none" when a file holds no op events."""
@@ -120,6 +124,9 @@ class TraceBuilder:
         self.blocks: list[_Block] = []
         self.steps: list[Step] = []
         self._unknown = 0  # negative execution ids handed out where the trace gives none
+        self._negative = 0  # events with a negative duration, left out
+        self._events = 0
+        self._next_memory_check = EVENTS_PER_MEMORY_CHECK
         self._executions: dict[int, int] = {}  # the trace's execution id -> a dense one
 
     def new_device(self, plane: str, ordinal: int, stats: dict[str, object]) -> int:
@@ -158,6 +165,14 @@ class TraceBuilder:
         op_arr = np.asarray(op, dtype=np.int32)
         start_arr = np.asarray(start, dtype=np.int64)
         dur_arr = np.asarray(dur, dtype=np.int64)
+        valid = dur_arr >= 0  # a negative duration is corruption: the event is left out
+        if not valid.all():
+            self._negative += int((~valid).sum())
+            op_arr, start_arr, dur_arr = op_arr[valid], start_arr[valid], dur_arr[valid]
+            execution = None if execution is None else np.asarray(execution)[valid]
+            extra_ps = None if extra_ps is None else np.asarray(extra_ps)[valid]
+            if not len(op_arr):
+                return
         order = np.argsort(start_arr, kind="stable")
         op_arr, start_arr, dur_arr = op_arr[order], start_arr[order], dur_arr[order]
         self_arr = dur_arr.copy() if gpu else self_times(start_arr, dur_arr)
@@ -179,8 +194,24 @@ class TraceBuilder:
             run = self._unknown + np.cumsum(new)
             self._unknown = int(run[-1])
             exec_arr = np.where(unknown, -run, exec_arr)
+        self._guard_memory(len(op_arr))
         dev_arr = np.full(len(op_arr), device, dtype=np.int32)
         self.blocks.append(_Block(op_arr, dev_arr, start_arr, dur_arr, self_arr, exec_arr))
+
+    def _guard_memory(self, events: int) -> None:
+        """Stop before memory runs out, however small a file's events are on disk (a 6-byte
+        event costs ~60 times that once decoded and timed): every million events, the next
+        million must fit twice in what is left."""
+        self._events += events
+        if self._events < self._next_memory_check:
+            return
+        self._next_memory_check = self._events + EVENTS_PER_MEMORY_CHECK
+        free = available_memory()
+        if free is not None and free < 2 * EVENTS_PER_MEMORY_CHECK * PEAK_BYTES_PER_EVENT:
+            raise InputError(
+                f"out of memory reading the profile: {self._events:,} events read on host "
+                f"{self.host}, {free >> 20} MiB left (audit one host at a time with --host)"
+            )
 
     def _dense(self, execution: np.ndarray) -> np.ndarray:
         """The trace's execution ids (run ids, correlation-derived numbers) as small dense ones,
@@ -198,6 +229,11 @@ class TraceBuilder:
         return dense
 
     def finish(self, backend: Backend, warnings: list[str]) -> TraceData:
+        if self._negative:
+            warnings = [
+                *warnings,
+                f"{self._negative} events with a negative duration left out (a corrupt trace)",
+            ]
         return _trace(
             backend, self.devices, self.ops, self.modules, self.blocks, self.steps, warnings
         )

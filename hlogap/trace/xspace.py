@@ -15,6 +15,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from hlogap.errors import InputError
+from hlogap.files import available_memory
 from hlogap.proto import xplane_pb2
 from hlogap.source import regular_file
 from hlogap.trace.columnar import LineColumns, decode_events
@@ -25,18 +26,6 @@ _MODULE_META = re.compile(r"^(?P<name>.*)\((?P<program_id>\d+)\)$")
 # Reading keeps the file's bytes plus one line's messages at a time: peak RSS measured at 2.6x
 # the file's size for a 173 MB profile (docs/performance.md); 3x must be free before we start.
 MEMORY_PER_FILE_BYTE = 3
-
-
-def available_memory() -> int | None:
-    """Bytes the kernel says can be allocated without swapping (Linux), else None."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def device_ordinal(plane: Plane, kind: str) -> int | None:

@@ -43,6 +43,10 @@ _MODULE_EVENT = re.compile(r"^(?P<name>.*)\((?P<program_id>\d+)\)$")
 _TEXT_NAME = re.compile(r"^%?(?P<name>[^\s=%]+) = \S")
 
 
+# An aggregated event claims its occurrences; each becomes one event in memory (~40 bytes).
+MAX_AGGREGATED_OCCURRENCES = 50_000_000
+
+
 class TpuReader:
     name: Backend = "tpu"
     priority = 0
@@ -204,29 +208,29 @@ class _PlaneReader:
         times nothing nests: each occurrence is laid end to end with its share of the op's
         self time."""
         self_id = self.ids.get("self_duration_ps", -1)
-        md_ids: list[int] = []
-        start: list[int] = []
-        dur: list[int] = []
-        t = 0
+        md_list: list[int] = []
+        totals: list[int] = []
+        counts: list[int] = []
         for ev in events:
             total = ev.duration_ps
             for st in ev.stats:
                 if st.metadata_id == self_id:
                     total = st.int64_value or st.uint64_value
-            n = max(1, ev.num_occurrences)
-            each, extra = divmod(total, n)
-            for k in range(n):
-                d = each + (1 if k < extra else 0)
-                md_ids.append(ev.metadata_id)
-                start.append(t)
-                dur.append(d)
-                t += d
-        as_array = np.asarray
-        return (
-            as_array(md_ids, dtype=np.int64),
-            as_array(start, dtype=np.int64),
-            as_array(dur, dtype=np.int64),
-        )
+            md_list.append(ev.metadata_id)
+            totals.append(total)
+            counts.append(max(1, ev.num_occurrences))
+        n = np.asarray(counts, dtype=np.int64)
+        if int(n.sum()) > MAX_AGGREGATED_OCCURRENCES:
+            raise InputError(
+                f"aggregated events on {self.plane.name} claim {int(n.sum()):,} occurrences "
+                f"(at most {MAX_AGGREGATED_OCCURRENCES:,} are read): a corrupt profile"
+            )
+        each, extra = np.divmod(np.asarray(totals, dtype=np.int64), n)
+        # Occurrence k of an event gets its share, the first `extra` of them one ps more.
+        k = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+        dur = np.repeat(each, n) + (k < np.repeat(extra, n))
+        start = np.cumsum(dur) - dur
+        return np.repeat(np.asarray(md_list, dtype=np.int64), n), start, dur
 
     def _ops(self, md_ids: np.ndarray, host_start: np.ndarray, host_dur: np.ndarray) -> np.ndarray:
         """Op index per event (-1: no such metadata)."""

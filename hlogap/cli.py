@@ -192,6 +192,14 @@ def audit(
     from hlogap.render.base import choose_format
 
     choose_format("audit", fmt, output)  # a bad format fails before the profile is read
+    if output is not None and str(output) != "-":
+        from hlogap.files import check_output
+
+        check_output(output)
+    if plot is not None:
+        from hlogap.render.plot import check_plot_target
+
+        check_plot_target(plot)
     report = run_audit(
         path,
         chip,

@@ -39,21 +39,26 @@ def check_output(path: Path) -> None:
 def write_text(path: Path, text: str, make_parents: bool = False) -> None:
     """`text` to `path`, whole or not at all (see the module's docstring); its directory is
     made when `make_parents` (a cache), else it must exist."""
+    write_bytes(path, text.encode("utf-8"), make_parents)
+
+
+def write_bytes(path: Path, data: bytes, make_parents: bool = False) -> None:
+    """`data` to `path`, as `write_text`."""
     check_output(path)
     try:
         if str(path).startswith(_OWN_DESCRIPTORS) or (
             path.exists() and stat.S_ISCHR(path.stat().st_mode)
         ):
-            with path.open("w", encoding="utf-8") as f:
-                f.write(text)
+            with path.open("wb") as f:
+                f.write(data)
             return
         directory = path.resolve().parent
         if make_parents:
             directory.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".hlogap-", dir=directory)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)

@@ -10,16 +10,23 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from hlogap.errors import HlogapError, UsageError
+from hlogap.errors import UsageError
+from hlogap.files import check_output, write_bytes
 from hlogap.report.model import AuditReport
 
 PLOT_SUFFIXES = (".svg", ".png", ".html")
 
 
-def write_plot(report: AuditReport, target: Path) -> None:
-    suffix = target.suffix.lower()
-    if suffix not in PLOT_SUFFIXES:
+def check_plot_target(target: Path) -> None:
+    """Before any work: a chart file of a kind we draw, at a place we may write."""
+    if target.suffix.lower() not in PLOT_SUFFIXES:
         raise UsageError(f"--plot takes a .svg, .png or .html file, not {target.name}")
+    check_output(target)
+
+
+def write_plot(report: AuditReport, target: Path) -> None:
+    check_plot_target(target)
+    suffix = target.suffix.lower()
     try:
         import matplotlib
 
@@ -54,16 +61,12 @@ def write_plot(report: AuditReport, target: Path) -> None:
     ax.grid(True, which="both", alpha=0.2)
     ax.legend(fontsize=8, loc="lower right")
     try:
-        if suffix == ".html":
-            svg = io.StringIO()
-            fig.savefig(svg, format="svg", bbox_inches="tight")
-            target.write_text(
-                "<!doctype html><meta charset=utf-8><title>hlogap roofline</title>\n"
-                + svg.getvalue()
-            )
-        else:
-            fig.savefig(target, bbox_inches="tight", dpi=120)
-    except OSError as exc:
-        raise HlogapError(f"cannot write {target}: {exc.strerror}") from exc
+        image = io.BytesIO()
+        fig.savefig(image, format=suffix[1:].replace("html", "svg"), bbox_inches="tight", dpi=120)
     finally:
         plt.close(fig)
+    data = image.getvalue()
+    if suffix == ".html":
+        head = b"<!doctype html><meta charset=utf-8><title>hlogap roofline</title>\n"
+        data = head + data
+    write_bytes(target, data)

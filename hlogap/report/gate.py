@@ -211,6 +211,11 @@ def is_tiny(row: DiffRow, diff: Diff, min_op_share: float) -> bool:
     return _share(row, diff) < min_op_share or per_occ < MIN_OP_US
 
 
+# Total bound over total measured above which a report cannot be real. A CPU calibration taken
+# on a busy machine is beaten by a little (hints say so); by this much, nothing is.
+IMPOSSIBLY_FAST = 3.0
+
+
 def _refuse_degenerate(diff: Diff) -> None:
     """The gate fails closed: a side with nothing measured, or a time that is not a finite
     number >= 0, or two sides with no op in common, is an input error, never a pass."""
@@ -230,6 +235,13 @@ def _refuse_degenerate(diff: Diff) -> None:
             )
         if report.measured_us <= 0:
             raise InputError(f"{role} {report.path} measured no time: nothing to check")
+        # The roofline is a floor: a report whose ops took far less than their bounds in all
+        # (every op at 1 ps, say) holds impossible times, not a speed-up to pass.
+        if report.bound_us > IMPOSSIBLY_FAST * report.measured_us:
+            raise InputError(
+                f"{role} {report.path} is {report.bound_us / report.measured_us:.3g}x faster "
+                "than its own roofline bound: its times are not real (or the chip is wrong)"
+            )
     if not any(row.base is not None and row.new is not None for row in diff.rows):
 
         def modules(report: AuditReport) -> str:

@@ -114,6 +114,11 @@ class Plane:
                 ) from exc
 
     @property
+    def has_lines(self) -> bool:
+        """Whether anything was recorded on it (a device that ran nothing has no lines)."""
+        return bool(self._head.lines)
+
+    @property
     def size(self) -> int:
         """Serialized bytes of its lines: what reading them costs."""
         return sum(len(raw) for raw in self._head.lines)

@@ -47,7 +47,8 @@ class GpuReader:
     priority = 10
 
     def claims(self, planes: Sequence[Plane]) -> bool:
-        return any(device_ordinal(p, "GPU") is not None for p in planes)
+        # A GPU that ran nothing (its plane has no lines) leaves the file to the CPU reader.
+        return any(device_ordinal(p, "GPU") is not None and p.has_lines for p in planes)
 
     def read(self, planes: Sequence[Plane], builder: TraceBuilder) -> None:
         execution_of = _executions(planes)

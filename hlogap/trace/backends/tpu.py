@@ -52,7 +52,7 @@ class TpuReader:
     priority = 0
 
     def claims(self, planes: Sequence[Plane]) -> bool:
-        return any(device_ordinal(p, "TPU") is not None for p in planes)
+        return any(device_ordinal(p, "TPU") is not None and p.has_lines for p in planes)
 
     def read(self, planes: Sequence[Plane], builder: TraceBuilder) -> None:
         devices: dict[str, int] = {}  # a plane split into chunks (same name) is one device

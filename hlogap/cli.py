@@ -86,9 +86,11 @@ def _write_stdout(text: str) -> None:
     try:
         _encode_stdout(text)
         sys.stdout.flush()
-    except OSError as exc:  # a full disk, a closed descriptor (a closed pipe is not an error)
-        if isinstance(exc, BrokenPipeError):
-            raise
+    except BrokenPipeError:
+        # `hlogap ... | head` closed the pipe: not an error. Nothing more goes to the pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(0) from None
+    except OSError as exc:  # a full disk, a closed descriptor
         raise HlogapError(f"cannot write the output to stdout: {exc.strerror or exc}") from exc
 
 
@@ -245,7 +247,7 @@ def demo(
     sample = Path(__file__).parent / "data" / "sample"
     with tempfile.TemporaryDirectory(prefix="hlogap-demo-") as scratch:
         if chip is None and calibrated_chip() is None:
-            print("calibrating this CPU once (numpy matmul and copy)...", file=sys.stderr)
+            print("hlogap: calibrating this CPU once (numpy matmul and copy)...", file=sys.stderr)
             result = measure()
             _warn_if_noisy(result)
             try:
@@ -516,6 +518,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(standalone_mode=False)
+        if code == 130:  # Typer turns KeyboardInterrupt into this return value
+            raise KeyboardInterrupt
     except Exit as exc:
         code = exc.exit_code
     except TyperException as exc:  # Typer's usage errors (unknown option, missing argument)
@@ -533,10 +537,6 @@ def main() -> None:
         _traceback(debug)
         _error(f"error: {exc}")
         code = exc.exit_code
-    except BrokenPipeError:
-        # `hlogap ... | head` closed the pipe: not an error. Nothing more goes to the pipe.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = 0
     except MemoryError:
         _error("error: out of memory reading the profile")
         code = EXIT_INPUT

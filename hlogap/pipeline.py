@@ -12,7 +12,7 @@ from hlogap.report.groups import DEFAULT_DEPTH, GROUP_KEYS, group_rows
 from hlogap.report.model import SORT_KEYS, AuditReport, ChipSource, load_json, sort_rows
 from hlogap.source import ProfileSource, find_profile, is_url, regular_file
 from hlogap.trace.model import TraceData, merge_traces
-from hlogap.trace.reading import PendingTrace, read_trace, start_reading
+from hlogap.trace.reading import PendingTrace, can_fork, read_files, read_trace, start_reading
 from hlogap.trace.timing import ModulePattern, time_ops
 
 
@@ -29,19 +29,16 @@ def read_profile(source: ProfileSource, jobs: int | None = None) -> TraceData | 
         # One file: its device planes are the tasks (the reader never splits finer).
         return start_reading(*pairs[0], workers=_workers(jobs, 1 << 16))
     workers = _workers(jobs, len(pairs))
-    if workers <= 1:
-        traces = [_read_one(p) for p in pairs]
-    else:
-        # Imported here: most audits read one file. Not fork: the caller may be multithreaded
-        # (JAX in the same process, say).
+    if workers > 1 and not can_fork():
+        # Not fork: the caller is multithreaded (JAX in the same process, say).
         import multiprocessing
 
         methods = multiprocessing.get_all_start_methods()
         context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-        # A Pool, not an executor: leaving the block for any reason (an error, an interrupt)
-        # terminates the readers instead of waiting for them.
-        with context.Pool(workers) as pool:
+        with context.Pool(workers) as pool:  # leaving the block terminates the readers
             traces = pool.map(_read_one, pairs, chunksize=1)
+    else:
+        traces = read_files(pairs, workers)
     return merge_traces(traces)
 
 

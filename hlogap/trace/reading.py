@@ -8,11 +8,12 @@ extra hosts.
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hlogap.errors import HlogapError
@@ -59,7 +60,7 @@ def start_reading(path: str | Path, host: str, workers: int = 1) -> TraceData | 
     planes, warnings = read_planes(path)
     backend = detect(planes)
     metadata = [p for p in planes if p.name == "/host:metadata"]
-    groups = _plane_groups(planes, workers) if backend.name != "cpu" and _can_fork() else []
+    groups = _plane_groups(planes, workers) if backend.name != "cpu" and can_fork() else []
     if len(groups) < 2:
         return _read_planes(
             backend, host, metadata, planes, warnings, read_step_annotations(planes)
@@ -96,7 +97,7 @@ def _read_planes(
     return builder.finish(backend.name, warnings)
 
 
-def _can_fork() -> bool:
+def can_fork() -> bool:
     # JAX (and other multithreaded runtimes) make fork unsafe: a library caller in such a
     # process reads sequentially.
     return hasattr(os, "fork") and "jax" not in sys.modules
@@ -122,6 +123,26 @@ def _plane_groups(planes: list[Plane], workers: int) -> list[list[Plane]]:
     return groups
 
 
+def read_files(pairs: Sequence[tuple[str, str]], workers: int) -> list[TraceData]:
+    """Read whole files ((path, host) each), `workers` at a time in forked processes when fork
+    is safe here, else one after the other; results in the order of `pairs`."""
+    if workers < 2 or not can_fork():
+        return [read_trace(path, host) for path, host in pairs]
+    results: list[TraceData] = []
+    running: list[tuple[int, int]] = []
+    tasks = iter(pairs)
+    for pair in tasks:
+        running.append(_fork(functools.partial(read_trace, *pair)))
+        if len(running) == workers:
+            break
+    while running:
+        results.append(_collect(running.pop(0)))
+        following = next(tasks, None)
+        if following is not None:
+            running.append(_fork(functools.partial(read_trace, *following)))
+    return results
+
+
 def _fork_reader(
     backend: BackendReader,
     host: str,
@@ -129,6 +150,12 @@ def _fork_reader(
     planes: list[Plane],
 ) -> tuple[int, int]:
     """Fork a child that reads `planes` and writes its pickled result to a pipe."""
+    # The file's warnings travel with the parent's part only.
+    return _fork(lambda: _read_planes(backend, host, metadata, planes, [], []))
+
+
+def _fork(task: Callable[[], TraceData]) -> tuple[int, int]:
+    """Fork a child that runs `task` and writes its pickled result (or error) to a pipe."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: leaves only through os._exit, whatever fails
@@ -138,8 +165,7 @@ def _fork_reader(
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.close(read_end)
             try:
-                # The file's warnings travel with the parent's part only.
-                result: object = _read_planes(backend, host, metadata, planes, [], [])
+                result: object = task()
             except (HlogapError, MemoryError) as exc:  # the user's to act on: raised as is
                 result = exc
             except BaseException as exc:  # a bug: reported to the parent, which raises it

@@ -1,0 +1,64 @@
+"""Class 6, signals: SIGINT and SIGTERM end a multi-host audit and every process it started,
+within a second, with exit 130 / 143 and no traceback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.attack.harness import FIXTURES, chip_file, leftover_processes
+
+HOSTS = 24
+
+
+def _many_hosts(tmp: Path) -> Path:
+    source = next((FIXTURES / "sharded_train").rglob("*.xplane.pb"))
+    run_dir = tmp / "tb" / "plugins" / "profile" / "run1"
+    run_dir.mkdir(parents=True)
+    for h in range(HOSTS):
+        shutil.copy(source, run_dir / f"h{h:02d}.xplane.pb")
+    return tmp / "tb"
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("command", ["audit", "check"])
+def test_a_signal_ends_every_process(sig: int, code: int, command: str, tmp_path: Path) -> None:
+    logdir = _many_hosts(tmp_path)
+    chip = chip_file(tmp_path)
+    marker = uuid.uuid4().hex
+    args = (
+        ["audit", str(logdir)]
+        if command == "audit"
+        else ["check", str(logdir), "--baseline", str(logdir)]
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hlogap", *args, "--chip", str(chip)],
+        cwd=tmp_path,
+        env={**os.environ, "HLOGAP_ATTACK_MARKER": marker},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # Wait until readers run beside the parent, then interrupt.
+    deadline = time.monotonic() + 10
+    while len(leftover_processes(marker)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if proc.poll() is not None:
+        pytest.skip("the audit finished before it could be interrupted")
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=10)
+    took = time.monotonic() - sent
+    assert proc.returncode == code, (proc.returncode, err)
+    assert "Traceback" not in err and err.strip().startswith("hlogap:"), err
+    assert took < 1.5, took
+    time.sleep(0.5)
+    assert leftover_processes(marker) == []

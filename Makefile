@@ -2,17 +2,23 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Two installs: what running needs (demo), and that plus the dev extras (tests, lint, fixtures).
+RUNTIME := $(VENV)/.runtime
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench proto fixtures clean
 
-$(STAMP): pyproject.toml
+$(RUNTIME): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $(RUNTIME)
+
+$(STAMP): pyproject.toml $(RUNTIME)
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(RUNTIME)
 	$(BIN)/hlogap demo
 
 test: $(STAMP)

@@ -43,3 +43,14 @@ def cpu_chip_file(tmp_path: Path) -> Path:
         'name = "testcpu"\n[peak_flops]\nf32 = 1.0e11\nbf16 = 1.0e11\n[memory]\nhbm_bw = 2.0e10\n'
     )
     return path
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say how many tests skipped because the real AMD GPU and TPU data is not here."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    shared = [r for r in skipped if "../shared" in str(getattr(r, "longrepr", ""))]
+    if shared:
+        terminalreporter.write_line(
+            f"{len(shared)} tests skipped: they read the real AMD GPU and TPU profiles in "
+            f"{SHARED}, which is not beside this checkout"
+        )

@@ -322,9 +322,11 @@ def bound(
 def chips(fmt: FormatOpt = None) -> None:
     """The chips hlogap knows: peaks, bandwidths, ridge points, and where each figure comes from."""
     from hlogap.chips import builtin_chips
+    from hlogap.chips.calibrate import calibrated_chip
     from hlogap.render.base import ChipList
 
-    _write(ChipList(builtin_chips()), "chips", fmt, None)
+    cpu = calibrated_chip()  # this machine, when calibrated: `--chip cpu`
+    _write(ChipList([*builtin_chips(), *([cpu] if cpu else [])]), "chips", fmt, None)
 
 
 @app.command()

@@ -167,19 +167,48 @@ def builtin_chips() -> list[Chip]:
     return list(_builtin())
 
 
+# The name of this machine's CPU once calibrated (`hlogap calibrate`).
+CPU = "cpu"
+
+
 def load_chip(name_or_path: str) -> Chip:
     """A built-in chip by name, or a chip TOML file by path.
 
     Raises UsageError for an unknown name and for a file that cannot be read or is invalid.
     """
     known = {chip.name: chip for chip in _builtin()}
-    chip = known.get(name_or_path.strip().lower())
+    name = name_or_path.strip().lower()
+    chip = known.get(name)
     if chip is not None:
         return chip
+    if name == CPU:  # the report calls a calibrated CPU `cpu`: the same name selects it
+        from hlogap.chips.calibrate import calibrated_path
+
+        if not calibrated_path().is_file():
+            raise UsageError("no calibrated CPU chip yet: run `hlogap calibrate` first")
+        return _load_file(calibrated_path())
     path = Path(name_or_path)
     if path.suffix.lower() == ".toml" or len(path.parts) > 1 or path.exists():
         return _load_file(path)
-    raise UsageError(f"unknown chip '{name_or_path}'; known: {', '.join(known)}")
+    raise UsageError(f"unknown chip '{name_or_path}'; {_suggest(name, [*known, CPU])}")
+
+
+def _suggest(name: str, names: list[str]) -> str:
+    """ "did you mean ...?" for a chip name: the names it begins (punctuation aside), else the
+    closest spellings."""
+    import difflib
+
+    def bare(text: str) -> str:
+        return "".join(c for c in text if c.isalnum())
+
+    close = [n for n in names if bare(n).startswith(bare(name))]
+    if not close:
+        by_bare = {bare(n): n for n in names}
+        close = [by_bare[m] for m in difflib.get_close_matches(bare(name), list(by_bare), 3, 0.6)]
+    listing = "`hlogap chips` lists them all"
+    if close:
+        return f"did you mean {', '.join(close[:4])}? ({listing})"
+    return f"known: {', '.join(names)}"
 
 
 def detect_chip(device_stats: Mapping[str, object], plane_name: str) -> tuple[Chip, str] | None:

@@ -144,7 +144,9 @@ def _write(
     to_stdout = output is None or str(output) == "-"
     terminal = to_stdout and sys.stdout is not None and sys.stdout.isatty()
     width = shutil.get_terminal_size().columns if terminal and not wide else None
-    options = RenderOptions(top=top, color=terminal, steps=steps, width=width)
+    # Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org).
+    color = terminal and not os.environ.get("NO_COLOR")
+    options = RenderOptions(top=top, color=color, steps=steps, width=width)
     _emit(render(document, chosen, options), output)
 
 

@@ -11,6 +11,7 @@ from hlogap.render.base import ChipList, Document, DocumentKind, RenderOptions, 
 from hlogap.render.text import (
     CHECK_ROWS,
     DIFF_COLUMNS,
+    DIFF_LEGEND,
     appeared_lines,
     diff_cells,
     diff_header,
@@ -39,9 +40,9 @@ class TableRenderer:
         if isinstance(document, AuditReport):
             return _audit(document, options)
         if isinstance(document, Diff):
-            return _diff(document, options.top, options.width or DIFF_WIDTH)
+            return _diff(document, options.top, options.width)
         if isinstance(document, CheckResult):
-            return _check(document, options.width or DIFF_WIDTH)
+            return _check(document, options.width)
         if isinstance(document, ChipList):
             return _chips(document.chips)
         return _bound(document)
@@ -56,6 +57,26 @@ def _new_table() -> Table:
     return Table(show_edge=False, header_style="bold")
 
 
+def _fitted(lines: list[str], width: int | None) -> list[str]:
+    """Lines broken between words to fit `width` (continuations indented), not mid-word by the
+    terminal; as they are when there is no width (a pipe, a file)."""
+    if not width or width >= WIDE:  # no terminal: lines stay whole for grep
+        return lines
+    import textwrap
+
+    out: list[str] = []
+    for line in lines:
+        indent = " " * (len(line) - len(line.lstrip()))
+        out += textwrap.wrap(
+            line,
+            width,
+            subsequent_indent=indent + "  ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        ) or [""]
+    return out
+
+
 def _print(
     lines: list[str],
     table: Table | None = None,
@@ -67,11 +88,11 @@ def _print(
 
     out = io.StringIO()
     console = Console(file=out, width=width, force_terminal=color, no_color=not color)
-    for line in lines:
+    for line in _fitted(lines, width):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     if table is not None:
         console.print(table)
-    for line in after or []:
+    for line in _fitted(after or [], width):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     # Rich pads every cell to its column's width: rows would end in spaces.
     return "".join(line.rstrip() + "\n" for line in out.getvalue().splitlines())
@@ -124,26 +145,68 @@ def middle(text: str, width: int) -> str:
     return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
 
 
-def _fit(cells: list[dict[str, str]], width: int) -> tuple[list[str], int, int]:
+def _fit(
+    cells: list[dict[str, str]],
+    columns: tuple[tuple[str, str], ...],
+    drop_first: tuple[str, ...],
+    width: int,
+    text: str | None = "why",
+) -> tuple[list[str], int, int]:
     """The columns that fit `width` (Rich draws a table of n columns of widths w in
-    sum(w) + 3n - 1 characters), the op column's width and the why column's (0: dropped)."""
-    natural = {name: max([len(name), *(len(c[name]) for c in cells)]) for name, _ in OP_COLUMNS}
-    shown = [name for name, _ in OP_COLUMNS]
+    sum(w) + 3n - 1 characters), the op column's width and the `text` column's (0: dropped or
+    none). Columns in `drop_first` go first, in that order, then the text column."""
+    natural = {name: max([len(name), *(len(c[name]) for c in cells)]) for name, _ in columns}
+    shown = [name for name, _ in columns]
+    flexible = ("op", text)
+    min_text = MIN_WHY if text else 0
+    text_natural = natural[text] if text else 0
 
     def room() -> int:
-        fixed = sum(natural[n] for n in shown if n not in ("op", "why"))
+        fixed = sum(natural[n] for n in shown if n not in flexible)
         return width - fixed - 3 * len(shown) + 1
 
-    for name in DROP_FIRST:
-        if room() >= min(natural["op"], MIN_OP) + MIN_WHY:
+    for name in drop_first:
+        if room() >= min(natural["op"], MIN_OP) + min_text:
             break
         shown.remove(name)
     left = room()
-    if left < min(natural["op"], MIN_OP) + MIN_WHY:  # no room for reasons: the op keeps it all
-        shown.remove("why")
-        return shown, max(left + 3, 4), 0
-    op_width = min(natural["op"], max(MIN_OP, left - natural["why"]))
-    return shown, op_width, min(natural["why"], left - op_width)
+    if text is None or left < min(natural["op"], MIN_OP) + min_text:
+        if text is not None:  # no room for reasons: the op keeps it all
+            shown.remove(text)
+            left += 3
+        return shown, max(min(left, natural["op"]), 4), 0
+    op_width = min(natural["op"], max(MIN_OP, left - text_natural))
+    return shown, op_width, min(text_natural, left - op_width)
+
+
+def _fitted_table(
+    cells: list[dict[str, str]],
+    columns: tuple[tuple[str, str], ...],
+    drop_first: tuple[str, ...],
+    width: int,
+    text: str | None = "why",
+) -> tuple[Table, list[str]]:
+    """Every row one line at `width`: low-priority columns dropped, the op name shortened in
+    the middle; returns the table and a line naming what was left out."""
+    shown, op_width, text_width = _fit(cells, columns, drop_first, width, text)
+    table = _new_table()
+    for name, justify in columns:
+        if name in shown:
+            fixed = {"op": op_width, text: text_width}.get(name)
+            table.add_column(
+                name,
+                justify=justify,  # type: ignore[arg-type]
+                no_wrap=True,
+                overflow="ellipsis",
+                width=fixed,
+                min_width=fixed,
+            )
+    for c in cells:
+        table.add_row(*(middle(c[name], op_width) if name == "op" else c[name] for name in shown))
+    dropped = [name for name, _ in columns if name not in shown]
+    if not dropped:
+        return table, []
+    return table, [f"({', '.join(dropped)} left out to fit {width} columns; --wide shows all)"]
 
 
 def _ops(report: AuditReport, top: int, width: int | None) -> tuple[Table, list[str]]:
@@ -163,32 +226,14 @@ def _ops(report: AuditReport, top: int, width: int | None) -> tuple[Table, list[
         }
         for rank, r in enumerate(rows, 1)
     ]
-    table = _new_table()
     if width is None:
+        table = _new_table()
         _columns(table, OP_COLUMNS)
         for c in cells:
             table.add_row(*(c[name] for name, _ in OP_COLUMNS))
         return table, more_line(len(rows), len(report.ops), "--top 0 shows all")
-    shown, op_width, why_width = _fit(cells, width)
-    for name, justify in OP_COLUMNS:
-        if name in shown:
-            fixed = {"op": op_width, "why": why_width}.get(name)
-            table.add_column(
-                name,
-                justify=justify,  # type: ignore[arg-type]
-                no_wrap=True,
-                overflow="ellipsis",
-                width=fixed,
-                min_width=fixed,
-            )
-    for c in cells:
-        c["op"] = middle(c["op"], op_width)
-        table.add_row(*(c[name] for name in shown))
-    dropped = [name for name, _ in OP_COLUMNS if name not in shown]
-    after = more_line(len(rows), len(report.ops), "--top 0 shows all")
-    if dropped:
-        after.append(f"({', '.join(dropped)} left out to fit {width} columns; --wide shows all)")
-    return table, after
+    table, dropped = _fitted_table(cells, OP_COLUMNS, DROP_FIRST, width)
+    return table, [*more_line(len(rows), len(report.ops), "--top 0 shows all"), *dropped]
 
 
 def _groups(report: AuditReport, top: int) -> tuple[Table, list[str]]:
@@ -253,24 +298,35 @@ def _steps(report: AuditReport) -> Table:
     return table
 
 
-def _diff_table(rows: list[DiffRow], with_module: bool) -> Table:
-    table = _new_table()
-    for col in DIFF_COLUMNS:
-        justify = "left" if col in ("status", "op", "match") else "right"
-        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
-    for row in rows:
-        table.add_row(*diff_cells(row, with_module))
-    return table
+DIFF_TABLE_COLUMNS = tuple(
+    (c, "left" if c in ("status", "op", "match") else "right") for c in DIFF_COLUMNS
+)
+# Dropped in this order when the terminal is too narrow for every column.
+DIFF_DROP_FIRST = ("Δ bound", "match", "Δ gap", "n", "base/occ", "new/occ")
 
 
-def _diff(diff: Diff, top: int, width: int) -> str:
+def _diff_table(
+    rows: list[DiffRow], with_module: bool, width: int | None
+) -> tuple[Table, list[str]]:
+    cells = [dict(zip(DIFF_COLUMNS, diff_cells(row, with_module), strict=True)) for row in rows]
+    if width is None:
+        table = _new_table()
+        _columns(table, DIFF_TABLE_COLUMNS)
+        for c in cells:
+            table.add_row(*(c[name] for name in DIFF_COLUMNS))
+        return table, []
+    return _fitted_table(cells, DIFF_TABLE_COLUMNS, DIFF_DROP_FIRST, width, text=None)
+
+
+def _diff(diff: Diff, top: int, width: int | None) -> str:
     rows = diff.rows if top <= 0 else diff.rows[:top]
     more = more_line(len(rows), len(diff.rows), "--top 0 shows all")
-    table = _diff_table(rows, multi_module(diff.rows))
-    return _print([*diff_header(diff), ""], table, more, width=width)
+    table, dropped = _diff_table(rows, multi_module(diff.rows), width)
+    after = [*more, *dropped, DIFF_LEGEND]
+    return _print([*diff_header(diff), ""], table, after, width=width or WIDE)
 
 
-def _check(result: CheckResult, width: int) -> str:
+def _check(result: CheckResult, width: int | None) -> str:
     diff = result.diff
     rows = result.regressed[:CHECK_ROWS]
     more = more_line(len(rows), len(result.regressed), "--format json lists all")
@@ -283,10 +339,11 @@ def _check(result: CheckResult, width: int) -> str:
     lines = [result.verdict()]
     lines += [f"  {'FAIL' if c.failed else 'ok  '}  {c.text}" for c in result.checks]
     if not rows:
-        return _print([*lines, *notes], width=width)
+        return _print([*lines, *notes], width=width or WIDE)
     title = f"ops slower than +{result.thresholds.max_op_regression:g}% per occurrence:"
-    table = _diff_table(rows, multi_module(diff.rows))
-    return _print([*lines, "", title], table, [*more, "", *notes], width=width)
+    table, dropped = _diff_table(rows, multi_module(diff.rows), width)
+    after = [*more, *dropped, DIFF_LEGEND, "", *notes]
+    return _print([*lines, "", title], table, after, width=width or WIDE)
 
 
 def _chips(chips: list[Chip]) -> str:

@@ -62,9 +62,14 @@ DIFF_COLUMNS = (
     "base/occ",
     "new/occ",
     "Δ/occ",
-    "Δ measured",
+    "Δ total",
     "Δ bound",
     "Δ gap",
+)
+# What the columns mean: status and the /occ columns per occurrence, the rest over all of them.
+DIFF_LEGEND = (
+    "status, base/occ, new/occ, Δ/occ: one occurrence (the median); "
+    "Δ total, Δ bound, Δ gap: all occurrences (NEW - ratio x BASE)"
 )
 
 

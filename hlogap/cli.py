@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from hlogap.render.base import Document, DocumentKind
 
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     # Plain help: Rich's help formatter costs ~0.2 s of imports, and `hlogap --help` is instant.
@@ -59,15 +59,20 @@ ChipOpt = Annotated[
         help="Chip name (see `hlogap chips`) or a chip TOML file; default: detect from the trace.",
     ),
 ]
-FormatOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--format",
-        "-f",
-        help="Output format (table, json, ...; docs/cli.md); default: from --output's "
-        "extension, else table.",
-    ),
-]
+
+
+def _format_option(names: str, output: bool = False) -> typer.models.OptionInfo:
+    """--format for a command that renders `names` (tests check them against the registry)."""
+    default = "from --output's extension, else table" if output else "table"
+    option: typer.models.OptionInfo = typer.Option(
+        "--format", "-f", help=f"Output format: {names}; default: {default}."
+    )
+    return option
+
+
+AuditFormat = Annotated[str | None, _format_option("table, json, csv, md, html", output=True)]
+DiffFormat = Annotated[str | None, _format_option("table, json, md")]
+PlainFormat = Annotated[str | None, _format_option("table, json")]
 TopOpt = Annotated[int, typer.Option("--top", "-n", help="Rows to show; 0 = all.")]
 WideOpt = Annotated[
     bool, typer.Option("--wide", help="Every column, however wide the terminal is.")
@@ -161,7 +166,7 @@ def audit(
     ],
     chip: ChipOpt = None,
     top: TopOpt = 20,
-    fmt: FormatOpt = None,
+    fmt: AuditFormat = None,
     output: OutputOpt = None,
     run: Annotated[str | None, typer.Option(help="Run name; default: newest.")] = None,
     host: Annotated[str | None, typer.Option(help="Only this host's file.")] = None,
@@ -191,7 +196,14 @@ def audit(
     steps: Annotated[bool, typer.Option("--steps", help="Also print the per-step table.")] = False,
     wide: WideOpt = False,
 ) -> None:
-    """Rank a profile's XLA ops by the time they lose against the roofline."""
+    """Rank a profile's XLA ops by the time they lose against the roofline.
+
+    \b
+    Examples:
+      hlogap audit /tmp/tensorboard --top 10
+      hlogap audit run_dir/ --format json | jq '.ops[0]'
+      hlogap audit gs://bucket/tb --chip tpu-v5p -o report.html
+    """
     from hlogap.pipeline import audit as run_audit
     from hlogap.render.base import choose_format
 
@@ -233,11 +245,16 @@ def audit(
 @app.command()
 def demo(
     top: TopOpt = 20,
-    fmt: FormatOpt = None,
+    fmt: AuditFormat = None,
     chip: ChipOpt = None,
     wide: WideOpt = False,
 ) -> None:
-    """Audit the sample CPU profile bundled with hlogap (calibrates this CPU if needed)."""
+    """Audit the sample CPU profile bundled with hlogap (calibrates this CPU if needed).
+
+    \b
+    Examples:
+      hlogap demo --top 5
+    """
     import tempfile
 
     from hlogap.chips.calibrate import calibrated_chip, calibrated_path, chip_text, measure
@@ -266,7 +283,13 @@ def demo(
 def calibrate(
     output: OutputOpt = None,
 ) -> None:
-    """Measure this CPU's matmul FLOP/s and memory bandwidth and save them as a chip file."""
+    """Measure this CPU's matmul FLOP/s and memory bandwidth and save them as a chip file.
+
+    \b
+    Examples:
+      hlogap calibrate
+      hlogap calibrate -o - > mycpu.toml
+    """
     from hlogap.chips.calibrate import calibrate as run_calibrate
     from hlogap.chips.calibrate import calibrated_path, chip_text, measure
 
@@ -305,13 +328,20 @@ def bound(
         str, typer.Argument(help="One HLO instruction with inline operand shapes; '-' reads stdin.")
     ],
     chip: Annotated[str, typer.Option("--chip", help="Chip name or chip TOML file.")],
-    fmt: FormatOpt = None,
+    fmt: PlainFormat = None,
     devices: Annotated[
         int | None,
         typer.Option("--devices", help="Devices in a collective whose replica_groups are empty."),
     ] = None,
 ) -> None:
-    """Roofline of one HLO instruction on one device: FLOPs, bytes, times, what bounds it."""
+    """Roofline of one HLO instruction on one device: FLOPs, bytes, times, what bounds it.
+
+    \b
+    Examples:
+      hlogap bound '%m = bf16[4096,4096]{1,0} dot(bf16[4096,8192]{1,0} %a,
+        bf16[8192,4096]{1,0} %b), lhs_contracting_dims={1},
+        rhs_contracting_dims={0}' --chip h100-sxm
+    """
     from hlogap.bounds.instruction import bound_instruction
     from hlogap.render.base import choose_format
 
@@ -321,8 +351,14 @@ def bound(
 
 
 @app.command()
-def chips(fmt: FormatOpt = None) -> None:
-    """The chips hlogap knows: peaks, bandwidths, ridge points, and where each figure comes from."""
+def chips(fmt: PlainFormat = None) -> None:
+    """The chips hlogap knows: peaks, bandwidths, ridge points, and where each figure comes from.
+
+    \b
+    Examples:
+      hlogap chips
+      hlogap chips --format json | jq '.[] | select(.name=="tpu-v5p")'
+    """
     from hlogap.chips import builtin_chips
     from hlogap.chips.calibrate import calibrated_chip
     from hlogap.render.base import ChipList
@@ -408,9 +444,15 @@ def check(
     host: Annotated[str | None, typer.Option(help="Only this host's file.")] = None,
     device: Annotated[int | None, typer.Option(help="Only this device ordinal.")] = None,
     module: Annotated[str | None, typer.Option(help="Only modules matching REGEX.")] = None,
-    fmt: FormatOpt = None,
+    fmt: DiffFormat = None,
 ) -> None:
-    """CI gate: compare PATH with a baseline report; exit 1 if it regressed."""
+    """CI gate: compare PATH with a baseline report; exit 1 if it regressed.
+
+    \b
+    Examples:
+      hlogap audit /tmp/tb_main --format json --top 0 -o baseline.json
+      hlogap check /tmp/tb_pr --baseline baseline.json --max-regression 3
+    """
     import os
 
     from hlogap.errors import EXIT_REGRESSION
@@ -466,13 +508,18 @@ def diff(
     ],
     chip: ChipOpt = None,
     top: TopOpt = 20,
-    fmt: FormatOpt = None,
+    fmt: DiffFormat = None,
     run: Annotated[str | None, typer.Option(help="Run name; default: newest.")] = None,
     host: Annotated[str | None, typer.Option(help="Only this host's file.")] = None,
     device: Annotated[int | None, typer.Option(help="Only this device ordinal.")] = None,
     module: Annotated[str | None, typer.Option(help="Only modules matching REGEX.")] = None,
 ) -> None:
-    """Op-by-op comparison of two profiles or reports, ops matched across recompiles."""
+    """Op-by-op comparison of two profiles or reports, ops matched across recompiles.
+
+    \b
+    Examples:
+      hlogap diff /tmp/tb_before /tmp/tb_after --top 10
+    """
     from hlogap.pipeline import load_pair
     from hlogap.render.base import choose_format
     from hlogap.report.compare import compare

@@ -142,3 +142,20 @@ def test_diff_and_check_follow_the_terminal_width(cpu_chip_file: Path) -> None:
             text = render(document, "table", RenderOptions(width=width))
             table = [line for line in text.splitlines() if "│" in line or "━" in line]
             assert max((len(line) for line in table), default=0) <= width
+
+
+@pytest.mark.parametrize("command", ["audit", "demo", "diff", "check", "chips", "bound"])
+def test_help_lists_exactly_the_formats_a_command_renders(command: str) -> None:
+    import re
+
+    from typer.testing import CliRunner
+
+    from hlogap.cli import app
+    from hlogap.render.base import formats
+
+    text = " ".join(CliRunner().invoke(app, [command, "--help"]).output.split())
+    found = re.search(r"Output format: ([a-z, ]+);", text)
+    assert found, text
+    listed = {name.strip() for name in found.group(1).split(",")}
+    assert listed == set(formats("audit" if command == "demo" else command))
+    assert "Examples:" in text

@@ -120,6 +120,39 @@ def _encode_stdout(text: str) -> None:
     sys.stdout.write(text)
 
 
+class _Progress:
+    """What is being read, on stderr, one line rewritten in place: only on a terminal, and only
+    once the work has taken a second (a quick audit prints nothing extra)."""
+
+    DELAY_S = 1.0
+
+    def __init__(self) -> None:
+        import time
+
+        self._clock = time.monotonic
+        self._start = self._clock()
+        self._shown = False
+        self._last = ""
+
+    def __call__(self, message: str) -> None:
+        self._last = message
+        if self._clock() - self._start >= self.DELAY_S:
+            self._show()
+
+    def _show(self) -> None:
+        sys.stderr.write(f"\r\x1b[Khlogap: {_escaped(self._last)}...")
+        sys.stderr.flush()
+        self._shown = True
+
+    def __enter__(self) -> _Progress | None:
+        return self if sys.stderr is not None and sys.stderr.isatty() else None
+
+    def __exit__(self, *exc: object) -> None:
+        if self._shown:  # the output starts on a clean line
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
 def _emit(text: str, output: Path | None) -> None:
     """To stdout, or to `output` whole or not at all (hlogap.files)."""
     if output is None or str(output) == "-":
@@ -216,19 +249,21 @@ def audit(
         from hlogap.render.plot import check_plot_target
 
         check_plot_target(plot)
-    report = run_audit(
-        path,
-        chip,
-        run=run,
-        host=host,
-        device=device,
-        module=module,
-        hlo_dump=hlo_dump,
-        sort=sort,
-        jobs=jobs,
-        group_by=group_by,
-        depth=depth,
-    )
+    with _Progress() as progress:
+        report = run_audit(
+            path,
+            chip,
+            run=run,
+            host=host,
+            device=device,
+            module=module,
+            hlo_dump=hlo_dump,
+            sort=sort,
+            jobs=jobs,
+            group_by=group_by,
+            depth=depth,
+            progress=progress,
+        )
     from hlogap.source import refuse_to_overwrite
 
     read = [*report.files, *([chip] if chip and Path(chip).is_file() else [])]
@@ -475,15 +510,17 @@ def check(
         },
         Path.cwd(),
     )
-    base, new = load_pair(
-        (baseline, "baseline"),
-        (path, "profile"),
-        chip=chip,
-        run=run,
-        host=host,
-        device=device,
-        module=module,
-    )
+    with _Progress() as progress:
+        base, new = load_pair(
+            (baseline, "baseline"),
+            (path, "profile"),
+            chip=chip,
+            run=run,
+            host=host,
+            device=device,
+            module=module,
+            progress=progress,
+        )
     result = run_check(compare(base, new), thresholds)
     _write(result, "check", fmt, None)
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -525,9 +562,17 @@ def diff(
     from hlogap.report.compare import compare
 
     choose_format("diff", fmt, None)
-    base_report, new_report = load_pair(
-        (base, "BASE"), (new, "NEW"), chip=chip, run=run, host=host, device=device, module=module
-    )
+    with _Progress() as progress:
+        base_report, new_report = load_pair(
+            (base, "BASE"),
+            (new, "NEW"),
+            chip=chip,
+            run=run,
+            host=host,
+            device=device,
+            module=module,
+            progress=progress,
+        )
     _write(compare(base_report, new_report), "diff", fmt, None, top)
 
 

@@ -12,7 +12,14 @@ from hlogap.report.groups import DEFAULT_DEPTH, GROUP_KEYS, group_rows
 from hlogap.report.model import SORT_KEYS, AuditReport, ChipSource, load_json, sort_rows
 from hlogap.source import ProfileSource, find_profile, is_url, regular_file
 from hlogap.trace.model import TraceData, merge_traces
-from hlogap.trace.reading import PendingTrace, can_fork, read_files, read_trace, start_reading
+from hlogap.trace.reading import (
+    PendingTrace,
+    Progress,
+    can_fork,
+    read_files,
+    read_trace,
+    start_reading,
+)
 from hlogap.trace.timing import ModulePattern, time_ops
 
 
@@ -20,7 +27,9 @@ def _read_one(args: tuple[str, str]) -> TraceData:
     return read_trace(*args)
 
 
-def read_profile(source: ProfileSource, jobs: int | None = None) -> TraceData | PendingTrace:
+def read_profile(
+    source: ProfileSource, jobs: int | None = None, progress: Progress | None = None
+) -> TraceData | PendingTrace:
     """Read every host file of the run: several files in parallel processes, one large file's
     device planes split over `jobs` processes (default: the machine's cores), returned pending
     so that the caller can work while they read."""
@@ -38,7 +47,7 @@ def read_profile(source: ProfileSource, jobs: int | None = None) -> TraceData | 
         with context.Pool(workers) as pool:  # leaving the block terminates the readers
             traces = pool.map(_read_one, pairs, chunksize=1)
     else:
-        traces = read_files(pairs, workers)
+        traces = read_files(pairs, workers, progress)
     return merge_traces(traces)
 
 
@@ -76,8 +85,10 @@ def audit(
     jobs: int | None = None,
     group_by: str | None = None,
     depth: int = DEFAULT_DEPTH,
+    progress: Progress | None = None,
 ) -> AuditReport:
-    """Audit a profile (logdir, run directory or .xplane.pb) and return the report."""
+    """Audit a profile (logdir, run directory or .xplane.pb) and return the report; `progress`
+    hears what is being done (a line at a time)."""
     sort_key = next((k for k in SORT_KEYS if k == sort), None)
     if sort_key is None:
         raise UsageError(f"unknown sort key '{sort}' (use one of: {', '.join(SORT_KEYS)})")
@@ -95,7 +106,9 @@ def audit(
         (load_chip(chip), "user", f"--chip {chip}") if chip else None
     )
     source = find_profile(path, run=run, host=host)
-    reading = read_profile(source, jobs)
+    if progress is not None:
+        progress(f"reading {len(source.files)} host file(s) of {source.path}")
+    reading = read_profile(source, jobs, progress)
     # Heavy imports, while forked readers run.
     from hlogap.report.analysis import op_rows
     from hlogap.report.steps import step_rows
@@ -107,6 +120,8 @@ def audit(
     times = time_ops(trace, device, module_re)
     if device is not None and times.devices == 0:
         raise UsageError(f"no device {device} in this profile")
+    if progress is not None:
+        progress(f"costing {int((times.events > 0).sum())} ops against {the_chip.name}")
     rows = op_rows(trace, times, the_chip, dump_dir)
     return AuditReport(
         steps=step_rows(trace, times.selected, rows),
@@ -151,18 +166,21 @@ def load_report(
     host: str | None = None,
     device: int | None = None,
     module: str | None = None,
+    progress: Progress | None = None,
 ) -> AuditReport:
     """A saved JSON report, or a profile audited. `role` ("baseline", "BASE"...) names it in
     errors. `module` (a regex) also filters the ops of a saved report."""
     if is_url(path):  # a remote profile: find_profile lists it through fsspec
-        return audit(path, chip, run=run, host=host, device=device, module=module)
+        return audit(
+            path, chip, run=run, host=host, device=device, module=module, progress=progress
+        )
     p = Path(path)
     if not p.exists():
         raise InputError(f"{role} not found: {p}")
     if not p.is_dir():
         regular_file(p, role)
     if not is_json_report(p):
-        return audit(p, chip, run=run, host=host, device=device, module=module)
+        return audit(p, chip, run=run, host=host, device=device, module=module, progress=progress)
     module_re = _module_regex(module)
     report = load_json(p, role)
     if module_re is None:

@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import io
 import re
+import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import FIXTURES
 
 CAPTURES = Path(__file__).parent / "terminal"
 
@@ -25,3 +29,41 @@ def test_every_op_is_one_line_that_fits(command: str, columns: int) -> None:
         assert rows
     if columns == 80 and command != "check":
         assert any(re.search(r"left out to fit 80 columns", line) for line in lines)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_shows_on_a_terminal_after_a_second(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cpu_chip_file: Path
+) -> None:
+    import shutil
+
+    from hlogap import cli
+    from hlogap.pipeline import audit
+
+    source = next((FIXTURES / "mlp").rglob("*.xplane.pb"))
+    run_dir = tmp_path / "tb" / "plugins" / "profile" / "run1"
+    run_dir.mkdir(parents=True)
+    for h in range(3):
+        shutil.copy(source, run_dir / f"h{h}.xplane.pb")
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(cli._Progress, "DELAY_S", 0.0)  # as if every step took a second
+    with cli._Progress() as progress:
+        assert progress is not None
+        audit(tmp_path / "tb", str(cpu_chip_file), jobs=1, progress=progress)
+    shown = terminal.getvalue()
+    assert "hlogap: reading 3 host file(s)" in shown
+    assert "read host 3 of 3 (h2)" in shown and "costing" in shown
+    assert shown.endswith("\r\x1b[K")  # the line is cleared before the output
+
+
+def test_no_progress_off_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hlogap import cli
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    with cli._Progress() as progress:
+        assert progress is None

@@ -123,12 +123,27 @@ def _plane_groups(planes: list[Plane], workers: int) -> list[list[Plane]]:
     return groups
 
 
-def read_files(pairs: Sequence[tuple[str, str]], workers: int) -> list[TraceData]:
+Progress = Callable[[str], None]
+
+
+def read_files(
+    pairs: Sequence[tuple[str, str]], workers: int, progress: Progress | None = None
+) -> list[TraceData]:
     """Read whole files ((path, host) each), `workers` at a time in forked processes when fork
-    is safe here, else one after the other; results in the order of `pairs`."""
-    if workers < 2 or not can_fork():
-        return [read_trace(path, host) for path, host in pairs]
+    is safe here, else one after the other; results in the order of `pairs`. `progress` hears
+    of each file read."""
     results: list[TraceData] = []
+
+    def done(trace: TraceData) -> None:
+        results.append(trace)
+        if progress is not None:
+            host = pairs[len(results) - 1][1]
+            progress(f"read host {len(results)} of {len(pairs)} ({host})")
+
+    if workers < 2 or not can_fork():
+        for path, host in pairs:
+            done(read_trace(path, host))
+        return results
     running: list[tuple[int, int]] = []
     tasks = iter(pairs)
     for pair in tasks:
@@ -136,7 +151,7 @@ def read_files(pairs: Sequence[tuple[str, str]], workers: int) -> list[TraceData
         if len(running) == workers:
             break
     while running:
-        results.append(_collect(running.pop(0)))
+        done(_collect(running.pop(0)))
         following = next(tasks, None)
         if following is not None:
             running.append(_fork(functools.partial(read_trace, *following)))

@@ -59,12 +59,24 @@ def write_bytes(path: Path, data: bytes, make_parents: bool = False) -> None:
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
+            # mkstemp makes the file private (0600): give it the mode a plain write would.
+            os.chmod(tmp, _mode_of(path))
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)
             raise
     except OSError as exc:
         raise HlogapError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def _mode_of(path: Path) -> int:
+    """The mode `path` has, or a new file gets under the process's umask."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def available_memory() -> int | None:

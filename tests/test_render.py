@@ -159,3 +159,45 @@ def test_help_lists_exactly_the_formats_a_command_renders(command: str) -> None:
     listed = {name.strip() for name in found.group(1).split(",")}
     assert listed == set(formats("audit" if command == "demo" else command))
     assert "Examples:" in text
+
+
+def _browser() -> str | None:
+    import shutil
+
+    return next(
+        (b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None
+    )
+
+
+def test_html_report_runs_in_a_headless_browser(tmp_path: Path, cpu_chip_file: Path) -> None:
+    # A real browser loads the page from disk (no network): the script runs to its end, logs no
+    # error, builds one table row per op, the chart and the scope table; a screenshot is taken.
+    import subprocess
+
+    browser = _browser()
+    if browser is None:
+        pytest.skip("no Chromium here (apt-get install chromium)")
+    from hlogap import audit
+    from hlogap.render.base import RenderOptions, render
+
+    report = audit(FIXTURES / "mlp_train", chip=str(cpu_chip_file))
+    page = tmp_path / "report.html"
+    page.write_text(render(report, "html", RenderOptions(top=0)))
+    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr"]
+    dom = subprocess.run(
+        [*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
+    )
+    console = [line for line in dom.stderr.splitlines() if ":CONSOLE" in line]
+    assert console == [], console
+    assert '<body data-ready="1">' in dom.stdout
+    assert dom.stdout.count('<tr class="op"') == len(report.ops)
+    assert "<svg" in dom.stdout and dom.stdout.count("<circle") > 0
+    assert "By scope" in dom.stdout and "jit(mlp_train)" in dom.stdout
+    shot = tmp_path / "report.png"
+    subprocess.run(
+        [*flags, "--window-size=1280,1600", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

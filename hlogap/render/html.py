@@ -1,26 +1,260 @@
-"""`--format html` (or `-o report.html`): one self-contained page to attach to a CI run or send
-to a colleague: the header, then every op with its numbers, its hints and its HLO."""
+"""`--format html` (or `-o report.html`): one self-contained page to attach to a CI run or open
+on an air-gapped cluster. No network: the report's JSON, the style and the script are inline.
+
+The page holds the header, the steps, the op table (sort by any column, filter by text, click
+an op for all its hints and its HLO), a roofline chart (log-log; one roof per distinct peak,
+the ridge points dashed; ops as points sized by time lost, hover for numbers, click to find
+the op in the table) and the ops rolled up by scope (the first components of `op_name`).
+"""
 
 from __future__ import annotations
 
+import json
 from html import escape
 
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.render.text import header_lines
 from hlogap.report.model import AuditReport
-from hlogap.units import fmt_eff, fmt_si, fmt_us
 
 _STYLE = """
-body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; }
+body { font: 14px/1.45 system-ui, sans-serif; margin: 1.5em 2em; color: #222; }
+h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.6em; }
+.header { font-family: ui-monospace, monospace; font-size: 12.5px; white-space: pre-wrap; }
 table { border-collapse: collapse; width: 100%; }
-th, td { padding: 4px 8px; border-bottom: 1px solid #ddd; vertical-align: top; }
-th { text-align: left; background: #f4f4f4; position: sticky; top: 0; }
-td.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-code { font-size: 12px; }
-details pre { white-space: pre-wrap; font-size: 12px; max-width: 80em; }
+th, td { padding: 3px 8px; border-bottom: 1px solid #e3e3e3; vertical-align: top; }
+th { text-align: left; background: #f4f4f4; position: sticky; top: 0; cursor: pointer;
+     user-select: none; white-space: nowrap; }
+th.sorted::after { content: attr(data-dir); color: #888; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tr.op:hover { background: #f7f9ff; } tr.op { cursor: pointer; }
+tr.found { background: #fff3c4; }
+tr.detail td { background: #fafafa; font-size: 12.5px; }
+tr.detail pre { white-space: pre-wrap; margin: 0.4em 0; max-width: 110em; }
+#filter { width: 28em; padding: 4px 6px; margin: 0.5em 0; }
+.bar { display: inline-block; height: 9px; background: #e4572e; vertical-align: middle; }
+svg text { font: 11px system-ui, sans-serif; fill: #333; }
+svg .roof { fill: none; stroke-width: 1.6; }
+svg .ridge { stroke: #999; stroke-dasharray: 4 3; }
+svg .grid { stroke: #eee; }
+svg circle { fill: rgba(228, 87, 46, 0.45); stroke: #7a2a14; cursor: pointer; }
+svg circle:hover { fill: rgba(228, 87, 46, 0.9); }
+.muted { color: #777; }
 """
-_COLUMNS = ("#", "op", "category", "n", "measured", "bound", "gap", "eff", "bound by", "FLOP",
-            "bytes", "why")  # fmt: skip
+
+# The page's behaviour: reads the report's JSON from the page itself; no network, no library.
+_SCRIPT = r"""
+"use strict";
+const R = JSON.parse(document.getElementById("report").textContent);
+const fmtUs = (us) => us == null ? "-" : us >= 1e6 ? (us / 1e6).toFixed(2) + " s"
+  : us >= 1e3 ? (us / 1e3).toFixed(2) + " ms" : us.toFixed(1) + " us";
+const si = (v, unit) => {
+  if (v == null) return "-";
+  const p = [[1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]].find(([s]) => Math.abs(v) >= s);
+  return p ? (v / p[0]).toPrecision(3) + " " + p[1] + unit : v.toPrecision(3) + " " + unit;
+};
+const pct = (f) => f == null ? "-" : Math.round(f * 100) + "%";
+const el = (tag, attrs = {}, text) => {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (text != null) e.textContent = text;
+  return e;
+};
+
+// --- op table: sort, filter, details -------------------------------------------------
+const COLUMNS = [
+  ["rank", "#", (o) => o.rank, (o) => String(o.rank), true],
+  ["name", "op", (o) => o.name, (o) => o.name, false],
+  ["category", "category", (o) => o.category, (o) => o.category, false],
+  ["occurrences", "n", (o) => o.occurrences, (o) => String(o.occurrences), true],
+  ["measured_us", "measured", (o) => o.measured_us, (o) => fmtUs(o.measured_us), true],
+  ["bound_us", "bound", (o) => o.bound_us, (o) => fmtUs(o.bound_us), true],
+  ["gap_us", "gap", (o) => o.gap_us, (o) => fmtUs(o.gap_us), true],
+  ["efficiency", "eff", (o) => o.efficiency, (o) => pct(o.efficiency), true],
+  ["bound_by", "bound by", (o) => o.bound_by, (o) => o.bound_by, false],
+  ["hints", "why", (o) => (o.hints[0] || ""), (o) => (o.hints[0] || ""), false],
+];
+let sortKey = "gap_us", sortDir = -1, filterText = "";
+const maxGap = Math.max(1e-9, ...R.ops.map((o) => o.gap_us || 0));
+
+function renderOps() {
+  const table = document.getElementById("ops");
+  table.textContent = "";
+  const head = el("tr");
+  for (const [key, label, , , num] of COLUMNS) {
+    const th = el("th", {"data-key": key}, label);
+    if (key === sortKey) { th.className = "sorted"; th.setAttribute("data-dir", sortDir < 0 ? " \u25bc" : " \u25b2"); }
+    th.addEventListener("click", () => {
+      sortDir = key === sortKey ? -sortDir : (num ? -1 : 1);
+      sortKey = key;
+      renderOps();
+    });
+    head.appendChild(th);
+  }
+  table.appendChild(head);
+  const get = COLUMNS.find((c) => c[0] === sortKey)[2];
+  const needle = filterText.toLowerCase();
+  const rows = R.ops.filter((o) => !needle || [o.name, o.category, o.bound_by, o.module,
+    o.op_name, o.hints.join(" ")].join(" ").toLowerCase().includes(needle));
+  rows.sort((a, b) => {
+    const x = get(a), y = get(b);
+    if (x == null) return 1;
+    if (y == null) return -1;
+    return (x < y ? -1 : x > y ? 1 : 0) * sortDir;
+  });
+  for (const o of rows) {
+    const tr = el("tr", {class: "op", id: "op-" + o.rank});
+    for (const [key, , , show, num] of COLUMNS) {
+      const td = el("td", num ? {class: "num"} : {});
+      if (key === "gap_us") {
+        const bar = el("span", {class: "bar", style: "width:" + (40 * (o.gap_us || 0) / maxGap).toFixed(1) + "px"});
+        td.appendChild(bar);
+        td.appendChild(document.createTextNode(" " + show(o)));
+      } else {
+        td.textContent = show(o);
+      }
+      tr.appendChild(td);
+    }
+    tr.addEventListener("click", () => toggleDetail(tr, o));
+    table.appendChild(tr);
+  }
+  document.getElementById("shown").textContent = rows.length + " of " + R.ops.length + " ops";
+}
+
+function toggleDetail(tr, o) {
+  const next = tr.nextElementSibling;
+  if (next && next.classList.contains("detail")) { next.remove(); return; }
+  const row = el("tr", {class: "detail"});
+  const td = el("td", {colspan: String(COLUMNS.length)});
+  const facts = [
+    "module " + o.module, "FLOPs " + si(o.flops, "FLOP"), "HBM " + si(o.bytes, "B"),
+    "interconnect " + si(o.comm_bytes, "B"), "T_compute " + fmtUs(o.t_compute_us),
+    "T_memory " + fmtUs(o.t_memory_us), "T_comm " + fmtUs(o.t_comm_us),
+  ];
+  td.appendChild(el("div", {class: "muted"}, facts.join(" \u00b7 ")));
+  if (o.op_name) td.appendChild(el("div", {}, "op_name: " + o.op_name + (o.source ? "  (" + o.source + ")" : "")));
+  const ul = el("ul");
+  for (const h of o.hints) ul.appendChild(el("li", {}, h));
+  td.appendChild(ul);
+  if (o.hlo) td.appendChild(el("pre", {}, o.hlo));
+  row.appendChild(td);
+  tr.after(row);
+}
+
+// --- roofline chart --------------------------------------------------------------------
+function renderChart() {
+  const box = document.getElementById("chart");
+  const chip = R.chip;
+  const pts = R.ops.filter((o) => o.bound_by !== "unmodeled" && o.flops > 0 && o.bytes > 0 && o.measured_us > 0)
+    .map((o) => ({o, x: o.flops / o.bytes, y: o.flops * o.occurrences / (o.measured_us * 1e-6)}));
+  if (!chip || !chip.peak_flops || !chip.hbm_bw) { box.appendChild(el("p", {class: "muted"}, "No chip peaks in this report: no chart.")); return; }
+  // One roof per distinct peak: dtypes that share a peak share a line and its label.
+  const byPeak = new Map();
+  for (const [dtype, peak] of Object.entries(chip.peak_flops)) byPeak.set(peak, [...(byPeak.get(peak) || []), dtype]);
+  const roofs = [...byPeak.entries()].sort((a, b) => b[0] - a[0]);
+  const ridges = roofs.map(([peak]) => peak / chip.hbm_bw);
+  const xs = [...pts.map((p) => p.x), ...ridges], ys = [...pts.map((p) => p.y), ...roofs.map(([p]) => p)];
+  const x0 = Math.min(...xs) / 4, x1 = Math.max(...xs) * 4;
+  const y0 = Math.min(...ys, x0 * chip.hbm_bw) / 4, y1 = Math.max(...ys) * 2;
+  const W = 1000, H = 460, L = 96, B = 40, T = 14, Rm = 250;
+  const sx = (x) => L + (W - L - Rm) * Math.log(x / x0) / Math.log(x1 / x0);
+  const sy = (y) => H - B - (H - B - T) * Math.log(y / y0) / Math.log(y1 / y0);
+  const NS = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("width", W); svg.setAttribute("height", H); svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  const add = (tag, attrs, text) => {
+    const e = document.createElementNS(NS, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+    if (text != null) e.textContent = text;
+    svg.appendChild(e);
+    return e;
+  };
+  for (let d = Math.ceil(Math.log10(x0)); d <= Math.floor(Math.log10(x1)); d++) {
+    add("line", {class: "grid", x1: sx(10 ** d), x2: sx(10 ** d), y1: T, y2: H - B});
+    add("text", {x: sx(10 ** d), y: H - B + 14, "text-anchor": "middle"}, "1e" + d);
+  }
+  for (let d = Math.ceil(Math.log10(y0)); d <= Math.floor(Math.log10(y1)); d++) {
+    add("line", {class: "grid", x1: L, x2: W - Rm, y1: sy(10 ** d), y2: sy(10 ** d)});
+    add("text", {x: L - 6, y: sy(10 ** d) + 4, "text-anchor": "end"}, si(10 ** d, "FLOP/s"));
+  }
+  add("text", {x: (L + W - Rm) / 2, y: H - 6, "text-anchor": "middle"}, "arithmetic intensity (FLOP per HBM byte)");
+  const colors = ["#1f6feb", "#2da44e", "#8250df", "#bf8700", "#cf222e", "#0a7ea4"];
+  roofs.forEach(([peak, dtypes], i) => {
+    const ridge = peak / chip.hbm_bw, c = colors[i % colors.length];
+    add("polyline", {class: "roof", stroke: c, points: `${sx(x0)},${sy(x0 * chip.hbm_bw)} ${sx(ridge)},${sy(peak)} ${sx(x1)},${sy(peak)}`});
+    add("line", {class: "ridge", x1: sx(ridge), x2: sx(ridge), y1: sy(peak), y2: H - B});
+    // Labels on the right margin, stacked so that they never overlap.
+    add("text", {x: W - Rm + 6, y: Math.max(T + 10 + 14 * i, sy(peak) + 4), fill: c},
+      dtypes.join("/") + " " + si(peak, "FLOP/s") + ", ridge " + ridge.toFixed(0));
+  });
+  for (const p of pts) {
+    const r = 3 + 14 * Math.sqrt(Math.max(0, p.o.gap_us) / maxGap);
+    const dot = add("circle", {cx: sx(p.x), cy: sy(p.y), r: r.toFixed(1)});
+    const t = document.createElementNS(NS, "title");
+    t.textContent = `${p.o.name}: ${si(p.y, "FLOP/s")} at ${p.x.toPrecision(3)} FLOP/B, lost ${fmtUs(p.o.gap_us)} (${pct(p.o.efficiency)} of its bound)`;
+    dot.appendChild(t);
+    dot.addEventListener("click", () => {
+      filterText = ""; document.getElementById("filter").value = ""; renderOps();
+      const row = document.getElementById("op-" + p.o.rank);
+      document.querySelectorAll("tr.found").forEach((e) => e.classList.remove("found"));
+      row.classList.add("found");
+      row.scrollIntoView({block: "center"});
+    });
+  }
+  box.appendChild(svg);
+  box.appendChild(el("p", {class: "muted"}, pts.length + " ops with FLOPs and bytes; area = time lost against the bound; hover for numbers, click to find the op."));
+}
+
+// --- scopes and steps ------------------------------------------------------------------
+function renderScopes() {
+  const groups = new Map();
+  for (const o of R.ops) {
+    const scope = (o.op_name || "(no op_name)").split("/").slice(0, 3).join("/");
+    const g = groups.get(scope) || {ops: 0, measured: 0, bound: 0, gap: 0};
+    g.ops += 1; g.measured += o.measured_us; g.bound += o.bound_us; g.gap += o.gap_us;
+    groups.set(scope, g);
+  }
+  const table = document.getElementById("scopes");
+  const head = el("tr");
+  for (const h of ["scope", "ops", "measured", "bound", "gap", "eff"]) head.appendChild(el("th", {}, h));
+  table.appendChild(head);
+  for (const [scope, g] of [...groups.entries()].sort((a, b) => b[1].gap - a[1].gap)) {
+    const tr = el("tr");
+    tr.appendChild(el("td", {}, scope));
+    for (const v of [String(g.ops), fmtUs(g.measured), fmtUs(g.bound), fmtUs(g.gap), pct(g.measured ? g.bound / g.measured : null)])
+      tr.appendChild(el("td", {class: "num"}, v));
+    table.appendChild(tr);
+  }
+}
+
+function renderSteps() {
+  const table = document.getElementById("steps");
+  if (!R.steps || !R.steps.length) { table.replaceWith(el("p", {class: "muted"}, "No steps in this profile.")); return; }
+  const cols = [["step", (s) => String(s.step)], ["wall", (s) => fmtUs(s.wall_us)], ["busy", (s) => fmtUs(s.busy_us)],
+    ["idle", (s) => fmtUs(s.idle_us)], ["measured", (s) => fmtUs(s.measured_us)], ["bound", (s) => fmtUs(s.bound_us)],
+    ["exposed comm", (s) => fmtUs(s.exposed_comm_us)]];
+  const head = el("tr");
+  for (const [h] of cols) head.appendChild(el("th", {}, h));
+  table.appendChild(head);
+  for (const s of R.steps) {
+    const tr = el("tr");
+    for (const [, f] of cols) tr.appendChild(el("td", {class: "num"}, f(s)));
+    table.appendChild(tr);
+  }
+}
+
+document.getElementById("filter").addEventListener("input", (e) => { filterText = e.target.value; renderOps(); });
+renderOps();
+renderChart();
+renderScopes();
+renderSteps();
+document.body.setAttribute("data-ready", "1");
+"""
+
+
+def _json_for_script(data: object) -> str:
+    """JSON that cannot end the <script> element it sits in."""
+    text = json.dumps(data, allow_nan=False, default=str)
+    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
 
 
 class HtmlRenderer:
@@ -31,36 +265,29 @@ class HtmlRenderer:
     def render(self, document: Document, options: RenderOptions) -> str:
         if not isinstance(document, AuditReport):
             raise TypeError(f"no HTML for {type(document).__name__}")
-        rows = document.ops if options.top <= 0 else document.ops[: options.top]
-        body = [f"<h1>hlogap audit: {escape(document.path)}</h1>", "<ul>"]
-        body += [f"<li>{escape(line)}</li>" for line in header_lines(document)]
-        body += ["</ul>", "<table>", "<tr>" + "".join(f"<th>{c}</th>" for c in _COLUMNS) + "</tr>"]
-        for rank, r in enumerate(rows, 1):
-            hints = "<br>".join(escape(h) for h in r.hints)
-            hlo = f"<details><summary>HLO</summary><pre>{escape(r.hlo)}</pre></details>"
-            cells = [
-                (str(rank), "n"),
-                (f"<code>{escape(r.name)}</code><br><small>{escape(r.module)}</small>", ""),
-                (escape(r.category), ""),
-                (str(r.occurrences), "n"),
-                (fmt_us(r.measured_us), "n"),
-                (fmt_us(r.bound_us), "n"),
-                (fmt_us(r.gap_us), "n"),
-                (fmt_eff(r.efficiency), "n"),
-                (escape(r.bound_by), ""),
-                (fmt_si(r.flops, ""), "n"),
-                (fmt_si(r.bytes, "B"), "n"),
-                (hints + (hlo if r.hlo else ""), ""),
-            ]
-            body.append("<tr>" + "".join(f'<td class="{k}">{v}</td>' for v, k in cells) + "</tr>")
-        body.append("</table>")
-        if len(rows) < len(document.ops):
-            body.append(f"<p>{len(rows)} of {len(document.ops)} ops; --top 0 shows all</p>")
-        return (
-            "<!doctype html>\n<html><head><meta charset=utf-8>"
-            f"<title>hlogap audit: {escape(document.path)}</title><style>{_STYLE}</style>"
-            "</head><body>\n" + "\n".join(body) + "\n</body></html>\n"
-        )
+        data = document.to_dict(options.top)
+        title = f"hlogap audit: {escape(document.path)}"
+        header = escape("\n".join(header_lines(document)))
+        return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>{_STYLE}</style></head>
+<body>
+<h1>{title}</h1>
+<div class="header">{header}</div>
+<h2>Roofline</h2>
+<div id="chart"></div>
+<h2>Ops <span id="shown" class="muted"></span></h2>
+<input id="filter" type="search" placeholder="filter: op, category, bound by, module, hint">
+<table id="ops"></table>
+<h2>By scope (op_name, 3 levels)</h2>
+<table id="scopes"></table>
+<h2>Steps</h2>
+<table id="steps"></table>
+<script type="application/json" id="report">{_json_for_script(data)}</script>
+<script>{_SCRIPT}</script>
+</body></html>
+"""
 
 
 register(HtmlRenderer())

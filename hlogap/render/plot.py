@@ -8,13 +8,19 @@ Each modeled op is a point at (arithmetic intensity, achieved FLOP/s) under the 
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 
 from hlogap.errors import UsageError
 from hlogap.files import check_output, write_bytes
 from hlogap.report.model import AuditReport
+from hlogap.units import fmt_si
 
 PLOT_SUFFIXES = (".svg", ".png", ".html")
+
+
+# Ops named on the chart, at most (the ones that lose the most time).
+LABELLED = 8
 
 
 def check_plot_target(target: Path) -> None:
@@ -44,15 +50,28 @@ def write_plot(report: AuditReport, target: Path) -> None:
     lo = min([*intensities, 0.1]) / 2
     hi = max([*intensities, max(chip.peak_flops.values()) / chip.hbm_bw]) * 4
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-    for dtype, peak in sorted(chip.peak_flops.items(), key=lambda kv: -kv[1]):
-        ax.plot(xs, [min(peak, x * chip.hbm_bw) for x in xs], lw=1.2, label=f"roof {dtype}")
+    # One roof per distinct peak: dtypes that share a peak share a line (no duplicate lines).
+    by_peak: dict[float, list[str]] = {}
+    for dtype, peak in chip.peak_flops.items():
+        by_peak.setdefault(peak, []).append(dtype)
+    for peak, dtypes in sorted(by_peak.items(), key=lambda kv: -kv[0]):
+        ridge = peak / chip.hbm_bw
+        label = f"{'/'.join(dtypes)} {fmt_si(peak, 'FLOP/s')}, ridge {ridge:.0f}"
+        ax.plot(xs, [min(peak, x * chip.hbm_bw) for x in xs], lw=1.2, label=label)
     if rows:
         achieved = [r.flops * r.occurrences / (r.measured_us * 1e-6) for r in rows]
         worst = max(max(r.gap_us for r in rows), 1e-9)
         sizes = [20 + 400 * max(r.gap_us, 0.0) / worst for r in rows]
         ax.scatter(intensities, achieved, s=sizes, alpha=0.5, c="tab:red", edgecolors="k")
-        for r, x, y in sorted(zip(rows, intensities, achieved), key=lambda t: -t[0].gap_us)[:8]:
-            ax.annotate(r.name, (x, y), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        # Names of the ops that lose most, skipping any that would sit on a name already drawn.
+        placed: list[tuple[float, float]] = []
+        ranked = sorted(zip(rows, intensities, achieved), key=lambda t: -t[0].gap_us)
+        for r, x, y in ranked[:LABELLED]:
+            at = (math.log10(x), math.log10(max(y, 1e-30)))
+            if any(abs(at[0] - p[0]) < 0.35 and abs(at[1] - p[1]) < 0.25 for p in placed):
+                continue
+            placed.append(at)
+            ax.annotate(r.name, (x, y), fontsize=7, xytext=(5, 4), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / HBM byte)")

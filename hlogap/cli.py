@@ -228,6 +228,14 @@ def audit(
     ] = 3,
     steps: Annotated[bool, typer.Option("--steps", help="Also print the per-step table.")] = False,
     wide: WideOpt = False,
+    cross_check: Annotated[
+        bool,
+        typer.Option(
+            "--cross-check",
+            help="Also run xprof's converter (the [xprof] extra) on a private copy of the "
+            "profile and compare its occurrences and self time with hlogap's, op by op.",
+        ),
+    ] = False,
 ) -> None:
     """Rank a profile's XLA ops by the time they lose against the roofline.
 
@@ -263,6 +271,7 @@ def audit(
             group_by=group_by,
             depth=depth,
             progress=progress,
+            cross_check=cross_check,
         )
     from hlogap.source import refuse_to_overwrite
 

@@ -86,6 +86,7 @@ def audit(
     group_by: str | None = None,
     depth: int = DEFAULT_DEPTH,
     progress: Progress | None = None,
+    cross_check: bool = False,
 ) -> AuditReport:
     """Audit a profile (logdir, run directory or .xplane.pb) and return the report; `progress`
     hears what is being done (a line at a time)."""
@@ -123,7 +124,7 @@ def audit(
     if progress is not None:
         progress(f"costing {int((times.events > 0).sum())} ops against {the_chip.name}")
     rows = op_rows(trace, times, the_chip, dump_dir)
-    return AuditReport(
+    report = AuditReport(
         steps=step_rows(trace, times.selected, rows),
         group_by=group_key,
         groups=group_rows(rows, group_key, depth, sort_key) if group_key else [],
@@ -141,6 +142,14 @@ def audit(
         sort=sort_key,
         warnings=list(trace.warnings),
     )
+    if cross_check:
+        from hlogap.report.crosscheck import cross_check as run_cross_check
+
+        if progress is not None:
+            progress("running xprof's converter on a copy of the profile")
+        selected = device is not None or module is not None
+        report.cross_check = run_cross_check(report, selected).to_dict()
+    return report
 
 
 def is_json_report(path: Path) -> bool:

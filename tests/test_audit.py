@@ -11,7 +11,7 @@ import pytest
 
 import hlogap as api
 from hlogap.render.base import RenderOptions, render
-from tests.conftest import FIXTURES, SAMPLE, cpu_fixtures
+from tests.conftest import FIXTURES, SAMPLE, SHARED, cpu_fixtures
 from tests.test_timing import _events_by_op
 
 CONTRACT_OP_KEYS = {
@@ -170,3 +170,48 @@ def test_python_api_is_hlogap_audit_and_import_is_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split()[1] == "cpu"
+
+
+CROSS_CHECKED = {
+    "mi300x": SHARED / "amd-gpu" / "mi300x_conv3d.xplane.pb",
+    "mi355x": SHARED / "amd-gpu" / "mi355x_te_attention.xplane.pb",
+    "v6e": SHARED / "tpu-v6e-offload" / "tpu_inference_2.xplane.pb",
+}
+
+
+@pytest.mark.parametrize("profile", sorted(CROSS_CHECKED))
+def test_cross_check_agrees_with_xprof_or_says_why(profile: str, tmp_path: Path) -> None:
+    # xprof's own converter (the [xprof] extra) on the real AMD and TPU profiles: every op
+    # agrees on occurrences and self time, or differs for a reason hlogap names; the profile
+    # is converted from a private copy, so nothing is written beside it.
+    import importlib.util
+    import shutil
+
+    if importlib.util.find_spec("xprof") is None:
+        pytest.skip("xprof (tensorboard-plugin-profile) is not installed")
+    source = CROSS_CHECKED[profile]
+    if not source.is_file():
+        pytest.skip(f"{source} absent (../shared not beside the project)")
+    copy = tmp_path / "profile" / source.name
+    copy.parent.mkdir()
+    shutil.copy(source, copy)
+    report = api.audit(copy, cross_check=True)
+    check = report.cross_check
+    assert check is not None and str(check["tool"]).startswith("xprof")
+    rows = check["rows"]
+    assert isinstance(rows, list) and len(rows) == len(report.ops)
+    unexplained = [r for r in rows if not r["agrees"] and not r["explained"]]
+    assert unexplained == []
+    if profile == "mi355x":  # Transformer Engine's attention launches several kernels per call
+        kernels = [r for r in rows if not r["agrees"]]
+        assert {r["name"] for r in kernels} == {
+            "te_fused_attn_backward_ffi.18",
+            "te_fused_attn_backward_ffi.12",
+            "te_fused_attn_forward_ffi.10",
+            "te_fused_attn_forward_ffi.15",
+        }
+        assert all("kernels as an occurrence" in r["why"] for r in kernels)
+    else:
+        assert check["agree"] == len(rows) - sum(not r["agrees"] for r in rows)
+    assert sorted(p.name for p in copy.parent.iterdir()) == [source.name]
+    assert "cross_check" in report.to_dict()

@@ -13,6 +13,7 @@ from hlogap.render.text import (
     DIFF_COLUMNS,
     DIFF_LEGEND,
     appeared_lines,
+    cross_check_lines,
     diff_cells,
     diff_header,
     header_lines,
@@ -107,6 +108,8 @@ def _audit(report: AuditReport, options: RenderOptions) -> str:
         table, after = _groups(report, top)
     else:
         table, after = _ops(report, top, options.width)
+    checked = cross_check_lines(report)
+    after = [*after, *(["", *checked] if checked else [])]
     text = _print([*header_lines(report), ""], table, after, width=width, color=color)
     if options.steps:
         text += _print(["", "steps:"], _steps(report), width=width, color=color)

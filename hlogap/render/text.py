@@ -166,3 +166,36 @@ def appeared_lines(result: CheckResult) -> list[str]:
         + names
         + (f" and {extra} more" if extra > 0 else "")
     ]
+
+
+CROSS_CHECK_ROWS = 10  # differing ops listed under the table; JSON lists them all
+
+
+def cross_check_lines(report: AuditReport) -> list[str]:
+    """`audit --cross-check`: the verdict, then the ops where xprof counts differently."""
+    check = report.cross_check
+    if not check:
+        return []
+    rows = check.get("rows")
+    differ = (
+        [r for r in rows if isinstance(r, dict) and not r.get("agrees")]
+        if isinstance(rows, list)
+        else []
+    )
+    lines = [str(check.get("summary", ""))]
+    by_reason: dict[str, list[str]] = {}
+    for r in differ:
+        by_reason.setdefault(str(r.get("why")), []).append(str(r.get("name")))
+    shown = 0
+    for why, names in by_reason.items():
+        if len(names) > 3:  # one reason for many ops: said once
+            lines.append(f"  {len(names)} ops ({', '.join(names[:3])}, ...): {why}")
+            shown += 1
+            continue
+        for name in names:
+            if shown < CROSS_CHECK_ROWS:
+                lines.append(f"  {name}: {why}")
+            shown += 1
+    if shown > CROSS_CHECK_ROWS:
+        lines.append(f"  ({shown - CROSS_CHECK_ROWS} more in --format json)")
+    return lines

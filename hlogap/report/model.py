@@ -272,6 +272,8 @@ class AuditReport:
     steps: list[StepRow] = field(default_factory=list)
     group_by: str | None = None  # `--group-by` (scope, category, source, module), when asked
     groups: list[GroupRow] = field(default_factory=list)
+    # `--cross-check`: xprof's counts beside ours (hlogap.report.crosscheck), as JSON.
+    cross_check: dict[str, object] | None = None
 
     @property
     def total_ops(self) -> int:
@@ -369,6 +371,7 @@ class AuditReport:
                 if self.group_by
                 else {}
             ),
+            **({"cross_check": self.cross_check} if self.cross_check else {}),
             "warnings": self.warnings,
         }
 

@@ -50,14 +50,19 @@ def test_a_full_disk_is_an_error_not_a_crash(tmp_path: Path) -> None:
         {"PYTHONIOENCODING": "ascii"},
     ],
 )
-@pytest.mark.parametrize("command", ["audit", "chips"])
+@pytest.mark.parametrize("command", ["audit", "chips", "diff", "check", "bound"])
 def test_plain_locales_print_tables(locale: dict[str, str], command: str, tmp_path: Path) -> None:
-    args = (
-        ["chips"]
-        if command == "chips"
-        else ["audit", str(logdir_copy(tmp_path)), "--chip", str(chip_file(tmp_path))]
-    )
-    assert_clean(run(args, tmp_path, env=locale), (0,))
+    logdir, chip = logdir_copy(tmp_path), str(chip_file(tmp_path))
+    args = {
+        "audit": ["audit", str(logdir), "--chip", chip],
+        "chips": ["chips"],
+        "diff": ["diff", str(logdir), str(logdir), "--chip", chip],
+        "check": ["check", str(logdir), "--baseline", str(logdir), "--chip", chip],
+        "bound": ["bound", "%a = f32[8]{0} add(f32[8]{0} %x, f32[8]{0} %y)", "--chip", "h100-sxm"],
+    }[command]
+    result = run(args, tmp_path, env=locale)
+    assert_clean(result, (0,))
+    assert result.out.strip()
 
 
 def test_an_unwritable_cache_is_an_error(tmp_path: Path) -> None:

@@ -152,8 +152,34 @@ def test_load_by_name_and_by_path() -> None:
 
 
 def test_unknown_name() -> None:
-    with pytest.raises(UsageError, match=r"unknown chip 'h900'; known: a100-pcie, .*h100-sxm"):
-        load_chip("h900")
+    with pytest.raises(UsageError, match=r"unknown chip 'zz9'; known: a100-pcie, .*h100-sxm"):
+        load_chip("zz9")
+
+
+@pytest.mark.parametrize(
+    ("name", "suggested"),
+    [
+        ("h100", "h100-pcie, h100-sxm"),
+        ("tpu-v5", "tpu-v5e, tpu-v5p"),
+        ("tpuv6e", "tpu-v6e"),
+        ("h900", "h200"),
+        ("MI30", "mi300x"),
+    ],
+)
+def test_a_near_name_gets_suggestions(name: str, suggested: str) -> None:
+    with pytest.raises(UsageError, match=f"did you mean {suggested}\\?"):
+        load_chip(name)
+
+
+def test_cpu_is_the_calibrated_chip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HLOGAP_CACHE_DIR", str(tmp_path))
+    with pytest.raises(UsageError, match="hlogap calibrate"):
+        load_chip("cpu")
+    (tmp_path / "hlogap").mkdir()
+    (tmp_path / "hlogap" / "cpu.toml").write_text(
+        'name = "cpu"\n[peak_flops]\nf32 = 1e11\n[memory]\nhbm_bw = 1e10\n'
+    )
+    assert load_chip("cpu").name == "cpu" and load_chip("CPU").hbm_bw == 1e10
 
 
 def test_minimal_user_file(tmp_path: Path) -> None:

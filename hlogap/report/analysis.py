@@ -17,7 +17,7 @@ from hlogap.chips import Chip
 from hlogap.cost import OpCost, cost_instruction, executions_per_run
 from hlogap.cost.trace_stats import cost_from_trace_stats
 from hlogap.hlo.fingerprint import fingerprint
-from hlogap.hlo.index import HloIndex
+from hlogap.hlo.index import HloIndex, ResolvedOp
 from hlogap.hlo.opcodes import async_role
 from hlogap.hlo.printer import print_instruction
 from hlogap.report.model import OpRow
@@ -36,10 +36,11 @@ def op_rows(
     loop_runs: dict[int, dict[str, int | None]] = {}  # per module object
     rows: list[OpRow] = []
     num_devices = len({(d.host, d.ordinal) for d in trace.devices}) or None
-    host_waits = _host_waits(trace, times, index, chip)
-    for i in np.flatnonzero(times.events):
+    # Each op's HLO, found once (TPU ops parse their own text).
+    ops = {int(i): index.resolve(trace.ops[i]) for i in np.flatnonzero(times.events)}
+    host_waits = _host_waits(trace, times, ops, chip)
+    for i, resolved in ops.items():
         info = trace.ops[i]
-        resolved = index.resolve(info)
         inst = resolved.instruction
         if inst is None:
             cost = OpCost(unmodeled=resolved.missing or "no HLO")
@@ -124,7 +125,7 @@ class _HostTransfer:
 
 
 def _host_waits(
-    trace: TraceData, times: OpTimes, index: HloIndex, chip: Chip
+    trace: TraceData, times: OpTimes, ops: dict[int, ResolvedOp], chip: Chip
 ) -> dict[int, tuple[Bound, float, str]]:
     """(bound, bound in us, hint) of each done (by op) that waits for a host transfer.
 
@@ -137,14 +138,13 @@ def _host_waits(
         return {}
     op_ids = {o.key: i for i, o in enumerate(trace.ops)}
     transfers: dict[int, _HostTransfer] = {}
-    for event_op in np.flatnonzero(times.events):
-        done = int(event_op)
+    for done, found in ops.items():
         key = trace.ops[done].key
-        inst = index.resolve(trace.ops[done]).instruction
+        inst = found.instruction
         if inst is None or async_role(inst.opcode, inst.name) != "done" or not inst.operands:
             continue
         start = op_ids.get(OpKey(key.module, key.program_id, inst.operands[0]))
-        resolved = index.resolve(trace.ops[start]) if start is not None else None
+        resolved = ops.get(start) if start is not None else None  # a start that ran
         if start is None or resolved is None or resolved.instruction is None:
             continue
         cost = cost_instruction(resolved.instruction, resolved.module)

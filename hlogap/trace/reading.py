@@ -150,11 +150,15 @@ def read_files(
         running.append(_fork(functools.partial(read_trace, *pair)))
         if len(running) == workers:
             break
-    while running:
-        done(_collect(running.pop(0)))
-        following = next(tasks, None)
-        if following is not None:
-            running.append(_fork(functools.partial(read_trace, *following)))
+    try:
+        while running:
+            done(_collect(running.pop(0)))
+            following = next(tasks, None)
+            if following is not None:
+                running.append(_fork(functools.partial(read_trace, *following)))
+    except BaseException:  # a bad host file or an interrupt: the other readers end too
+        stop_readers()
+        raise
     return results
 
 

@@ -112,6 +112,7 @@ def audit(
     reading = read_profile(source, jobs, progress)
     # Heavy imports, while forked readers run.
     from hlogap.report.analysis import op_rows
+    from hlogap.report.hosts import host_skew
     from hlogap.report.steps import step_rows
 
     trace = reading.result() if isinstance(reading, PendingTrace) else reading
@@ -142,6 +143,7 @@ def audit(
         sort=sort_key,
         warnings=list(trace.warnings),
     )
+    report.host_skew = host_skew(trace, times.selected, rows) or None
     if cross_check:
         from hlogap.report.crosscheck import cross_check as run_cross_check
 

@@ -215,3 +215,31 @@ def test_cross_check_agrees_with_xprof_or_says_why(profile: str, tmp_path: Path)
         assert check["agree"] == len(rows) - sum(not r["agrees"] for r in rows)
     assert sorted(p.name for p in copy.parent.iterdir()) == [source.name]
     assert "cross_check" in report.to_dict()
+
+
+def test_the_slow_host_is_named(tmp_path: Path, cpu_chip_file: Path) -> None:
+    # Four hosts run the same program; host02's events all take 1.5x as long (a straggler).
+    from hlogap.proto import xplane_pb2
+
+    source = next((FIXTURES / "mlp").rglob("*.xplane.pb")).read_bytes()
+    run_dir = tmp_path / "tb" / "plugins" / "profile" / "run1"
+    run_dir.mkdir(parents=True)
+    for h in range(4):
+        space = xplane_pb2.XSpace.FromString(source)
+        if h == 2:
+            for plane in space.planes:
+                for line in plane.lines:
+                    for event in line.events:
+                        event.duration_ps = event.duration_ps * 3 // 2
+        (run_dir / f"host{h:02d}.xplane.pb").write_bytes(space.SerializeToString())
+    report = api.audit(tmp_path / "tb", str(cpu_chip_file), jobs=1)
+    skew = report.host_skew
+    assert skew is not None and skew["slowest_host"] == "host02"
+    # Events 1.5x as long; self time also counts async ops until their `end:` markers, whose
+    # offsets were not moved: the host's time in ops grows by a little less than half.
+    assert 30 < skew["over_median_pct"] <= 50
+    ops = skew["ops"]
+    assert isinstance(ops, list) and ops and all(o["slowest_host"] == "host02" for o in ops)
+    assert report.to_dict()["hosts"]["slowest_host"] == "host02"
+    text = render(report, "table", RenderOptions(top=3))
+    assert "slowest host: host02" in text and "over the median host" in text

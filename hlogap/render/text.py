@@ -26,7 +26,42 @@ def header_lines(report: AuditReport) -> list[str]:
         f"modeled {fmt_eff(modeled)} of time"
         + (f", possible speedup {speedup:.2f}x" if speedup else ""),
         *step_lines(report),
+        *skew_lines(report),
     ]
+
+
+SKEW_WORTH_PCT = 1.0  # an op slower by less than this on its slowest host is not named
+
+
+def skew_lines(report: AuditReport) -> list[str]:
+    """Several hosts: the slowest one, and the op that is slowest on some host."""
+    skew = report.host_skew
+    if not skew:
+        return []
+    over = skew.get("over_median_pct")
+    line = (
+        f"slowest host: {skew.get('slowest_host')}, {fmt_us(_float(skew.get('slowest_us')))} "
+        f"in ops, {_pct_text(over)} over the median host"
+    )
+    ops = skew.get("ops")
+    if isinstance(ops, list) and ops and isinstance(ops[0], dict):
+        worst = ops[0]
+        worst_over = worst.get("over_median_pct")
+        if not isinstance(worst_over, (int, float)) or worst_over < SKEW_WORTH_PCT:
+            return [line + f"; no op is {SKEW_WORTH_PCT:g}% slower on one host than its median"]
+        line += (
+            f"; most skewed op: {worst.get('name')} on {worst.get('slowest_host')}, "
+            f"{_pct_text(worst.get('over_median_pct'))} over its median host"
+        )
+    return [line]
+
+
+def _float(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def _pct_text(value: object) -> str:
+    return f"{value:+.0f}%" if isinstance(value, (int, float)) else "?"
 
 
 def step_lines(report: AuditReport) -> list[str]:

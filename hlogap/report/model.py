@@ -274,6 +274,8 @@ class AuditReport:
     groups: list[GroupRow] = field(default_factory=list)
     # `--cross-check`: xprof's counts beside ours (hlogap.report.crosscheck), as JSON.
     cross_check: dict[str, object] | None = None
+    # Several hosts: the slowest against the median, in all and op by op (hlogap.report.hosts).
+    host_skew: dict[str, object] | None = None
 
     @property
     def total_ops(self) -> int:
@@ -371,6 +373,7 @@ class AuditReport:
                 if self.group_by
                 else {}
             ),
+            **({"hosts": self.host_skew} if self.host_skew else {}),
             **({"cross_check": self.cross_check} if self.cross_check else {}),
             "warnings": self.warnings,
         }

@@ -102,17 +102,64 @@ def scale_profile(source: Path, target: Path, events_wanted: int) -> int:
 @dataclass
 class Run:
     wall_s: float
-    peak_rss_mb: float
+    peak_rss_mb: float  # the command's own process
+    peak_total_mb: float  # the command and every process it started (readers), PSS, sampled
     ok: bool
 
 
+def _tree(root: int) -> list[int]:
+    """`root` and its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _pss_mb(pid: int) -> float:
+    """Proportional set size: shared pages (a forked reader's copy-on-write file) count once."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
 def measure(cmd: list[str], cwd: Path) -> Run:
+    import threading
+
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peak_total = 0.0
+    running = threading.Event()
+    running.set()
+
+    def sample() -> None:  # every 20 ms: the whole tree's PSS
+        nonlocal peak_total
+        while running.is_set():
+            peak_total = max(peak_total, sum(_pss_mb(p) for p in _tree(proc.pid)))
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
+    running.clear()
+    sampler.join()
     # ru_maxrss is in KiB on Linux.
-    return Run(wall, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status) == 0)
+    rss = usage.ru_maxrss / 1024
+    return Run(wall, rss, max(peak_total, rss), os.waitstatus_to_exitcode(status) == 0)
 
 
 def bench(sizes: list[int], repeats: int, chip: str) -> list[dict[str, object]]:
@@ -145,9 +192,11 @@ def bench(sizes: list[int], repeats: int, chip: str) -> list[dict[str, object]]:
                 "source": source.name,
                 "hlogap_s": best_ours.wall_s,
                 "hlogap_rss_mb": max(r.peak_rss_mb for r in ours),
+                "hlogap_total_mb": max(r.peak_total_mb for r in ours),
                 "hlogap_ok": all(r.ok for r in ours),
                 "xprof_s": best_theirs.wall_s,
                 "xprof_rss_mb": max(r.peak_rss_mb for r in theirs),
+                "xprof_total_mb": max(r.peak_total_mb for r in theirs),
                 "xprof_ok": all(r.ok for r in theirs),
             }
             results.append(row)
@@ -161,16 +210,18 @@ def _format_row(r: dict[str, object]) -> str:
     ours, theirs = float(r["hlogap_s"]), float(r["xprof_s"])  # type: ignore[arg-type]
     return (
         f"| {int(ev):,} | {float(r['size_mb']):.1f} MB | {ours:.2f} s | {ev / ours / 1e6:.2f} M/s "  # type: ignore[arg-type]
-        f"| {float(r['hlogap_rss_mb']):.0f} MB | {theirs:.2f} s | {ev / theirs / 1e6:.2f} M/s "  # type: ignore[arg-type]
-        f"| {float(r['xprof_rss_mb']):.0f} MB | {ours / theirs:.2f}x |"  # type: ignore[arg-type]
+        f"| {float(r['hlogap_rss_mb']):.0f} MB | {float(r['hlogap_total_mb']):.0f} MB "  # type: ignore[arg-type]
+        f"| {theirs:.2f} s | {ev / theirs / 1e6:.2f} M/s "
+        f"| {float(r['xprof_rss_mb']):.0f} MB | {float(r['xprof_total_mb']):.0f} MB "  # type: ignore[arg-type]
+        f"| {ours / theirs:.2f}x |"
         + ("" if r["hlogap_ok"] and r["xprof_ok"] else " (a run failed)")
     )
 
 
 HEADER = (
-    "| events | file | hlogap wall | hlogap events/s | hlogap peak RSS | xprof wall "
-    "| xprof events/s | xprof peak RSS | hlogap / xprof |\n"
-    "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    "| events | file | hlogap wall | hlogap events/s | hlogap peak RSS | hlogap peak total "
+    "| xprof wall | xprof events/s | xprof peak RSS | xprof peak total | hlogap / xprof |\n"
+    "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 )
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 

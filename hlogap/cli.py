@@ -153,14 +153,20 @@ class _Progress:
             sys.stderr.flush()
 
 
+def _file_target(output: Path | None) -> Path | None:
+    """The file `-o` names; None for stdout (no `-o`, or `-o -`)."""
+    return None if output is None or str(output) == "-" else output
+
+
 def _emit(text: str, output: Path | None) -> None:
     """To stdout, or to `output` whole or not at all (hlogap.files)."""
-    if output is None or str(output) == "-":
+    target = _file_target(output)
+    if target is None:
         _write_stdout(text)
         return
     from hlogap.files import write_text
 
-    write_text(output, text)
+    write_text(target, text)
 
 
 def _write(
@@ -179,8 +185,7 @@ def _write(
     from hlogap.render.base import RenderOptions, choose_format, render
 
     chosen = choose_format(kind, fmt, output)
-    to_stdout = output is None or str(output) == "-"
-    terminal = to_stdout and sys.stdout is not None and sys.stdout.isatty()
+    terminal = _file_target(output) is None and sys.stdout is not None and sys.stdout.isatty()
     width = shutil.get_terminal_size().columns if terminal and not wide else None
     # Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org).
     color = terminal and not os.environ.get("NO_COLOR")
@@ -249,10 +254,11 @@ def audit(
     from hlogap.render.base import choose_format
 
     choose_format("audit", fmt, output)  # a bad format fails before the profile is read
-    if output is not None and str(output) != "-":
+    target = _file_target(output)
+    if target is not None:
         from hlogap.files import check_output
 
-        check_output(output)
+        check_output(target)
     if plot is not None:
         from hlogap.render.plot import check_plot_target
 
@@ -276,9 +282,9 @@ def audit(
     from hlogap.source import refuse_to_overwrite
 
     read = [*report.files, *([chip] if chip and Path(chip).is_file() else [])]
-    for target in (output, plot):
-        if target is not None:
-            refuse_to_overwrite(target, read)
+    for written in (target, plot):
+        if written is not None:
+            refuse_to_overwrite(written, read)
     _write(report, "audit", fmt, output, top, steps, wide)
     if plot is not None:
         from hlogap.render.plot import write_plot
@@ -337,13 +343,14 @@ def calibrate(
     from hlogap.chips.calibrate import calibrate as run_calibrate
     from hlogap.chips.calibrate import calibrated_path, chip_text, measure
 
-    if output is not None and str(output) != "-":
+    target = _file_target(output)
+    if target is not None:
         from hlogap.files import check_output
         from hlogap.source import refuse_to_overwrite
 
-        check_output(output)  # before a minute of measuring, not after
-        refuse_to_overwrite(output, [])
-    if output is not None and str(output) == "-":
+        check_output(target)  # before a minute of measuring, not after
+        refuse_to_overwrite(target, [])
+    if output is not None and target is None:  # -o -: the chip file on stdout
         result = measure()
         _write_stdout(chip_text(result))
     else:

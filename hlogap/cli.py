@@ -233,6 +233,14 @@ def audit(
     ] = 3,
     steps: Annotated[bool, typer.Option("--steps", help="Also print the per-step table.")] = False,
     wide: WideOpt = False,
+    skip_bad_hosts: Annotated[
+        bool,
+        typer.Option(
+            "--skip-bad-hosts",
+            help="Audit the hosts whose files can be read; name the others in the warnings "
+            "(default: a missing or corrupt host file is an error).",
+        ),
+    ] = False,
     cross_check: Annotated[
         bool,
         typer.Option(
@@ -278,6 +286,7 @@ def audit(
             depth=depth,
             progress=progress,
             cross_check=cross_check,
+            skip_bad_hosts=skip_bad_hosts,
         )
     from hlogap.source import refuse_to_overwrite
 

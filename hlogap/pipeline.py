@@ -15,24 +15,30 @@ from hlogap.trace.model import TraceData, merge_traces
 from hlogap.trace.reading import (
     PendingTrace,
     Progress,
+    SkippedHost,
     can_fork,
     read_files,
-    read_trace,
+    read_host,
     start_reading,
 )
 from hlogap.trace.timing import ModulePattern, time_ops
 
 
-def _read_one(args: tuple[str, str]) -> TraceData:
-    return read_trace(*args)
+def _read_one(args: tuple[str, str, bool]) -> TraceData | SkippedHost:
+    return read_host(*args)
 
 
 def read_profile(
-    source: ProfileSource, jobs: int | None = None, progress: Progress | None = None
+    source: ProfileSource,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    skip_bad_hosts: bool = False,
 ) -> TraceData | PendingTrace:
     """Read every host file of the run: several files in parallel processes, one large file's
     device planes split over `jobs` processes (default: the machine's cores), returned pending
-    so that the caller can work while they read."""
+    so that the caller can work while they read. With `skip_bad_hosts`, a host file that cannot
+    be read is left out and named in the warnings (not a single-file run: nothing would be
+    left)."""
     pairs = list(zip(source.files, source.hosts))
     if len(pairs) == 1:
         # One file: its device planes are the tasks (the reader never splits finer).
@@ -45,10 +51,17 @@ def read_profile(
         methods = multiprocessing.get_all_start_methods()
         context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
         with context.Pool(workers) as pool:  # leaving the block terminates the readers
-            traces = pool.map(_read_one, pairs, chunksize=1)
+            tasks = [(path, host, skip_bad_hosts) for path, host in pairs]
+            results = pool.map(_read_one, tasks, chunksize=1)
     else:
-        traces = read_files(pairs, workers, progress)
-    return merge_traces(traces)
+        results = read_files(pairs, workers, progress, skip_bad_hosts)
+    traces = [r for r in results if isinstance(r, TraceData)]
+    skipped = [r for r in results if isinstance(r, SkippedHost)]
+    if not traces:
+        raise InputError(f"no host file of {source.path} could be read: {skipped[0].reason}")
+    merged = merge_traces(traces)
+    merged.warnings += [f"skipped host {s.host}: {s.reason}" for s in skipped]
+    return merged
 
 
 def chip_from_trace(trace: TraceData) -> tuple[Chip, ChipSource, str]:
@@ -87,6 +100,7 @@ def audit(
     depth: int = DEFAULT_DEPTH,
     progress: Progress | None = None,
     cross_check: bool = False,
+    skip_bad_hosts: bool = False,
 ) -> AuditReport:
     """Audit a profile (logdir, run directory or .xplane.pb) and return the report; `progress`
     hears what is being done (a line at a time)."""
@@ -109,7 +123,7 @@ def audit(
     source = find_profile(path, run=run, host=host)
     if progress is not None:
         progress(f"reading {len(source.files)} host file(s) of {source.path}")
-    reading = read_profile(source, jobs, progress)
+    reading = read_profile(source, jobs, progress, skip_bad_hosts)
     # Heavy imports, while forked readers run.
     from hlogap.report.analysis import op_rows
     from hlogap.report.hosts import host_skew

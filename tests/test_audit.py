@@ -243,3 +243,22 @@ def test_the_slow_host_is_named(tmp_path: Path, cpu_chip_file: Path) -> None:
     assert report.to_dict()["hosts"]["slowest_host"] == "host02"
     text = render(report, "table", RenderOptions(top=3))
     assert "slowest host: host02" in text and "over the median host" in text
+
+
+def test_skip_bad_hosts_audits_the_rest_and_names_the_bad_one(
+    tmp_path: Path, cpu_chip_file: Path
+) -> None:
+    source = next((FIXTURES / "mlp").rglob("*.xplane.pb")).read_bytes()
+    run_dir = tmp_path / "tb" / "plugins" / "profile" / "run1"
+    run_dir.mkdir(parents=True)
+    for h in range(4):
+        (run_dir / f"host{h:02d}.xplane.pb").write_bytes(source if h != 2 else source[:3000])
+    from hlogap.errors import InputError
+
+    with pytest.raises(InputError, match="host02"):
+        api.audit(tmp_path / "tb", str(cpu_chip_file), jobs=2)
+    report = api.audit(tmp_path / "tb", str(cpu_chip_file), jobs=2, skip_bad_hosts=True)
+    one = api.audit(run_dir / "host00.xplane.pb", str(cpu_chip_file))
+    assert report.devices == 3 and report.measured_us == pytest.approx(3 * one.measured_us)
+    assert [w for w in report.warnings if w.startswith("skipped host host02:")]
+    assert "warning: skipped host host02" in render(report, "table", RenderOptions(top=1))

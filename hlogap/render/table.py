@@ -110,6 +110,7 @@ def _audit(report: AuditReport, options: RenderOptions) -> str:
         table, after = _ops(report, top, options.width)
     checked = cross_check_lines(report)
     after = [*after, *(["", *checked] if checked else [])]
+    after += [f"warning: {w}" for w in report.warnings]
     text = _print([*header_lines(report), ""], table, after, width=width, color=color)
     if options.steps:
         text += _print(["", "steps:"], _steps(report), width=width, color=color)

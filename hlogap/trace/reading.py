@@ -14,6 +14,7 @@ import pickle
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from hlogap.errors import HlogapError
@@ -51,7 +52,8 @@ class PendingTrace:
         self._children = children
 
     def result(self) -> TraceData:
-        return merge_traces([self._own, *(_collect(child) for child in self._children)])
+        parts = [_collect(child) for child in self._children]  # planes of one file: never skipped
+        return merge_traces([self._own, *(p for p in parts if isinstance(p, TraceData))])
 
 
 def start_reading(path: str | Path, host: str, workers: int = 1) -> TraceData | PendingTrace:
@@ -126,15 +128,37 @@ def _plane_groups(planes: list[Plane], workers: int) -> list[list[Plane]]:
 Progress = Callable[[str], None]
 
 
+@dataclass(frozen=True)
+class SkippedHost:
+    """A host file left out (`--skip-bad-hosts`), and why."""
+
+    host: str
+    reason: str
+
+
+def read_host(path: str, host: str, skip_bad: bool = False) -> TraceData | SkippedHost:
+    """One host's file; with `skip_bad`, a file that cannot be read is skipped with the reason
+    instead of failing the whole run."""
+    try:
+        return read_trace(path, host)
+    except HlogapError as exc:
+        if not skip_bad:
+            raise
+        return SkippedHost(host, str(exc))
+
+
 def read_files(
-    pairs: Sequence[tuple[str, str]], workers: int, progress: Progress | None = None
-) -> list[TraceData]:
+    pairs: Sequence[tuple[str, str]],
+    workers: int,
+    progress: Progress | None = None,
+    skip_bad: bool = False,
+) -> list[TraceData | SkippedHost]:
     """Read whole files ((path, host) each), `workers` at a time in forked processes when fork
     is safe here, else one after the other; results in the order of `pairs`. `progress` hears
-    of each file read."""
-    results: list[TraceData] = []
+    of each file read; `skip_bad`: see `read_host`."""
+    results: list[TraceData | SkippedHost] = []
 
-    def done(trace: TraceData) -> None:
+    def done(trace: TraceData | SkippedHost) -> None:
         results.append(trace)
         if progress is not None:
             host = pairs[len(results) - 1][1]
@@ -142,12 +166,12 @@ def read_files(
 
     if workers < 2 or not can_fork():
         for path, host in pairs:
-            done(read_trace(path, host))
+            done(read_host(path, host, skip_bad))
         return results
     running: list[tuple[int, int]] = []
     tasks = iter(pairs)
     for pair in tasks:
-        running.append(_fork(functools.partial(read_trace, *pair)))
+        running.append(_fork(functools.partial(read_host, *pair, skip_bad)))
         if len(running) == workers:
             break
     try:
@@ -155,7 +179,7 @@ def read_files(
             done(_collect(running.pop(0)))
             following = next(tasks, None)
             if following is not None:
-                running.append(_fork(functools.partial(read_trace, *following)))
+                running.append(_fork(functools.partial(read_host, *following, skip_bad)))
     except BaseException:  # a bad host file or an interrupt: the other readers end too
         stop_readers()
         raise
@@ -173,7 +197,7 @@ def _fork_reader(
     return _fork(lambda: _read_planes(backend, host, metadata, planes, [], []))
 
 
-def _fork(task: Callable[[], TraceData]) -> tuple[int, int]:
+def _fork(task: Callable[[], TraceData | SkippedHost]) -> tuple[int, int]:
     """Fork a child that runs `task` and writes its pickled result (or error) to a pipe."""
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -198,7 +222,7 @@ def _fork(task: Callable[[], TraceData]) -> tuple[int, int]:
     return pid, read_end
 
 
-def _collect(child: tuple[int, int]) -> TraceData:
+def _collect(child: tuple[int, int]) -> TraceData | SkippedHost:
     pid, read_end = child
     with os.fdopen(read_end, "rb") as src:
         data = src.read()

@@ -11,7 +11,8 @@ import pytest
 
 from hlogap import audit, load_report
 from hlogap.proto import xplane_pb2
-from hlogap.report.steps import _covered, _merged
+from hlogap.report.steps import _covered
+from hlogap.trace.timing import merged_intervals
 from tests.conftest import FIXTURES, SHARED, cpu_fixtures, oracle
 from tests.test_timing import _events_by_op
 
@@ -113,7 +114,7 @@ def test_without_annotations_a_step_is_an_execution_of_the_main_module(amd_file:
 def test_union_and_window_cover() -> None:
     start = np.array([0, 5, 20, 22, 40], dtype=np.int64)
     end = np.array([10, 8, 25, 30, 50], dtype=np.int64)
-    s, e = _merged(start, end)
+    s, e = merged_intervals(start, end)
     assert (s.tolist(), e.tolist()) == ([0, 20, 40], [10, 30, 50])
     a = np.array([0, 5, 25, 31, 0, 45], dtype=np.int64)
     b = np.array([50, 21, 45, 39, 1, 46], dtype=np.int64)

@@ -22,7 +22,7 @@ from hlogap.hlo.opcodes import async_role
 from hlogap.hlo.printer import print_instruction
 from hlogap.report.model import OpRow
 from hlogap.trace.model import OpKey, TraceData
-from hlogap.trace.timing import AsyncPairs, OpTimes, async_pairs, covered_ps
+from hlogap.trace.timing import AsyncPairs, OpTimes, async_pairs, merged_intervals
 
 
 def op_rows(
@@ -165,7 +165,10 @@ def _host_waits(
         begin = np.concatenate([t.pairs.begin_ps for t in same])
         end = np.concatenate([t.pairs.end_ps for t in same])
         moved = sum(t.host_bytes * len(t.pairs.device) for t in same)
-        in_flight_ps = sum(covered_ps(begin[device == d], end[device == d]) for d in set(device))
+        in_flight_ps = 0
+        for d in set(device):  # the time any transfer of the device was in flight, once
+            starts, ends = merged_intervals(begin[device == d], end[device == d])
+            in_flight_ps += int((ends - starts).sum())
         link_rate[direction] = moved / (in_flight_ps * 1e-12) if in_flight_ps else 0.0
     out: dict[int, tuple[Bound, float, str]] = {}
     for done, t in transfers.items():

@@ -15,6 +15,7 @@ from hlogap.bounds.roofline import BoundBy
 from hlogap.hlo.opcodes import is_transfer
 from hlogap.report.model import OpRow, StepRow
 from hlogap.trace.model import Step, TraceData
+from hlogap.trace.timing import merged_intervals
 
 # Ops whose time is data in flight between devices or to the host, not compute.
 COMMUNICATION: frozenset[BoundBy] = frozenset({"communication", "host"})
@@ -48,9 +49,9 @@ def step_rows(trace: TraceData, selected: np.ndarray, rows: list[OpRow]) -> list
     compute = np.zeros(len(steps))
     for d in devices.tolist():
         mine = device == d
-        busy += _covered(*_merged(start[mine], end[mine]), window_start, window_end)
+        busy += _covered(*merged_intervals(start[mine], end[mine]), window_start, window_end)
         work = mine & ~is_comm[op]
-        compute += _covered(*_merged(start[work], end[work]), window_start, window_end)
+        compute += _covered(*merged_intervals(start[work], end[work]), window_start, window_end)
     # Each event and occurrence counts in the step it starts in.
     step_of, inside = _step_of(start, window_start, window_end)
     measured = np.bincount(
@@ -119,19 +120,6 @@ def _module_steps(trace: TraceData, index: np.ndarray) -> list[Step]:
         kth = [v[k] for v in ordered if len(v) > k]
         steps.append(Step(k, "module", min(a for a, _ in kth), max(b for _, b in kth)))
     return steps
-
-
-def _merged(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals as sorted disjoint intervals."""
-    if not len(start):
-        return start, end
-    order = np.argsort(start, kind="stable")
-    s, e = start[order], end[order]
-    reach = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > reach[:-1]
-    at = np.flatnonzero(new)
-    return s[at], np.maximum.reduceat(e, at)
 
 
 def _covered(s: np.ndarray, e: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -135,15 +135,14 @@ def async_pairs(trace: TraceData, selected: np.ndarray, start_op: int, done_op: 
     return AsyncPairs(device, begin, end, window)
 
 
-def covered_ps(begin_ps: np.ndarray, end_ps: np.ndarray) -> int:
-    """Time covered by at least one of the intervals (each instant counted once)."""
-    if not len(begin_ps):
-        return 0
-    order = np.argsort(begin_ps, kind="stable")
-    begin, end = begin_ps[order], np.maximum.accumulate(end_ps[order])
-    # An interval starts a new run where it begins after everything before it has ended.
-    new_run = np.ones(len(begin), dtype=bool)
-    new_run[1:] = begin[1:] > end[:-1]
-    run_begin = begin[new_run]
-    run_end = np.append(end[np.flatnonzero(new_run)[1:] - 1], end[-1])
-    return int((run_end - run_begin).sum())
+def merged_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals [start, end) as sorted disjoint intervals."""
+    if not len(start):
+        return start, end
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], end[order]
+    reach = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > reach[:-1]
+    at = np.flatnonzero(new)
+    return s[at], np.maximum.reduceat(e, at)

@@ -10,11 +10,18 @@ does. Nothing here writes anywhere; `refuse_to_overwrite` keeps every writer out
 from __future__ import annotations
 
 import stat
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from hlogap.errors import InputError, UsageError
+from hlogap.errors import HlogapError, InputError, UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the tomli backport has the same API
+    import tomli as tomllib
 
 XPLANE_SUFFIX = ".xplane.pb"
 
@@ -46,6 +53,22 @@ def regular_file(path: Path, what: str) -> Path:
     if not stat.S_ISREG(mode):
         raise InputError(f"{what} {path} is not a regular file (a FIFO, device or socket)")
     return path
+
+
+def read_toml(path: Path, what: str, invalid: Callable[[str], HlogapError]) -> dict[str, Any]:
+    """A user's TOML file (chip, config), checked with `regular_file` first; `invalid(reason)`
+    is the caller's error for text that is not TOML (including nesting past Python's stack)."""
+    regular_file(path, what)
+    try:
+        with path.open("rb") as f:
+            data: dict[str, Any] = tomllib.load(f)
+            return data
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    except ValueError as exc:  # tomllib.TOMLDecodeError, UnicodeDecodeError
+        raise invalid(str(exc)) from exc
+    except RecursionError as exc:
+        raise invalid("nested too deeply") from exc
 
 
 def is_url(path: str | Path) -> bool:

@@ -10,19 +10,13 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeGuard
 
 from hlogap.errors import InputError, UsageError
-from hlogap.source import regular_file
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the tomli backport has the same API
-    import tomli as tomllib
+from hlogap.source import read_toml
 
 PEAK_KEYS: tuple[str, ...] = ("bf16", "f16", "f32", "f64", "tf32", "int8", "fp8")
 """The keys of ``[peak_flops]`` and ``[vector_flops]``."""
@@ -289,19 +283,13 @@ def _describe(stats: Mapping[str, object]) -> str:
 
 
 def _load_file(path: Path) -> Chip:
-    try:  # --chip is an option: a chip file that cannot be read is a usage error
-        regular_file(path, "chip file")
-    except InputError as exc:
-        raise UsageError(str(exc)) from exc
+    def invalid(reason: str) -> UsageError:
+        return UsageError(f"invalid chip file '{path}': {reason}")
+
     try:
-        with path.open("rb") as f:
-            data = tomllib.load(f)
-    except OSError as e:
-        raise UsageError(f"cannot read chip file '{path}': {e.strerror or e}") from e
-    except ValueError as e:  # tomllib.TOMLDecodeError, UnicodeDecodeError
-        raise UsageError(f"invalid chip file '{path}': {e}") from e
-    except RecursionError as e:
-        raise UsageError(f"invalid chip file '{path}': nested too deeply") from e
+        data = read_toml(path, "chip file", invalid)
+    except InputError as exc:  # --chip is an option: a chip file it cannot read is a usage error
+        raise UsageError(str(exc)) from exc
     return _parse(data, path)
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -27,13 +26,8 @@ from hlogap._version import __version__
 from hlogap.errors import InputError, UsageError
 from hlogap.report.compare import Diff, DiffRow
 from hlogap.report.model import AuditReport
-from hlogap.source import regular_file
+from hlogap.source import read_toml
 from hlogap.units import fmt_us
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the tomli backport has the same API
-    import tomli as tomllib
 
 CHECK_SCHEMA = "hlogap.check/1"
 MIN_OP_US = 1.0  # ops faster than this per occurrence (on both sides) are launch noise
@@ -64,16 +58,11 @@ def find_config(directory: Path) -> tuple[Path, dict[str, object]] | None:
         path = directory / name
         if not path.exists():
             continue
-        regular_file(path, "config file")
-        try:
-            with path.open("rb") as f:
-                data = tomllib.load(f)
-        except OSError as exc:
-            raise InputError(f"cannot read {path}: {exc.strerror}") from exc
-        except ValueError as exc:  # tomllib.TOMLDecodeError, UnicodeDecodeError
-            raise UsageError(f"{path} is not valid TOML: {exc}") from exc
-        except RecursionError as exc:
-            raise UsageError(f"{path} is not valid TOML: nested too deeply") from exc
+
+        def invalid(why: str, at: Path = path) -> UsageError:
+            return UsageError(f"{at} is not valid TOML: {why}")
+
+        data = read_toml(path, "config file", invalid)
         if name == "pyproject.toml":
             tool = data.get("tool", {})
             section = tool.get("hlogap") if isinstance(tool, dict) else None

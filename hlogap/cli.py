@@ -18,6 +18,7 @@ from hlogap.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_USAGE, HlogapError
 if TYPE_CHECKING:
     from hlogap.chips.calibrate import Calibration
     from hlogap.render.base import Document, DocumentKind
+    from hlogap.report.model import AuditReport
 
 app = typer.Typer(
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
@@ -156,6 +157,23 @@ class _Progress:
 def _file_target(output: Path | None) -> Path | None:
     """The file `-o` names; None for stdout (no `-o`, or `-o -`)."""
     return None if output is None or str(output) == "-" else output
+
+
+def _load_pair(
+    base: tuple[str, str],
+    new: tuple[str, str],
+    chip: str | None,
+    run: str | None,
+    host: str | None,
+    device: int | None,
+    module: str | None,
+) -> tuple[AuditReport, AuditReport]:
+    """`check` and `diff`: both sides (path, role) loaded or audited, with progress."""
+    from hlogap.pipeline import load_pair
+
+    selection = {"chip": chip, "run": run, "host": host, "device": device, "module": module}
+    with _Progress() as progress:
+        return load_pair(base, new, **selection, progress=progress)
 
 
 def _emit(text: str, output: Path | None) -> None:
@@ -516,7 +534,6 @@ def check(
     import os
 
     from hlogap.errors import EXIT_REGRESSION
-    from hlogap.pipeline import load_pair
     from hlogap.render.base import choose_format
     from hlogap.render.md import append_step_summary
     from hlogap.report.compare import compare
@@ -535,17 +552,9 @@ def check(
         },
         Path.cwd(),
     )
-    with _Progress() as progress:
-        base, new = load_pair(
-            (baseline, "baseline"),
-            (path, "profile"),
-            chip=chip,
-            run=run,
-            host=host,
-            device=device,
-            module=module,
-            progress=progress,
-        )
+    base, new = _load_pair(
+        (baseline, "baseline"), (path, "profile"), chip, run, host, device, module
+    )
     result = run_check(compare(base, new), thresholds)
     _write(result, "check", fmt, None)
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -582,22 +591,13 @@ def diff(
     Examples:
       hlogap diff /tmp/tb_before /tmp/tb_after --top 10
     """
-    from hlogap.pipeline import load_pair
     from hlogap.render.base import choose_format
     from hlogap.report.compare import compare
 
     choose_format("diff", fmt, None)
-    with _Progress() as progress:
-        base_report, new_report = load_pair(
-            (base, "BASE"),
-            (new, "NEW"),
-            chip=chip,
-            run=run,
-            host=host,
-            device=device,
-            module=module,
-            progress=progress,
-        )
+    base_report, new_report = _load_pair(
+        (base, "BASE"), (new, "NEW"), chip, run, host, device, module
+    )
     _write(compare(base_report, new_report), "diff", fmt, None, top)
 
 

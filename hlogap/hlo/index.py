@@ -7,7 +7,6 @@ be found keeps its time and gets the reason instead of an instruction.
 
 from __future__ import annotations
 
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,8 +93,8 @@ def _read_dumps(directory: Path) -> dict[str, Module]:
     modules: dict[str, Module] = {}
     files = sorted(directory.glob("*after_optimizations.txt")) or sorted(directory.glob("*.txt"))
     for f in files:
-        if not f.is_file() or not stat.S_ISREG(f.stat().st_mode):
-            continue  # a FIFO or device among the dumps: never opened
+        if not f.is_file():
+            continue  # a FIFO or device among the dumps (is_file: regular files only)
         try:
             mod = parse_module(f.read_text(errors="replace"))
         except (HloParseError, OSError):

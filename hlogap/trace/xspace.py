@@ -54,8 +54,6 @@ def read_bytes(path: str | Path) -> bytes:
         return local.read_bytes()
     except PermissionError as exc:
         raise InputError(f"permission denied: {path}") from exc
-    except IsADirectoryError as exc:
-        raise InputError(f"not a file: {path}") from exc
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror}") from exc
 

@@ -9,13 +9,12 @@ from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.render.text import (
     CHECK_ROWS,
     DIFF_COLUMNS,
-    appeared_lines,
+    check_notes,
     diff_cells,
     diff_header,
     header_lines,
     more_line,
     multi_module,
-    thresholds_line,
 )
 from hlogap.report.compare import Diff, DiffRow
 from hlogap.report.gate import CheckResult
@@ -102,12 +101,7 @@ def _check(result: CheckResult) -> str:
     diff = result.diff
     rows = result.regressed[:CHECK_ROWS]
     more = more_line(len(rows), len(result.regressed), "--format json lists all")
-    notes = [
-        *appeared_lines(result),
-        *(f"warning: {w}" for w in diff.warnings),
-        thresholds_line(result),
-        f"baseline: {diff.base.path}; checked: {diff.new.path}",
-    ]
+    notes = check_notes(result)
     mark = "✅" if result.passed else "❌"
     lines = [f"### {mark} {_cell(result.verdict())}", "", "| check | result |", "|---|---|"]
     lines += [

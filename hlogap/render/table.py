@@ -12,14 +12,13 @@ from hlogap.render.text import (
     CHECK_ROWS,
     DIFF_COLUMNS,
     DIFF_LEGEND,
-    appeared_lines,
+    check_notes,
     cross_check_lines,
     diff_cells,
     diff_header,
     header_lines,
     more_line,
     multi_module,
-    thresholds_line,
 )
 from hlogap.report.compare import Diff, DiffRow
 from hlogap.report.gate import CheckResult
@@ -334,12 +333,7 @@ def _check(result: CheckResult, width: int | None) -> str:
     diff = result.diff
     rows = result.regressed[:CHECK_ROWS]
     more = more_line(len(rows), len(result.regressed), "--format json lists all")
-    notes = [
-        *appeared_lines(result),
-        *(f"warning: {w}" for w in diff.warnings),
-        thresholds_line(result),
-        f"baseline: {diff.base.path}; checked: {diff.new.path}",
-    ]
+    notes = check_notes(result)
     lines = [result.verdict()]
     lines += [f"  {'FAIL' if c.failed else 'ok  '}  {c.text}" for c in result.checks]
     if not rows:

@@ -234,3 +234,14 @@ def cross_check_lines(report: AuditReport) -> list[str]:
     if shown > CROSS_CHECK_ROWS:
         lines.append(f"  ({shown - CROSS_CHECK_ROWS} more in --format json)")
     return lines
+
+
+def check_notes(result: CheckResult) -> list[str]:
+    """What a check's verdict rests on, after its table: new ops, warnings, thresholds, files."""
+    diff = result.diff
+    return [
+        *appeared_lines(result),
+        *(f"warning: {w}" for w in diff.warnings),
+        thresholds_line(result),
+        f"baseline: {diff.base.path}; checked: {diff.new.path}",
+    ]

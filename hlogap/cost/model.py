@@ -27,6 +27,10 @@ from hlogap.hlo.ir import Computation, Instruction, Module
 from hlogap.hlo.opcodes import ASYNC_DONE, CONTROL_FLOW, FREE, collective_kind, is_command_buffer
 
 
+# Why a computation that recursion cannot walk has no cost.
+TOO_DEEP = "its computations nest too deeply or call themselves"
+
+
 def cost_instruction(
     inst: Instruction,
     module: Module | None = None,
@@ -55,7 +59,7 @@ def cost_instruction(
 
 def _why(exc: BaseException) -> str:
     if isinstance(exc, RecursionError):
-        return "its computations nest too deeply or call themselves"
+        return TOO_DEEP
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
@@ -215,7 +219,7 @@ def cost_computation(
     try:
         return _cost_computation(comp, module, trip_counts, num_devices=num_devices)
     except RecursionError:
-        return OpCost(unmodeled=f"computation '{comp.name}': {_why(RecursionError())}")
+        return OpCost(unmodeled=f"computation '{comp.name}': {TOO_DEEP}")
 
 
 def _cost_computation(

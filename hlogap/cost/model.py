@@ -26,7 +26,6 @@ from hlogap.cost.traffic import is_bitcast, op_traffic
 from hlogap.hlo.ir import Computation, Instruction, Module
 from hlogap.hlo.opcodes import ASYNC_DONE, CONTROL_FLOW, FREE, collective_kind, is_command_buffer
 
-
 # Why a computation that recursion cannot walk has no cost.
 TOO_DEEP = "its computations nest too deeply or call themselves"
 

@@ -267,6 +267,15 @@ def audit(
             "profile and compare its occurrences and self time with hlogap's, op by op.",
         ),
     ] = False,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            metavar="ADDRESS",
+            help="Read and reduce the hosts on a Dask cluster (the [dask] extra): a scheduler "
+            "address (tcp://host:8786) or local[:N] for N local workers (docs/pods.md).",
+        ),
+    ] = None,
 ) -> None:
     """Rank a profile's XLA ops by the time they lose against the roofline.
 
@@ -275,6 +284,7 @@ def audit(
       hlogap audit /tmp/tensorboard --top 10
       hlogap audit run_dir/ --format json | jq '.ops[0]'
       hlogap audit gs://bucket/tb --chip tpu-v5p -o report.html
+      hlogap audit gs://bucket/pod-run --cluster tcp://scheduler:8786
     """
     from hlogap.pipeline import audit as run_audit
     from hlogap.render.base import choose_format
@@ -305,6 +315,7 @@ def audit(
             progress=progress,
             cross_check=cross_check,
             skip_bad_hosts=skip_bad_hosts,
+            cluster=cluster,
         )
     from hlogap.source import refuse_to_overwrite
 

@@ -2,77 +2,42 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from hlogap.chips import Chip, detect_chip, load_chip
 from hlogap.errors import InputError, UsageError
 from hlogap.report.groups import DEFAULT_DEPTH, GROUP_KEYS, group_rows
 from hlogap.report.model import SORT_KEYS, AuditReport, ChipSource, load_json, sort_rows
 from hlogap.source import ProfileSource, find_profile, is_url, regular_file
-from hlogap.trace.model import TraceData, merge_traces
-from hlogap.trace.reading import (
-    PendingTrace,
-    Progress,
-    SkippedHost,
-    can_fork,
-    read_files,
-    read_host,
-    start_reading,
+from hlogap.trace.model import OpKey
+from hlogap.trace.reading import Progress, SkippedHost
+from hlogap.trace.steps import module_spans, module_steps, step_totals
+from hlogap.trace.summary import (
+    RunMerger,
+    RunSummary,
+    Selection,
+    module_pattern,
+    modules_of,
+    transfer_pairs,
 )
-from hlogap.trace.timing import ModulePattern, time_ops
+from hlogap.trace.timing import AsyncPairs
+
+if TYPE_CHECKING:
+    from hlogap.executors.base import HostExecutor
 
 
-def _read_one(args: tuple[str, str, bool]) -> TraceData | SkippedHost:
-    return read_host(*args)
-
-
-def read_profile(
-    source: ProfileSource,
-    jobs: int | None = None,
-    progress: Progress | None = None,
-    skip_bad_hosts: bool = False,
-) -> TraceData | PendingTrace:
-    """Read every host file of the run: several files in parallel processes, one large file's
-    device planes split over `jobs` processes (default: the machine's cores), returned pending
-    so that the caller can work while they read. With `skip_bad_hosts`, a host file that cannot
-    be read is left out and named in the warnings (not a single-file run: nothing would be
-    left)."""
-    pairs = list(zip(source.files, source.hosts))
-    if len(pairs) == 1:
-        # One file: its device planes are the tasks (the reader never splits finer).
-        return start_reading(*pairs[0], workers=_workers(jobs, 1 << 16))
-    workers = _workers(jobs, len(pairs))
-    if workers > 1 and not can_fork():
-        # Not fork: the caller is multithreaded (JAX in the same process, say).
-        import multiprocessing
-
-        methods = multiprocessing.get_all_start_methods()
-        context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-        with context.Pool(workers) as pool:  # leaving the block terminates the readers
-            tasks = [(path, host, skip_bad_hosts) for path, host in pairs]
-            results = pool.map(_read_one, tasks, chunksize=1)
-    else:
-        results = read_files(pairs, workers, progress, skip_bad_hosts)
-    traces = [r for r in results if isinstance(r, TraceData)]
-    skipped = [r for r in results if isinstance(r, SkippedHost)]
-    if not traces:
-        raise InputError(f"no host file of {source.path} could be read: {skipped[0].reason}")
-    merged = merge_traces(traces)
-    merged.warnings += [f"skipped host {s.host}: {s.reason}" for s in skipped]
-    return merged
-
-
-def chip_from_trace(trace: TraceData) -> tuple[Chip, ChipSource, str]:
+def chip_from_trace(run: RunSummary) -> tuple[Chip, ChipSource, str]:
     """(chip, source, reason) without `--chip`: detected from device planes; CPU: calibrated."""
-    if trace.backend in ("gpu", "tpu"):
-        for dev in trace.devices:
+    if run.backend in ("gpu", "tpu"):
+        for dev in run.devices:
             found = detect_chip(dev.stats, dev.plane)
             if found:
                 return found[0], "detected", found[1]
         raise InputError(
-            f"cannot tell which {trace.backend.upper()} this profile ran on; "
+            f"cannot tell which {run.backend.upper()} this profile ran on; "
             "pass --chip NAME (see `hlogap chips`) or --chip FILE.toml"
         )
     from hlogap.chips.calibrate import calibrated_chip, calibrated_path
@@ -101,9 +66,11 @@ def audit(
     progress: Progress | None = None,
     cross_check: bool = False,
     skip_bad_hosts: bool = False,
+    cluster: str | None = None,
 ) -> AuditReport:
     """Audit a profile (logdir, run directory or .xplane.pb) and return the report; `progress`
-    hears what is being done (a line at a time)."""
+    hears what is being done (a line at a time). `cluster` (a Dask scheduler address or
+    `local[:N]`) reads and reduces the hosts on a Dask cluster instead of local processes."""
     sort_key = next((k for k in SORT_KEYS if k == sort), None)
     if sort_key is None:
         raise UsageError(f"unknown sort key '{sort}' (use one of: {', '.join(SORT_KEYS)})")
@@ -112,7 +79,8 @@ def audit(
         raise UsageError(f"unknown --group-by '{group_by}' (use one of: {', '.join(GROUP_KEYS)})")
     if depth < 1:
         raise UsageError(f"--depth must be at least 1, not {depth}")
-    module_re = _module_regex(module)
+    selection = Selection(device, module)
+    module_pattern(module)  # a bad pattern fails before anything is read
     dump_dir = Path(hlo_dump) if hlo_dump else None
     if dump_dir is not None and not dump_dir.is_dir():
         raise InputError(f"--hlo-dump is not a directory: {dump_dir}")
@@ -123,41 +91,16 @@ def audit(
     source = find_profile(path, run=run, host=host)
     if progress is not None:
         progress(f"reading {len(source.files)} host file(s) of {source.path}")
-    reading = read_profile(source, jobs, progress, skip_bad_hosts)
-    # Heavy imports, while forked readers run.
-    from hlogap.report.analysis import op_rows
-    from hlogap.report.hosts import host_skew
-    from hlogap.report.steps import step_rows
+    from hlogap.executors import open_hosts
 
-    trace = reading.result() if isinstance(reading, PendingTrace) else reading
-    if trace.backend == "none":
-        raise InputError(f"no XLA op events in {path} (was the jitted program run while tracing?)")
-    the_chip, chip_source, reason = chosen or chip_from_trace(trace)
-    times = time_ops(trace, device, module_re)
-    if device is not None and times.devices == 0:
-        raise UsageError(f"no device {device} in this profile")
-    if progress is not None:
-        progress(f"costing {int((times.events > 0).sum())} ops against {the_chip.name}")
-    rows = op_rows(trace, times, the_chip, dump_dir)
-    report = AuditReport(
-        steps=step_rows(trace, times.selected, rows),
-        group_by=group_key,
-        groups=group_rows(rows, group_key, depth, sort_key) if group_key else [],
-        path=source.path,
-        run=source.run,
-        files=list(source.files),
-        hosts=source.hosts,
-        backend=trace.backend,
-        chip=the_chip,
-        chip_source=chip_source,
-        chip_reason=reason,
-        devices=times.devices,
-        events=int(times.events.sum()),
-        ops=sort_rows(rows, sort_key),
-        sort=sort_key,
-        warnings=list(trace.warnings),
-    )
-    report.host_skew = host_skew(trace, times.selected, rows) or None
+    with open_hosts(
+        source, cluster=cluster, jobs=jobs, progress=progress, skip_bad_hosts=skip_bad_hosts
+    ) as hosts:
+        report = _audit_hosts(hosts, selection, source, chosen, dump_dir, progress)
+    report.ops, report.sort = sort_rows(report.ops, sort_key), sort_key
+    if group_key:
+        report.group_by = group_key
+        report.groups = group_rows(report.ops, group_key, depth, sort_key)
     if cross_check:
         from hlogap.report.crosscheck import cross_check as run_cross_check
 
@@ -166,6 +109,107 @@ def audit(
         selected = device is not None or module is not None
         report.cross_check = run_cross_check(report, selected).to_dict()
     return report
+
+
+def _audit_hosts(
+    hosts: HostExecutor,
+    selection: Selection,
+    source: ProfileSource,
+    chosen: tuple[Chip, ChipSource, str] | None,
+    dump_dir: Path | None,
+    progress: Progress | None,
+) -> AuditReport:
+    """Summaries of every host merged in host order, then the ops costed here and the steps
+    summed on the hosts."""
+    # Heavy imports, while forked readers run.
+    from hlogap.report.analysis import op_rows
+    from hlogap.report.hosts import host_skew
+    from hlogap.report.steps import op_step_costs, step_rows
+
+    merger = RunMerger()
+    skipped: list[SkippedHost] = []
+    for summary in hosts.summaries(selection):
+        if isinstance(summary, SkippedHost):
+            skipped.append(summary)
+        else:
+            merger.add(summary)
+    if not merger.summary.hosts:
+        raise InputError(f"no host file of {source.path} could be read: {skipped[0].reason}")
+    run = merger.finish()
+    run.warnings += [f"skipped host {s.host}: {s.reason}" for s in skipped]
+    if run.backend == "none":
+        raise InputError(
+            f"no XLA op events in {source.path} (was the jitted program run while tracing?)"
+        )
+    the_chip, chip_source, reason = chosen or chip_from_trace(run)
+    if selection.device is not None and run.times.devices == 0:
+        raise UsageError(f"no device {selection.device} in this profile")
+    if progress is not None:
+        progress(f"costing {int((run.times.events > 0).sum())} ops against {the_chip.name}")
+    modules = _modules(hosts, run)
+
+    def pairs_on_hosts(pairs: list[tuple[OpKey, OpKey]]) -> list[AsyncPairs]:
+        per_host = hosts.each(transfer_pairs, selection, pairs)
+        return [
+            AsyncPairs(
+                *(
+                    np.concatenate(
+                        [
+                            (getattr(h[k], name) + offset)
+                            if name == "device"
+                            else getattr(h[k], name)
+                            for h, offset in zip(per_host, run.device_offsets, strict=True)
+                        ]
+                    )
+                    for name in ("device", "begin_ps", "end_ps", "window_ps")
+                )
+            )
+            for k in range(len(pairs))
+        ]
+
+    rows = op_rows(run, modules, the_chip, dump_dir, pairs_on_hosts)
+    steps = run.steps
+    if not steps and run.module_ps:
+        dominant = max(run.module_ps, key=lambda m: run.module_ps[m])
+        steps = module_steps(
+            [s for spans in hosts.each(module_spans, selection, dominant) for s in spans]
+        )
+    totals = (
+        hosts.each(
+            step_totals, selection, [(s.start_ps, s.end_ps) for s in steps], *op_step_costs(rows)
+        )
+        if steps
+        else []
+    )
+    step_table = step_rows(run, steps, totals)
+    report = AuditReport(
+        steps=step_table,
+        path=source.path,
+        run=source.run,
+        files=list(source.files),
+        hosts=source.hosts,
+        backend=run.backend,
+        chip=the_chip,
+        chip_source=chip_source,
+        chip_reason=reason,
+        devices=run.times.devices,
+        events=int(run.times.events.sum()),
+        ops=rows,
+        warnings=list(run.warnings),
+    )
+    report.host_skew = host_skew(run, rows, step_table, totals) or None
+    return report
+
+
+def _modules(hosts: HostExecutor, run: RunSummary) -> dict[tuple[str, str], bytes]:
+    """The run's HLO modules, each fetched from the first host that has it."""
+    wanted: dict[int, list[tuple[str, str]]] = {}
+    for key, host in run.module_hosts.items():
+        wanted.setdefault(host, []).append(key)
+    modules: dict[tuple[str, str], bytes] = {}
+    for host, keys in sorted(wanted.items()):
+        modules.update(hosts.one(host, modules_of, keys))
+    return modules
 
 
 def is_json_report(path: Path) -> bool:
@@ -206,7 +250,7 @@ def load_report(
         regular_file(p, role)
     if not is_json_report(p):
         return audit(p, chip, run=run, host=host, device=device, module=module, progress=progress)
-    module_re = _module_regex(module)
+    module_re = module_pattern(module)
     report = load_json(p, role)
     if module_re is None:
         return report
@@ -222,29 +266,3 @@ def load_pair(
         if not is_url(path) and not Path(path).exists():
             raise InputError(f"{role} not found: {path}")
     return load_report(*base, **selection), load_report(*new, **selection)
-
-
-def _module_regex(module: str | None) -> ModulePattern | None:
-    """RE2 (linear time, no backtracking): a pattern such as `(a+)+$` cannot hang an audit."""
-    if not module:
-        return None
-    import re2
-
-    options = re2.Options()
-    options.log_errors = False  # the error is ours to report, in one line
-    try:
-        pattern: ModulePattern = re2.compile(module, options)
-    except re2.error as exc:
-        why = exc.args[0] if exc.args else exc
-        why = why.decode(errors="replace") if isinstance(why, bytes) else str(why)
-        raise UsageError(f"bad --module regex '{module}': {why} (RE2 syntax)") from exc
-    return pattern
-
-
-def _workers(jobs: int | None, tasks: int) -> int:
-    """Processes to read with: `--jobs` (1 or more), default the machine's cores; never more
-    than the cores or than there are `tasks` to share."""
-    cores = os.cpu_count() or 1
-    if jobs is not None and jobs < 1:
-        raise UsageError(f"--jobs must be at least 1, not {jobs}")
-    return max(1, min(jobs or cores, cores, tasks))

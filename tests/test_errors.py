@@ -292,7 +292,7 @@ def test_internal_error_is_one_line_with_exit_4(
     def boom(*_: object, **__: object) -> None:
         raise ZeroDivisionError("simulated bug")
 
-    monkeypatch.setattr("hlogap.pipeline.time_ops", boom)
+    monkeypatch.setattr("hlogap.pipeline.RunMerger.finish", boom)
     code, out, err = run_cli(["audit", str(SAMPLE), "--chip", str(cpu_chip_file)], capsys)
     assert code == 4 and out == ""
     assert err.startswith("hlogap: internal error (ZeroDivisionError: simulated bug)")

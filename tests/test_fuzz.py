@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hlogap import audit
 from hlogap.errors import HlogapError
 from hlogap.trace.reading import read_trace
-from hlogap.trace.timing import time_ops
+from hlogap.trace.summary import time_ops
 from tests import tpu_trace
 from tests.conftest import AMD_FILES, SAMPLE
 

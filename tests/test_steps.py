@@ -11,7 +11,7 @@ import pytest
 
 from hlogap import audit, load_report
 from hlogap.proto import xplane_pb2
-from hlogap.report.steps import _covered
+from hlogap.trace.steps import _covered
 from hlogap.trace.timing import merged_intervals
 from tests.conftest import FIXTURES, SHARED, cpu_fixtures, oracle
 from tests.test_timing import _events_by_op

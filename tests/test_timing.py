@@ -15,7 +15,7 @@ from hlogap import audit
 from hlogap.proto import xplane_pb2
 from hlogap.trace.model import self_times
 from hlogap.trace.reading import read_trace
-from hlogap.trace.timing import time_ops
+from hlogap.trace.summary import time_ops
 from tests.conftest import FIXTURES, cpu_fixtures
 
 
@@ -132,7 +132,7 @@ def test_cpu_thunks_sum_to_trace_events(program: str) -> None:
 FORKED_TOTALS = """
 import json, sys
 import hlogap.trace.reading as backends
-from hlogap.trace.timing import time_ops
+from hlogap.trace.summary import time_ops
 backends.PARALLEL_MIN_BYTES = 0
 trace = backends.read_trace(sys.argv[1], "host", workers=int(sys.argv[2]))
 t = time_ops(trace)

@@ -20,7 +20,7 @@ from hlogap.hlo.text import parse_instruction
 from hlogap.proto import xplane_pb2
 from hlogap.trace.model import TraceData
 from hlogap.trace.reading import read_trace
-from hlogap.trace.timing import time_ops
+from hlogap.trace.summary import time_ops
 from tests import tpu_trace as tt
 from tests.conftest import SHARED
 

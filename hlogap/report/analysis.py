@@ -6,6 +6,7 @@ the cost model) are imported while a large profile is still being read by other 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,26 +22,33 @@ from hlogap.hlo.index import HloIndex, ResolvedOp
 from hlogap.hlo.opcodes import async_role
 from hlogap.hlo.printer import print_instruction
 from hlogap.report.model import OpRow
-from hlogap.trace.model import OpKey, TraceData
-from hlogap.trace.timing import AsyncPairs, OpTimes, async_pairs, merged_intervals
+from hlogap.trace.model import OpInfo, OpKey
+from hlogap.trace.summary import RunSummary
+from hlogap.trace.timing import AsyncPairs, merged_intervals
+
+# The executions of (start, done) op pairs on every host, as one `AsyncPairs` per pair with
+# device indices into the run's devices (an executor's `transfer_pairs`, hosts concatenated).
+PairsOnHosts = Callable[[list[tuple[OpKey, OpKey]]], list[AsyncPairs]]
 
 
 def op_rows(
-    trace: TraceData,
-    times: OpTimes,
+    run: RunSummary,
+    modules: dict[tuple[str, str], bytes],
     chip: Chip,
     hlo_dump: Path | None,
+    pairs_on_hosts: PairsOnHosts,
 ) -> list[OpRow]:
-    """One row per op that ran (among the events `times` selected); each op is costed once."""
-    index = HloIndex(trace.modules, hlo_dump)
+    """One row per op that ran (among the selected events); each op is costed once."""
+    index = HloIndex(modules, hlo_dump)
     loop_runs: dict[int, dict[str, int | None]] = {}  # per module object
     rows: list[OpRow] = []
-    num_devices = len({(d.host, d.ordinal) for d in trace.devices}) or None
+    times = run.times
+    num_devices = len({(d.host, d.ordinal) for d in run.devices}) or None
     # Each op's HLO, found once (TPU ops parse their own text).
-    ops = {int(i): index.resolve(trace.ops[i]) for i in np.flatnonzero(times.events)}
-    host_waits = _host_waits(trace, times, ops, chip)
+    ops = {int(i): index.resolve(run.ops[i]) for i in np.flatnonzero(times.events)}
+    host_waits = _host_waits(run.ops, ops, chip, pairs_on_hosts)
     for i, resolved in ops.items():
-        info = trace.ops[i]
+        info = run.ops[i]
         inst = resolved.instruction
         if inst is None:
             cost = OpCost(unmodeled=resolved.missing or "no HLO")
@@ -63,7 +71,7 @@ def op_rows(
             known = per_module.get(inst.name, 1)
             # A loop of unknown trip count: on CPU and TPU every run of a body op is one event.
             runs = known if known is not None else max(1, round(events / max(occurrences, 1)))
-            if known is None and trace.backend == "gpu":
+            if known is None and run.backend == "gpu":
                 runs = 1  # GPU ops launch several kernels per run: the kernels do not tell
         per_run = bound  # one run of the op; an occurrence runs it `runs` times
         measured_us = float(times.measured_ps[i]) / 1e6
@@ -125,7 +133,7 @@ class _HostTransfer:
 
 
 def _host_waits(
-    trace: TraceData, times: OpTimes, ops: dict[int, ResolvedOp], chip: Chip
+    infos: list[OpInfo], ops: dict[int, ResolvedOp], chip: Chip, pairs_on_hosts: PairsOnHosts
 ) -> dict[int, tuple[Bound, float, str]]:
     """(bound, bound in us, hint) of each done (by op) that waits for a host transfer.
 
@@ -136,25 +144,38 @@ def _host_waits(
     """
     if not chip.host_bw:
         return {}
-    op_ids = {o.key: i for i, o in enumerate(trace.ops)}
-    transfers: dict[int, _HostTransfer] = {}
+    op_ids = {o.key: i for i, o in enumerate(infos)}
+    found_transfers: dict[int, tuple[OpKey, Bound, float, bool]] = {}
     for done, found in ops.items():
-        key = trace.ops[done].key
+        key = infos[done].key
         inst = found.instruction
         if inst is None or async_role(inst.opcode, inst.name) != "done" or not inst.operands:
             continue
-        start = op_ids.get(OpKey(key.module, key.program_id, inst.operands[0]))
+        start_key = OpKey(key.module, key.program_id, inst.operands[0])
+        start = op_ids.get(start_key)
         resolved = ops.get(start) if start is not None else None  # a start that ran
-        if start is None or resolved is None or resolved.instruction is None:
+        if resolved is None or resolved.instruction is None:
             continue
         cost = cost_instruction(resolved.instruction, resolved.module)
         if cost.host_bytes:
-            transfers[done] = _HostTransfer(
+            to_device = inst.shape.memory_space != 5
+            found_transfers[done] = (
+                start_key,
                 bound_op(cost, chip, "start"),
                 cost.host_bytes,
-                to_device=inst.shape.memory_space != 5,
-                pairs=async_pairs(trace, times.selected, start, done),
+                to_device,
             )
+    if not found_transfers:
+        return {}
+    pairs = pairs_on_hosts(
+        [(start, infos[done].key) for done, (start, *_) in found_transfers.items()]
+    )
+    transfers = {
+        done: _HostTransfer(bound, host_bytes, to_device, executions)
+        for (done, (_, bound, host_bytes, to_device)), executions in zip(
+            found_transfers.items(), pairs, strict=True
+        )
+    }
     # Per direction: all bytes moved over the time any transfer was in flight, device by device.
     link_rate: dict[bool, float] = {}
     for direction in (True, False):

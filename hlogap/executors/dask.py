@@ -1,0 +1,136 @@
+"""Hosts read on a Dask cluster (`audit --cluster`, docs/pods.md).
+
+Each host file is read by a worker, where it lives (a local path the worker sees, or an fsspec
+URL it opens itself); the host's events stay in that worker's memory as a Dask future, and the
+audit's tasks run next to them. Only summaries and per-step totals come back. A worker that
+dies takes its hosts' events with it: Dask reads them again on another worker when a later task
+needs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from hlogap.errors import InputError, UsageError
+from hlogap.executors.base import HostExecutor, HostTask, P, T, summarize_read
+from hlogap.source import ProfileSource
+from hlogap.trace.reading import Progress, SkippedHost, read_host
+from hlogap.trace.summary import HostSummary, Selection
+
+if TYPE_CHECKING:
+    from distributed import Client, Future, LocalCluster
+
+# How long a scheduler may take to answer before the audit gives up on it.
+CONNECT_TIMEOUT_S = 10
+
+
+class DaskHosts(HostExecutor):
+    """ADDRESS is a scheduler (`tcp://host:8786`) or `local[:N]`: a cluster of N worker
+    processes started here for this audit (default: one per core)."""
+
+    def __init__(
+        self,
+        address: str,
+        source: ProfileSource,
+        progress: Progress | None = None,
+        skip_bad_hosts: bool = False,
+    ) -> None:
+        self._progress = progress
+        self._cluster: LocalCluster | None = None
+        self.client = _connect(address, self)
+        if progress is not None:
+            workers = len(self.client.scheduler_info().get("workers", {}))
+            progress(
+                f"Dask cluster {address}: {workers} workers, dashboard {self.client.dashboard_link}"
+            )
+        self._hosts = list(source.hosts)
+        self._reads = [
+            self.client.submit(read_host, path, host, skip_bad_hosts, pure=False)
+            for path, host in zip(source.files, source.hosts)
+        ]
+        self._read: list[Future] = []
+
+    def summaries(self, selection: Selection) -> Iterator[HostSummary | SkippedHost]:
+        from distributed import as_completed
+
+        tasks = [
+            self.client.submit(summarize_read, read, selection, host, pure=False)
+            for read, host in zip(self._reads, self._hosts)
+        ]
+        position = {task.key: k for k, task in enumerate(tasks)}
+        arrived: dict[int, HostSummary | SkippedHost] = {}
+        following = 0
+        # Summaries arrive in any order and are handed on in host order: only those that
+        # arrive ahead of a slower host wait here.
+        for count, task in enumerate(as_completed(tasks), 1):
+            k = position[task.key]
+            arrived[k] = task.result()
+            task.release()
+            if self._progress is not None:
+                self._progress(f"read host {count} of {len(tasks)} ({self._hosts[k]})")
+            while following in arrived:
+                summary = arrived.pop(following)
+                if isinstance(summary, SkippedHost):
+                    self._reads[following].release()
+                else:
+                    self._read.append(self._reads[following])
+                following += 1
+                yield summary
+
+    def each(self, task: HostTask[P, T], *args: P.args, **kwargs: P.kwargs) -> list[T]:
+        shared = self._shared(args)
+        futures = [
+            self.client.submit(task, read, *shared, pure=False, **kwargs) for read in self._read
+        ]
+        results: list[T] = self.client.gather(futures)
+        return results
+
+    def one(self, host: int, task: HostTask[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        future = self.client.submit(
+            task, self._read[host], *self._shared(args), pure=False, **kwargs
+        )
+        result: T = future.result()
+        return result
+
+    def _shared(self, args: tuple[Any, ...]) -> list[Any]:
+        """Arguments sent once to the cluster, not once per host (op tables, step windows)."""
+        return [
+            self.client.scatter([a])[0] if isinstance(a, (dict, list, frozenset)) else a
+            for a in args
+        ]
+
+    def close(self) -> None:
+        for future in self._reads:
+            future.release()
+        self._reads, self._read = [], []
+        self.client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+
+
+def _connect(address: str, hosts: DaskHosts) -> Client:
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError as exc:
+        raise UsageError(
+            "--cluster needs Dask on this machine: pip install 'hlogap[dask]'"
+        ) from exc
+    if address == "local" or address.startswith("local:"):
+        count = address.partition(":")[2]
+        if count and (not count.isdigit() or int(count) < 1):
+            raise UsageError(f"--cluster local:N needs N >= 1 workers, not '{count}'")
+        import logging
+
+        hosts._cluster = LocalCluster(
+            n_workers=int(count) if count else None,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",  # any free port: two audits at once must not collide
+            silence_logs=logging.ERROR,
+        )
+        return Client(hosts._cluster)
+    try:
+        return Client(address, timeout=CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise InputError(f"cannot reach the Dask scheduler at {address}: {exc}") from exc

@@ -1,0 +1,142 @@
+"""Steps on the devices' clock, host by host: the events of each host stay where they were read.
+
+A step is an annotated step of the program (`StepTraceAnnotation`), else one execution of the
+module that takes most device time: the k-th execution on every device of every host is step k,
+from the first of them to start to the last to end (`module_spans`, `module_steps`). Given the
+run's step windows, each host sums what its devices did in each (`step_totals`): busy time (at
+least one op runs), busy time outside communication, self time and roofline bound of the events
+and occurrences that start in the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hlogap.trace.model import OpKey, Step, TraceData
+from hlogap.trace.summary import Selection
+from hlogap.trace.timing import merged_intervals
+
+Spans = list[tuple[np.ndarray, np.ndarray]]  # per device: sorted (first start, last end) arrays
+
+
+def module_spans(trace: TraceData, selection: Selection, module: str) -> Spans:
+    """Per device of the host: when each execution of `module` began and ended, in order."""
+    index = np.flatnonzero(selection.events(trace))
+    known = index[trace.execution[index] >= 0]
+    in_module = np.array([o.key.module == module for o in trace.ops], dtype=bool)
+    mine = known[in_module[trace.op_index[known]]] if len(known) else known
+    if not len(mine):
+        return []
+    device = trace.device_index[mine].astype(np.int64)
+    execution = trace.execution[mine]  # dense per file: a small key space
+    executions = int(execution.max()) + 1
+    key = device * executions + execution
+    size = (int(device.max()) + 1) * executions
+    first = np.full(size, np.iinfo(np.int64).max)
+    last = np.full(size, np.iinfo(np.int64).min)
+    start = trace.start_ps[mine]
+    np.minimum.at(first, key, start)
+    np.maximum.at(last, key, start + trace.duration_ps[mine])
+    ran = np.flatnonzero(last > np.iinfo(np.int64).min)
+    spans: Spans = []
+    for d in np.unique(ran // executions).tolist():
+        at = ran[ran // executions == d]
+        order = np.lexsort((last[at], first[at]))
+        spans.append((first[at][order], last[at][order]))
+    return spans
+
+
+def module_steps(spans: Spans) -> list[Step]:
+    """Step k from the k-th execution of every device (all hosts' `module_spans`)."""
+    if not spans:
+        return []
+    steps = []
+    for k in range(max(len(first) for first, _ in spans)):
+        kth = [(int(first[k]), int(last[k])) for first, last in spans if len(first) > k]
+        steps.append(Step(k, "module", min(a for a, _ in kth), max(b for _, b in kth)))
+    return steps
+
+
+@dataclass
+class StepTotals:
+    """Per step (the run's windows), what one host's devices did; hosts' totals add up."""
+
+    busy_ps: np.ndarray  # float64: summed over devices
+    compute_ps: np.ndarray  # float64: busy outside communication, summed over devices
+    measured_ps: np.ndarray  # float64: self time of events starting in the step
+    bound_us: np.ndarray  # float64: bound of occurrences starting in the step
+
+    def __add__(self, other: StepTotals) -> StepTotals:
+        return StepTotals(
+            self.busy_ps + other.busy_ps,
+            self.compute_ps + other.compute_ps,
+            self.measured_ps + other.measured_ps,
+            self.bound_us + other.bound_us,
+        )
+
+
+def step_totals(
+    trace: TraceData,
+    selection: Selection,
+    windows: list[tuple[int, int]],
+    bound_per_occurrence: dict[OpKey, float],
+    communication: frozenset[OpKey],
+) -> StepTotals:
+    """One host's `StepTotals` over the selected events. `bound_per_occurrence` (us) and
+    `communication` (ops whose time is data in flight) are the run's, by op key."""
+    steps = len(windows)
+    index = np.flatnonzero(selection.events(trace))
+    busy, compute = np.zeros(steps), np.zeros(steps)
+    if not len(index) or not steps:
+        return StepTotals(busy, compute, np.zeros(steps), np.zeros(steps))
+    window_start = np.array([a for a, _ in windows], dtype=np.int64)
+    window_end = np.array([b for _, b in windows], dtype=np.int64)
+    per_occurrence = np.array([bound_per_occurrence.get(o.key, 0.0) for o in trace.ops])
+    is_comm = np.array([o.key in communication for o in trace.ops], dtype=bool)
+    op = trace.op_index[index]
+    device = trace.device_index[index]
+    start = trace.start_ps[index]
+    end = start + trace.duration_ps[index]
+    for d in np.unique(device).tolist():
+        mine = device == d
+        busy += _covered(*merged_intervals(start[mine], end[mine]), window_start, window_end)
+        work = mine & ~is_comm[op]
+        compute += _covered(*merged_intervals(start[work], end[work]), window_start, window_end)
+    # Each event and occurrence counts in the step it starts in.
+    step_of, inside = _step_of(start, window_start, window_end)
+    measured = np.bincount(step_of[inside], weights=trace.self_ps[index][inside], minlength=steps)
+    selected = selection.events(trace)
+    first = trace.occurrence_first[selected[trace.occurrence_first]]
+    first_step, first_inside = _step_of(trace.start_ps[first], window_start, window_end)
+    bound = np.bincount(
+        first_step[first_inside],
+        weights=per_occurrence[trace.op_index[first[first_inside]]],
+        minlength=steps,
+    )
+    return StepTotals(busy, compute, measured, bound)
+
+
+def _step_of(
+    start: np.ndarray, window_start: np.ndarray, window_end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The step each start falls in, and whether it falls in one at all."""
+    step = np.searchsorted(window_start, start, side="right") - 1
+    inside = (step >= 0) & (start < window_end[np.maximum(step, 0)])
+    return step, inside
+
+
+def _covered(s: np.ndarray, e: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """For each window [a, b): how much of it the disjoint sorted intervals [s, e) cover."""
+    if not len(s):
+        return np.zeros(len(a))
+    total = np.concatenate([[0], np.cumsum(e - s)])
+    lo = np.searchsorted(e, a, side="right")  # first interval ending after a
+    hi = np.searchsorted(s, b, side="left")  # intervals starting before b end at hi
+    some = hi > lo
+    covered = np.where(some, total[hi] - total[lo], 0).astype(np.float64)
+    left = np.where(some, np.maximum(a - s[np.minimum(lo, len(s) - 1)], 0), 0)
+    right = np.where(some, np.maximum(e[np.maximum(hi - 1, 0)] - b, 0), 0)
+    result: np.ndarray = np.maximum(covered - left - right, 0.0)
+    return result

@@ -1,0 +1,318 @@
+"""What one host's events reduce to, and the run's view merged from its hosts.
+
+Every audit reads its hosts through an executor (hlogap.executors: forked local readers or a
+Dask cluster) that keeps each host's `TraceData` where it was read and runs the functions of
+this module and of `hlogap.trace.steps` on it; only their small results travel. The client
+merges them in host order, so an audit's numbers do not depend on where hosts were read:
+sums are of int64 picoseconds (exact in any order) and medians come from the exact multiset
+of occurrence times, kept as distinct (op, time, count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hlogap.errors import InputError, UsageError
+from hlogap.trace.model import Backend, Device, OpInfo, OpKey, Step, TraceData, merge_steps
+from hlogap.trace.timing import AsyncPairs, ModulePattern, OpTimes, async_pairs, select_events
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The events an audit covers (`--device`, `--module`), as plain data a worker can take."""
+
+    device: int | None = None
+    module: str | None = None  # an RE2 pattern, searched in each op's module name
+
+    def events(self, trace: TraceData) -> np.ndarray:
+        """Bool per event of `trace`: selected or not."""
+        return select_events(trace, self.device, module_pattern(self.module))
+
+
+def module_pattern(module: str | None) -> ModulePattern | None:
+    """RE2 (linear time, no backtracking): a pattern such as `(a+)+$` cannot hang an audit."""
+    if not module:
+        return None
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False  # the error is ours to report, in one line
+    try:
+        pattern: ModulePattern = re2.compile(module, options)
+    except re2.error as exc:
+        why = exc.args[0] if exc.args else exc
+        why = why.decode(errors="replace") if isinstance(why, bytes) else str(why)
+        raise UsageError(f"bad --module regex '{module}': {why} (RE2 syntax)") from exc
+    return pattern
+
+
+@dataclass
+class HostSummary:
+    """One host's selected events reduced per op (indexed like `ops`), never per event."""
+
+    host: str
+    backend: Backend
+    devices: list[Device]
+    ops: list[OpInfo]
+    module_keys: list[tuple[str, str]]  # the HLO modules the host's metadata holds
+    measured_ps: np.ndarray  # int64: self time
+    duration_ps: np.ndarray  # int64
+    events: np.ndarray  # int64
+    occurrences: np.ndarray  # int64
+    # The distinct (op, occurrence time) of the host's occurrences and how many have each.
+    occurrence_op: np.ndarray  # int64
+    occurrence_ps: np.ndarray  # int64
+    occurrence_count: np.ndarray  # int64
+    devices_ran: int  # devices with a selected event
+    # Self time of events whose module execution is known, per module that has such events.
+    module_ps: dict[str, int]
+    origin_ps: int | None  # the host's first event, selected or not
+    steps: list[Step]
+    warnings: list[str]
+
+
+def summarize(trace: TraceData, selection: Selection, host: str) -> HostSummary:
+    """Per-op totals and occurrence times of the selected events of one host."""
+    n = len(trace.ops)
+    keep = selection.events(trace)
+    op_index = trace.op_index[keep]
+
+    def total(values: np.ndarray) -> np.ndarray:
+        return np.bincount(op_index, weights=values[keep], minlength=n).astype(np.int64)
+
+    # A selection keeps or drops an occurrence whole: its first event tells.
+    first = trace.occurrence_first
+    kept = keep[first]
+    occurrence_op = trace.op_index[first[kept]].astype(np.int64)
+    # Sums of int64 picoseconds below 2**53 are exact in float64.
+    occurrence_ps = np.bincount(
+        trace.occurrence[keep], weights=trace.self_ps[keep], minlength=len(first)
+    )[kept].astype(np.int64)
+    ops, values, counts = distinct_counts(
+        occurrence_op, occurrence_ps, np.ones(len(occurrence_op), dtype=np.int64)
+    )
+    known = keep & (trace.execution >= 0)
+    codes: dict[str, int] = {}
+    module_code = np.array([codes.setdefault(o.key.module, len(codes)) for o in trace.ops])
+    known_module = module_code[trace.op_index[known]] if n else np.zeros(0, dtype=np.int64)
+    module_ps = np.bincount(known_module, weights=trace.self_ps[known], minlength=len(codes))
+    module_events = np.bincount(known_module, minlength=len(codes))
+    return HostSummary(
+        host=host,
+        backend=trace.backend,
+        devices=trace.devices,
+        ops=trace.ops,
+        module_keys=list(trace.modules),
+        measured_ps=total(trace.self_ps),
+        duration_ps=total(trace.duration_ps),
+        events=np.bincount(op_index, minlength=n).astype(np.int64),
+        occurrences=np.bincount(occurrence_op, minlength=n).astype(np.int64),
+        occurrence_op=ops,
+        occurrence_ps=values,
+        occurrence_count=counts,
+        devices_ran=len(np.unique(trace.device_index[keep])),
+        module_ps={m: int(module_ps[c]) for m, c in codes.items() if module_events[c]},
+        origin_ps=int(trace.start_ps.min()) if trace.num_events else None,
+        steps=trace.steps,
+        warnings=trace.warnings,
+    )
+
+
+def modules_of(trace: TraceData, keys: list[tuple[str, str]]) -> dict[tuple[str, str], bytes]:
+    """The serialized HLO modules `keys` of one host (fetched from one host each)."""
+    return {key: trace.modules[key] for key in keys if key in trace.modules}
+
+
+def transfer_pairs(
+    trace: TraceData, selection: Selection, pairs: list[tuple[OpKey, OpKey]]
+) -> list[AsyncPairs]:
+    """`async_pairs` of each (start, done) pair of op keys, over one host's selected events;
+    device indices are the host's own."""
+    op_ids = {o.key: i for i, o in enumerate(trace.ops)}
+    selected = selection.events(trace)
+    empty = np.zeros(0, dtype=np.int64)
+    return [
+        async_pairs(trace, selected, op_ids[start], op_ids[done])
+        if start in op_ids and done in op_ids
+        else AsyncPairs(empty.astype(np.int32), empty, empty, empty)
+        for start, done in pairs
+    ]
+
+
+def distinct_counts(
+    op: np.ndarray, value: np.ndarray, count: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Equal (op, value) rows folded into one with their counts summed; sorted by op, value."""
+    if not len(op):
+        return op, value, count
+    order = np.lexsort((value, op))
+    op, value, count = op[order], value[order], count[order]
+    new = np.ones(len(op), dtype=bool)
+    new[1:] = (op[1:] != op[:-1]) | (value[1:] != value[:-1])
+    at = np.flatnonzero(new)
+    return op[at], value[at], np.add.reduceat(count, at)
+
+
+def weighted_medians(op: np.ndarray, value: np.ndarray, count: np.ndarray, n: int) -> np.ndarray:
+    """Per op, the median of the multiset its (value, count) rows describe (rows sorted by op,
+    value): the mean of the two middle values when there is an even number."""
+    median = np.zeros(n)
+    if not len(op):
+        return median
+    per_op = np.bincount(op, weights=count, minlength=n).astype(np.int64)
+    before = np.cumsum(per_op) - per_op  # values of the ops before each op
+    ends = np.cumsum(count)  # one past the last position each row covers
+    ran = np.flatnonzero(per_op)
+
+    def at(position: np.ndarray) -> np.ndarray:
+        found: np.ndarray = value[np.searchsorted(ends, position, side="right")]
+        return found
+
+    low = at(before[ran] + (per_op[ran] - 1) // 2)
+    high = at(before[ran] + per_op[ran] // 2)
+    median[ran] = (low + high) / 2
+    return median
+
+
+@dataclass
+class RunSummary:
+    """The hosts' summaries merged: ops of every host, one per key, in the order hosts first
+    show them (hosts in the run's order)."""
+
+    backend: Backend
+    hosts: list[str]
+    devices: list[Device]
+    ops: list[OpInfo]
+    times: OpTimes
+    module_hosts: dict[tuple[str, str], int]  # each HLO module and the first host that has it
+    module_ps: dict[str, int]  # modules with known executions, in the order ops show them
+    origin_ps: int | None
+    steps: list[Step]
+    warnings: list[str]
+    # Per host (in `hosts` order): where its devices start in `devices`; the op's self time
+    # and events, by merged op index.
+    device_offsets: list[int] = field(default_factory=list)
+    host_measured_ps: list[np.ndarray] = field(default_factory=list)
+    host_events: list[np.ndarray] = field(default_factory=list)
+
+
+class RunMerger:
+    """Merges host summaries one at a time, in host order, keeping only what the run needs
+    (no host's summary is kept): the client's memory grows with distinct ops and occurrence
+    times, not with hosts."""
+
+    def __init__(self) -> None:
+        self.summary = RunSummary(
+            backend="none",
+            hosts=[],
+            devices=[],
+            ops=[],
+            times=OpTimes(*(np.zeros(0, dtype=np.int64),) * 4, np.zeros(0), 0),
+            module_hosts={},
+            module_ps={},
+            origin_ps=None,
+            steps=[],
+            warnings=[],
+        )
+        self._op_ids: dict[OpKey, int] = {}
+        self._occurrences = (np.zeros(0, dtype=np.int64),) * 3
+        self._steps: list[Step] = []
+
+    def add(self, host: HostSummary) -> None:
+        run = self.summary
+        if host.backend != "none":
+            if run.backend not in ("none", host.backend):
+                raise InputError(f"hosts of one run mix backends: {run.backend}, {host.backend}")
+            run.backend = host.backend
+        remap = np.empty(len(host.ops), dtype=np.int64)
+        for i, info in enumerate(host.ops):
+            j = self._op_ids.get(info.key)
+            if j is None:
+                j = self._op_ids[info.key] = len(run.ops)
+                run.ops.append(info)
+            remap[i] = j
+        n = len(run.ops)
+        index = len(run.hosts)
+        run.hosts.append(host.host)
+        run.device_offsets.append(len(run.devices))
+        run.devices.extend(host.devices)
+        for key in host.module_keys:
+            run.module_hosts.setdefault(key, index)
+        for module, ps in host.module_ps.items():
+            run.module_ps[module] = run.module_ps.get(module, 0) + ps
+        if host.origin_ps is not None:
+            run.origin_ps = min(host.origin_ps, run.origin_ps or host.origin_ps)
+        self._steps += host.steps
+        run.warnings += host.warnings
+
+        def spread(values: np.ndarray) -> np.ndarray:
+            merged = np.zeros(n, dtype=np.int64)
+            merged[remap] = values  # a host's ops have distinct keys
+            return merged
+
+        def grow(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+            grown: np.ndarray = _padded(old, n) + spread(new)
+            return grown
+
+        t = run.times
+        run.times = OpTimes(
+            measured_ps=grow(t.measured_ps, host.measured_ps),
+            duration_ps=grow(t.duration_ps, host.duration_ps),
+            events=grow(t.events, host.events),
+            occurrences=grow(t.occurrences, host.occurrences),
+            median_ps=t.median_ps,  # from all hosts' occurrence times, when finished
+            devices=t.devices + host.devices_ran,
+        )
+        run.host_measured_ps.append(spread(host.measured_ps))
+        run.host_events.append(spread(host.events))
+        self._occurrences = distinct_counts(
+            *(
+                np.concatenate([old, new])
+                for old, new in zip(
+                    self._occurrences,
+                    (remap[host.occurrence_op], host.occurrence_ps, host.occurrence_count),
+                    strict=True,
+                )
+            )
+        )
+
+    def finish(self) -> RunSummary:
+        run = self.summary
+        n = len(run.ops)
+        t = run.times
+        run.times = OpTimes(
+            t.measured_ps.astype(np.float64),
+            t.duration_ps.astype(np.float64),
+            t.events,
+            t.occurrences,
+            weighted_medians(*self._occurrences, n),
+            t.devices,
+        )
+        run.host_measured_ps = [_padded(a, n) for a in run.host_measured_ps]
+        run.host_events = [_padded(a, n) for a in run.host_events]
+        run.steps = merge_steps(self._steps)
+        first_op: dict[str, int] = {}
+        for info in run.ops:
+            first_op.setdefault(info.key.module, len(first_op))
+        run.module_ps = dict(sorted(run.module_ps.items(), key=lambda m: first_op[m[0]]))
+        return run
+
+
+def _padded(values: np.ndarray, n: int) -> np.ndarray:
+    padded: np.ndarray = np.concatenate([values, np.zeros(n - len(values), dtype=values.dtype)])
+    return padded
+
+
+def merge_summaries(hosts: Iterable[HostSummary]) -> RunSummary:
+    merger = RunMerger()
+    for host in hosts:
+        merger.add(host)
+    return merger.finish()
+
+
+def time_ops(trace: TraceData, device: int | None = None, module: str | None = None) -> OpTimes:
+    """Per-op totals of one trace's selected events (a run of one host)."""
+    return merge_summaries([summarize(trace, Selection(device, module), "")]).times

@@ -34,7 +34,8 @@ SKEW_WORTH_PCT = 1.0  # an op slower by less than this on its slowest host is no
 
 
 def skew_lines(report: AuditReport) -> list[str]:
-    """Several hosts: the slowest one, and the op that is slowest on some host."""
+    """Several hosts: the slowest one, the step most skewed and the op that is slowest on some
+    host."""
     skew = report.host_skew
     if not skew:
         return []
@@ -43,6 +44,15 @@ def skew_lines(report: AuditReport) -> list[str]:
         f"slowest host: {skew.get('slowest_host')}, {fmt_us(_float(skew.get('slowest_us')))} "
         f"in ops, {_pct_text(over)} over the median host"
     )
+    steps = [
+        s for s in _dicts(skew.get("steps")) if isinstance(s.get("over_median_pct"), (int, float))
+    ]
+    if steps:
+        worst_step = max(steps, key=lambda s: _float(s.get("over_median_pct")))
+        line += (
+            f"; most skewed step: {worst_step.get('step')} on {worst_step.get('slowest_host')}, "
+            f"{_pct_text(worst_step.get('over_median_pct'))}"
+        )
     ops = skew.get("ops")
     if isinstance(ops, list) and ops and isinstance(ops[0], dict):
         worst = ops[0]
@@ -54,6 +64,10 @@ def skew_lines(report: AuditReport) -> list[str]:
             f"{_pct_text(worst.get('over_median_pct'))} over its median host"
         )
     return [line]
+
+
+def _dicts(value: object) -> list[dict[str, object]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 def _float(value: object) -> float:

@@ -1,0 +1,191 @@
+"""`audit --cluster`: a run's hosts read and reduced on a Dask cluster (docs/pods.md).
+
+A LocalCluster of two worker processes audits a 16-host run made from a committed fixture,
+each host's events stretched by its own factor and one host (host11) made slow on purpose.
+The oracle is the local audit of the same files: the report must be the same, field for field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import hlogap
+from hlogap.errors import InputError
+from tests.conftest import FIXTURES
+
+distributed = pytest.importorskip("distributed")
+
+HOSTS = 16
+SLOW_HOST = 11
+
+
+@pytest.fixture(scope="module")
+def scheduler() -> Iterator[str]:
+    import logging
+
+    cluster = distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",
+        silence_logs=logging.ERROR,
+    )
+    try:
+        yield cluster.scheduler_address
+    finally:
+        cluster.close()
+
+
+def _stretched(source: bytes, factor: float) -> bytes:
+    from hlogap.proto import xplane_pb2
+
+    space = xplane_pb2.XSpace.FromString(source)
+    for plane in space.planes:
+        for line in plane.lines:
+            for event in line.events:
+                event.duration_ps = int(event.duration_ps * factor)
+    return space.SerializeToString()
+
+
+@pytest.fixture(scope="module")
+def pod(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """16 host files of one run: host h's events take (1 + h/100)x as long, host11's 1.6x."""
+    source = next((FIXTURES / "mlp_train").rglob("*.xplane.pb")).read_bytes()
+    logdir = tmp_path_factory.mktemp("pod") / "tb"
+    run = logdir / "plugins" / "profile" / "run1"
+    run.mkdir(parents=True)
+    for h in range(HOSTS):
+        factor = 1.6 if h == SLOW_HOST else 1 + h / 100
+        (run / f"host{h:02d}.xplane.pb").write_bytes(_stretched(source, factor))
+    return logdir
+
+
+@pytest.fixture(scope="module")
+def chip(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A CPU chip file (the report names it: both audits use this one)."""
+    path = tmp_path_factory.mktemp("chip") / "testcpu.toml"
+    path.write_text(
+        'name = "testcpu"\n[peak_flops]\nf32 = 1.0e11\nbf16 = 1.0e11\n[memory]\nhbm_bw = 2.0e10\n'
+    )
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def local_report(pod: Path, chip: str) -> dict[str, object]:
+    return hlogap.audit(pod, chip, jobs=2).to_dict()
+
+
+def test_cluster_report_equals_the_local_one(
+    pod: Path, scheduler: str, local_report: dict[str, object], chip: str
+) -> None:
+    lines: list[str] = []
+    report = hlogap.audit(pod, chip, cluster=scheduler, progress=lines.append)
+    ours = report.to_dict()
+    assert ours == local_report
+    assert len(report.files) == HOSTS and report.devices == HOSTS
+    # Progress: the cluster with its dashboard, then every host once.
+    assert lines[1].startswith(f"Dask cluster {scheduler}: 2 workers, dashboard http")
+    assert sum(line.startswith("read host ") for line in lines) == HOSTS
+
+
+def test_skew_names_the_slow_host_overall_by_step_and_by_op(
+    local_report: dict[str, object],
+) -> None:
+    hosts = local_report["hosts"]
+    assert isinstance(hosts, dict)
+    assert hosts["slowest_host"] == f"host{SLOW_HOST:02d}"
+    # The median host is stretched ~1.07x, the slow one 1.6x, but not all of the time in ops
+    # grows: async ops run on to `end:` markers whose offsets were not moved.
+    assert 15 < hosts["over_median_pct"] < 50
+    measured = hosts["measured_us"]
+    others = [t for h, t in measured.items() if h != hosts["slowest_host"]]
+    assert measured[hosts["slowest_host"]] > 1.1 * max(others)
+    steps = hosts["steps"]
+    assert isinstance(steps, list) and len(steps) == len(local_report["steps"])  # type: ignore[arg-type]
+    assert all(s["slowest_host"] == f"host{SLOW_HOST:02d}" and s["hosts"] == HOSTS for s in steps)
+    ops = hosts["ops"]
+    assert isinstance(ops, list) and ops
+    # Ops whose time is mostly until an unmoved `end:` marker (the async dots) barely differ
+    # between hosts; every op that does is slowest on host11, the most skewed first.
+    skewed = [o for o in ops if o["over_median_pct"] > 5]
+    assert skewed and skewed[0] is ops[0]
+    assert all(o["slowest_host"] == f"host{SLOW_HOST:02d}" for o in skewed)
+
+
+def test_a_worker_killed_mid_audit_changes_nothing(
+    pod: Path, scheduler: str, local_report: dict[str, object], chip: str
+) -> None:
+    with distributed.Client(scheduler) as client:
+        pids = client.run(os.getpid)  # worker address -> its process
+    killed: list[int] = []
+
+    def kill_one_worker(line: str) -> None:
+        # After 4 hosts are summarized, a worker holding read hosts dies: Dask reads them
+        # again on a worker that lives when the later tasks need them.
+        if line.startswith("read host 4 of") and not killed:
+            pid = next(iter(pids.values()))
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    report = hlogap.audit(pod, chip, cluster=scheduler, progress=kill_one_worker)
+    assert killed
+    assert report.to_dict() == local_report
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hlogap", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_a_corrupt_host_is_exit_3_naming_it_or_skipped_with_a_warning(
+    pod: Path, scheduler: str, chip: str, tmp_path: Path
+) -> None:
+    run = tmp_path / "tb" / "plugins" / "profile" / "run1"
+    run.mkdir(parents=True)
+    for f in sorted((pod / "plugins" / "profile" / "run1").iterdir())[:4]:
+        (run / f.name).write_bytes(f.read_bytes())
+    (run / "host02.xplane.pb").write_bytes((run / "host02.xplane.pb").read_bytes()[:3000])
+    failed = _cli("audit", str(tmp_path / "tb"), "--chip", chip, "--cluster", scheduler)
+    assert failed.returncode == 3 and failed.stdout == ""
+    assert failed.stderr.count("\n") == 1 and "host02" in failed.stderr
+    assert "Traceback" not in failed.stderr
+    skipped = _cli(
+        "audit",
+        str(tmp_path / "tb"),
+        "--chip",
+        chip,
+        "--cluster",
+        scheduler,
+        "--skip-bad-hosts",
+        "-f",
+        "json",
+    )
+    assert skipped.returncode == 0, skipped.stderr
+    data = json.loads(skipped.stdout)
+    assert any(w.startswith("skipped host host02:") for w in data["warnings"])
+    assert data["source"]["hosts"] == ["host00", "host01", "host02", "host03"]
+    assert sorted(data["hosts"]["hosts"]) == ["host00", "host01", "host03"]
+
+
+def test_an_unreachable_scheduler_is_exit_3_in_one_line(
+    pod: Path, chip: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr("hlogap.executors.dask.CONNECT_TIMEOUT_S", 1)
+    with pytest.raises(
+        InputError, match=f"cannot reach the Dask scheduler at tcp://127.0.0.1:{port}"
+    ):
+        hlogap.audit(pod, chip, cluster=f"tcp://127.0.0.1:{port}")

@@ -7,7 +7,10 @@ the previous one, to ~300 k and ~3 M events. In the same run, on the same file:
 - xprof's converter `xspace_to_tool_data([FILE], "hlo_stats", {})` on a fresh copy of the file
   in its own directory (xprof writes a cache file beside its input).
 Each command runs in a child process; wall time and that child's peak RSS (os.wait4) are taken.
-`--write-docs` rewrites the table in docs/performance.md.
+The pod case (issue 14) audits runs of 4 and 32 hosts of ~50 MB each (one scaled file, linked
+under every host's name) with the local process pool and with `--cluster local:2`, and takes
+the hlogap process's own peak (the client: on a cluster it holds only summaries).
+`--write-docs` rewrites the tables in docs/performance.md.
 """
 
 from __future__ import annotations
@@ -105,6 +108,7 @@ class Run:
     peak_rss_mb: float  # the command's own process
     peak_total_mb: float  # the command and every process it started (readers), PSS, sampled
     ok: bool
+    peak_own_mb: float = 0.0  # the command's own process only (VmHWM), sampled
 
 
 def _tree(root: int) -> list[int]:
@@ -145,10 +149,13 @@ def measure(cmd: list[str], cwd: Path) -> Run:
     running = threading.Event()
     running.set()
 
-    def sample() -> None:  # every 20 ms: the whole tree's PSS
-        nonlocal peak_total
+    peak_own = 0.0
+
+    def sample() -> None:  # every 20 ms: the whole tree's PSS, the process's own high water
+        nonlocal peak_total, peak_own
         while running.is_set():
             peak_total = max(peak_total, sum(_pss_mb(p) for p in _tree(proc.pid)))
+            peak_own = max(peak_own, _hwm_mb(proc.pid))
             time.sleep(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -159,7 +166,73 @@ def measure(cmd: list[str], cwd: Path) -> Run:
     sampler.join()
     # ru_maxrss is in KiB on Linux.
     rss = usage.ru_maxrss / 1024
-    return Run(wall, rss, max(peak_total, rss), os.waitstatus_to_exitcode(status) == 0)
+    ok = os.waitstatus_to_exitcode(status) == 0
+    return Run(wall, rss, max(peak_total, rss), ok, peak_own)
+
+
+def _hwm_mb(pid: int) -> float:
+    """The process's own peak resident set (VmHWM), without its children."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
+POD_HOSTS = [4, 32]
+POD_HOST_EVENTS = 870_000  # ~50 MB per host file from the MI300X trace
+
+
+def bench_pod(chip: str) -> list[dict[str, object]]:
+    """Runs of 4 and 32 hosts: local pool vs `--cluster local:2`, wall and client peak."""
+    source = REAL_GPU if REAL_GPU.is_file() else next((ROOT / "tests" / "fixtures").rglob("*.pb"))
+    hlogap = str(Path(sys.executable).parent / "hlogap")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="hlogap-pod-") as tmp:
+        host = Path(tmp) / "host.xplane.pb"
+        scale_profile(source, host, POD_HOST_EVENTS)
+        for hosts in POD_HOSTS:
+            run = Path(tmp) / f"pod{hosts}" / "plugins" / "profile" / "run1"
+            run.mkdir(parents=True)
+            for h in range(hosts):  # hard links: every host a regular file, one copy on disk
+                os.link(host, run / f"host{h:03d}.xplane.pb")
+            for executor, extra in (
+                ("local pool", []),
+                ("--cluster local:2", ["--cluster", "local:2"]),
+            ):
+                r = measure(
+                    [hlogap, "audit", str(run.parents[2]), "-f", "json", "--chip", chip, *extra],
+                    Path(tmp),
+                )
+                row = {
+                    "hosts": hosts,
+                    "size_mb": hosts * host.stat().st_size / 1e6,
+                    "executor": executor,
+                    "wall_s": r.wall_s,
+                    "client_mb": r.peak_own_mb,
+                    "total_mb": r.peak_total_mb,
+                    "ok": r.ok,
+                }
+                rows.append(row)
+                print(_format_pod_row(row), flush=True)
+    return rows
+
+
+POD_HEADER = (
+    "| hosts | files | executor | wall | client peak (own RSS) "
+    "| peak total (PSS, all processes) |\n"
+    "|---:|---:|---|---:|---:|---:|"
+)
+
+
+def _format_pod_row(r: dict[str, object]) -> str:
+    return (
+        f"| {r['hosts']} | {float(r['size_mb']):.0f} MB | {r['executor']} "  # type: ignore[arg-type]
+        f"| {float(r['wall_s']):.1f} s | {float(r['client_mb']):.0f} MB "  # type: ignore[arg-type]
+        f"| {float(r['total_mb']):.0f} MB |" + ("" if r["ok"] else " (failed)")  # type: ignore[arg-type]
+    )
 
 
 def bench(sizes: list[int], repeats: int, chip: str) -> list[dict[str, object]]:
@@ -224,6 +297,7 @@ HEADER = (
     "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 )
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+POD_BEGIN, POD_END = "<!-- bench-pod:begin -->", "<!-- bench-pod:end -->"
 
 
 def time_help(repeats: int = 5) -> float:
@@ -232,22 +306,28 @@ def time_help(repeats: int = 5) -> float:
     return min(measure([hlogap, "--help"], ROOT).wall_s for _ in range(repeats))
 
 
-def write_docs(results: list[dict[str, object]], help_s: float) -> None:
+def write_docs(
+    results: list[dict[str, object]], pod: list[dict[str, object]], help_s: float
+) -> None:
     doc = ROOT / "docs" / "performance.md"
     text = doc.read_text()
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    table = "\n".join(
-        [
+    measured = f"Measured {time.strftime('%Y-%m-%d')} on {machine}"
+    for begin, end_mark, lines in (
+        (
             BEGIN,
-            f"Measured {time.strftime('%Y-%m-%d')} on {machine}, source `{results[0]['source']}`:",
-            "",
-            HEADER,
-            *(_format_row(r) for r in results),
             END,
-        ]
-    )
-    start, end = text.index(BEGIN), text.index(END) + len(END)
-    doc.write_text(text[:start] + table + text[end:])
+            [f"{measured}, source `{results[0]['source']}`:", "", HEADER]
+            + [_format_row(r) for r in results],
+        ),
+        (POD_BEGIN, POD_END, [f"{measured}:", "", POD_HEADER] + [_format_pod_row(r) for r in pod]),
+    ):
+        if not lines[3:]:
+            continue
+        table = "\n".join([begin, *lines, end_mark])
+        start, end = text.index(begin), text.index(end_mark) + len(end_mark)
+        text = text[:start] + table + text[end:]
+    doc.write_text(text)
 
 
 def main() -> None:
@@ -255,14 +335,19 @@ def main() -> None:
     parser.add_argument("--events", type=int, nargs="+", default=[300_000, 3_000_000])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--chip", default="mi300x")
+    parser.add_argument("--no-pod", action="store_true", help="skip the pod case")
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     print(HEADER)
     results = bench(args.events, args.repeats, args.chip)
+    pod = []
+    if not args.no_pod:
+        print(POD_HEADER)
+        pod = bench_pod(args.chip)
     help_s = time_help()
     print(f"hlogap --help: {help_s:.3f} s")
     if args.write_docs:
-        write_docs(results, help_s)
+        write_docs(results, pod, help_s)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The package's folders are the pipeline's stages, and data flows one way through them:
-profile files -> timeline (read by an executor) -> HLO -> costs -> chips -> bounds -> report -> renderers.
+profile files -> timeline (read by an executor) -> HLO -> costs -> chips -> bounds -> report
+-> renderers.
 
 Each module may import from its own stage and from earlier ones, never from a later one; the
 shared leaves (errors, units, version, generated protobuf) serve every stage. The walk reads

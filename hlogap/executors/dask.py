@@ -122,13 +122,20 @@ def _connect(address: str, hosts: DaskHosts) -> Client:
             raise UsageError(f"--cluster local:N needs N >= 1 workers, not '{count}'")
         import logging
 
-        hosts._cluster = LocalCluster(
-            n_workers=int(count) if count else None,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=":0",  # any free port: two audits at once must not collide
-            silence_logs=logging.ERROR,
-        )
+        import dask
+
+        # Dask starts workers with MALLOC_TRIM_THRESHOLD_=65536, which also fixes glibc's mmap
+        # threshold: every large numpy temporary is then a fresh mmap, and reading a host
+        # takes 3.5x as long (measured: 3.9 s instead of 1.1 s for 0.73 M events).
+        unset = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+        with dask.config.set(unset):
+            hosts._cluster = LocalCluster(
+                n_workers=int(count) if count else None,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=":0",  # any free port: two audits at once must not collide
+                silence_logs=logging.ERROR,
+            )
         return Client(hosts._cluster)
     try:
         return Client(address, timeout=CONNECT_TIMEOUT_S)

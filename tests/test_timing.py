@@ -13,7 +13,7 @@ import pytest
 
 from hlogap import audit
 from hlogap.proto import xplane_pb2
-from hlogap.trace.model import self_times
+from hlogap.trace.model import _nested_self_times, _stack_self_times, self_times
 from hlogap.trace.reading import read_trace
 from hlogap.trace.summary import time_ops
 from tests.conftest import FIXTURES, cpu_fixtures
@@ -106,6 +106,65 @@ def test_self_time_subtracts_nested_events_only() -> None:
     dur = np.array([80, 15, 20, 60, 20], dtype=np.int64)  # [0,80) holds two; [100,160) overlaps
     got = self_times(start, dur)
     assert got.tolist() == [45, 15, 20, 60, 20]
+
+
+def _nesting_lines(seed: int) -> list[tuple[np.ndarray, np.ndarray, bool]]:
+    """Lines of events sorted by start, with whether they nest cleanly: random ones (partial
+    overlaps, equal starts, empty events) and trees of nested events (call/while bodies; some
+    empty, some sharing a start or an end with their parent), a few to 40 events each."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for trial in range(3000):
+        if trial % 2:
+            n = int(rng.integers(2, 12))
+            start, dur = np.sort(rng.integers(0, 20, n)), rng.integers(0, 8, n)
+            tree = False
+        else:
+            events: list[tuple[int, int]] = []
+
+            def fill(events: list[tuple[int, int]], a: int, b: int, depth: int) -> None:
+                t = a
+                while t < b and len(events) < 40:
+                    s = t + int(rng.integers(0, 3))
+                    if s >= b:
+                        return
+                    e = min(b, s + int(rng.integers(0, 10)))
+                    events.append((s, e - s))
+                    if depth < 3 and e - s > 1 and rng.random() < 0.6:
+                        fill(events, s, e, depth + 1)
+                    t = e  # the next sibling starts after this one: a clean tree
+
+            fill(events, 0, 40, 0)
+            if len(events) < 2:
+                continue
+            both = np.array(sorted(events, key=lambda ev: ev[0]), dtype=np.int64)
+            start, dur = both[:, 0], both[:, 1]
+            tree = True
+        lines.append((start.astype(np.int64), dur.astype(np.int64), tree))
+    return lines
+
+
+def test_nesting_in_numpy_equals_the_stack_walk() -> None:
+    # The stack walk is the definition; numpy must give the same self times wherever it
+    # answers, and answer for every line whose events nest cleanly.
+    answered = trees = 0
+    for start, dur, tree in _nesting_lines(seed=7):
+        walked = _stack_self_times(start, dur)
+        vectorized = _nested_self_times(start, dur)
+        assert vectorized is not None or not tree, (start.tolist(), dur.tolist())
+        if vectorized is not None:
+            answered += 1
+            assert vectorized.tolist() == walked.tolist(), (start.tolist(), dur.tolist())
+        assert self_times(start, dur).tolist() == walked.tolist()
+        trees += tree
+    assert trees > 1000 and answered > trees
+
+
+def test_nesting_with_a_partial_overlap_is_left_to_the_stack_walk() -> None:
+    start = np.array([0, 2, 3], dtype=np.int64)
+    dur = np.array([10, 3, 9], dtype=np.int64)  # [3,12) leaves [0,10) before it ends
+    assert _nested_self_times(start, dur) is None
+    assert self_times(start, dur).tolist() == [7, 3, 9]
 
 
 @pytest.mark.parametrize("program", [p.name for p in cpu_fixtures()])

@@ -318,13 +318,54 @@ def self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
 
     An event is nested when it lies wholly inside another; partial overlaps are not nesting.
 
-    Nesting (while bodies inside a while, TPU call/conditional bodies) is rare, so the common
-    case is one vectorised check; only lines that do nest walk a stack.
+    Lines without nesting are one vectorised check; lines whose events nest cleanly (TPU
+    call/while bodies, CPU while thunks) are worked out in numpy (`_nested_self_times`); only a
+    line with partial overlaps walks a stack in Python.
     """
     end = start + dur
     if len(start) < 2 or bool(np.all(start[1:] >= np.maximum.accumulate(end)[:-1])):
         nothing_nests: np.ndarray = dur.copy()
         return nothing_nests
+    nested = _nested_self_times(start, dur)
+    return nested if nested is not None else _stack_self_times(start, dur)
+
+
+def _nested_self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray | None:
+    """`self_times` without a Python loop, or None when some events overlap partially.
+
+    The stack walk pops an event when a later one starts at or after its end, so the events
+    open when event j starts (its level) are the j events before it less those ended by then:
+    ends <= start_j, an empty event counting as ended once any later event starts. The parent
+    (the stack's top) is the last event before j one level up. When every event ends within
+    its parent, the open events always form a chain and this is what the walk computes;
+    otherwise (a partial overlap) None.
+    """
+    n = len(start)
+    end = start + dur
+    empty = dur == 0
+    ended = np.searchsorted(np.sort(end[~empty]), start, side="right")
+    empty_before = np.cumsum(empty) - empty
+    level = np.arange(n, dtype=np.int64) - ended - empty_before
+    # The last event before j one level up: search (level, index) keys, sorted by level.
+    small = level.astype(np.int16) if int(level.max()) < 1 << 15 else level  # radix sort
+    by_level = np.argsort(small, kind="stable")
+    key = level[by_level] * n + by_level
+    inner = np.flatnonzero(level > 0)
+    found = np.searchsorted(key, (level[inner] - 1) * n + inner) - 1
+    parent = by_level[np.maximum(found, 0)]
+    if len(inner) and (
+        bool(np.any(found < 0))
+        or bool(np.any(level[parent] != level[inner] - 1))
+        or bool(np.any(end[inner] > end[parent]))
+    ):
+        return None
+    own: np.ndarray = dur - np.bincount(parent, weights=dur[inner], minlength=n).astype(np.int64)
+    return own
+
+
+def _stack_self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """`self_times` by walking a stack of open events (any overlap)."""
+    end = start + dur
     # Python lists, not numpy scalars, inside the loop: one element access costs ~10x less.
     stack: list[int] = []
     ends = end.tolist()

@@ -8,21 +8,21 @@ import numpy as np
 import pytest
 
 from hlogap.errors import InputError, UsageError
-from hlogap.pipeline import _workers
+from hlogap.executors import workers as reader_processes
 from hlogap.trace import model
 from hlogap.trace.model import OpKey, TraceBuilder
 
 
 @pytest.mark.parametrize(("jobs", "tasks"), [(1000, 2), (1000, 10_000), (None, 10_000), (1, 50)])
 def test_never_more_processes_than_cores_or_tasks(jobs: int | None, tasks: int) -> None:
-    workers = _workers(jobs, tasks)
+    workers = reader_processes(jobs, tasks)
     assert 1 <= workers <= min(os.cpu_count() or 1, tasks)
 
 
 @pytest.mark.parametrize("jobs", [0, -1, -1000])
 def test_jobs_below_one_are_a_usage_error(jobs: int) -> None:
     with pytest.raises(UsageError):
-        _workers(jobs, 4)
+        reader_processes(jobs, 4)
 
 
 def test_the_memory_guard_holds_for_tiny_events(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -189,3 +189,23 @@ def test_an_unreachable_scheduler_is_exit_3_in_one_line(
         InputError, match=f"cannot reach the Dask scheduler at tcp://127.0.0.1:{port}"
     ):
         hlogap.audit(pod, chip, cluster=f"tcp://127.0.0.1:{port}")
+
+
+@pytest.mark.parametrize(
+    ("failure", "said"),
+    [
+        (lambda: distributed.KilledWorker("read_host-123", None, 3), "died each time"),
+        (lambda: ModuleNotFoundError("No module named 'hlogap'"), "cannot run hlogap"),
+    ],
+)
+def test_cluster_failures_are_input_errors_in_one_line(
+    failure: Callable[[], BaseException], said: str
+) -> None:
+    from hlogap.executors.dask import worker_errors
+
+    with pytest.raises(InputError, match=said) as raised, worker_errors("tcp://s:8786"):
+        raise failure()
+    assert "\n" not in str(raised.value) and "tcp://s:8786" in str(raised.value)
+    # A host's own error is passed on as it is.
+    with pytest.raises(InputError, match="host07"), worker_errors("tcp://s:8786"):
+        raise InputError("truncated file: host07.xplane.pb")

@@ -10,6 +10,7 @@ needs them.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from hlogap.errors import InputError, UsageError
@@ -37,6 +38,7 @@ class DaskHosts(HostExecutor):
         skip_bad_hosts: bool = False,
     ) -> None:
         self._progress = progress
+        self.address = address
         self._cluster: LocalCluster | None = None
         self.client = _connect(address, self)
         if progress is not None:
@@ -65,7 +67,8 @@ class DaskHosts(HostExecutor):
         # arrive ahead of a slower host wait here.
         for count, task in enumerate(as_completed(tasks), 1):
             k = position[task.key]
-            arrived[k] = task.result()
+            with worker_errors(self.address):
+                arrived[k] = task.result()
             task.release()
             if self._progress is not None:
                 self._progress(f"read host {count} of {len(tasks)} ({self._hosts[k]})")
@@ -83,14 +86,16 @@ class DaskHosts(HostExecutor):
         futures = [
             self.client.submit(task, read, *shared, pure=False, **kwargs) for read in self._read
         ]
-        results: list[T] = self.client.gather(futures)
+        with worker_errors(self.address):
+            results: list[T] = self.client.gather(futures)
         return results
 
     def one(self, host: int, task: HostTask[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         future = self.client.submit(
             task, self._read[host], *self._shared(args), pure=False, **kwargs
         )
-        result: T = future.result()
+        with worker_errors(self.address):
+            result: T = future.result()
         return result
 
     def _shared(self, args: tuple[Any, ...]) -> list[Any]:
@@ -107,6 +112,26 @@ class DaskHosts(HostExecutor):
         self.client.close()
         if self._cluster is not None:
             self._cluster.close()
+
+
+@contextmanager
+def worker_errors(address: str) -> Iterator[None]:
+    """Failures of the cluster rather than of a host file, said in one line (exit 3). A host
+    file's own errors (`InputError`, naming the host) come back from the worker as they are."""
+    from distributed import KilledWorker
+
+    try:
+        yield
+    except KilledWorker as exc:
+        raise InputError(
+            f"Dask workers of {address} died each time they ran {exc.task} (out of memory? "
+            "see the dashboard and the workers' logs)"
+        ) from exc
+    except ImportError as exc:  # a task's code could not be loaded on the worker
+        raise InputError(
+            f"a Dask worker of {address} cannot run hlogap ({exc}): install hlogap, the same "
+            "version as here, on every worker"
+        ) from exc
 
 
 def _connect(address: str, hosts: DaskHosts) -> Client:

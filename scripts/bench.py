@@ -2,7 +2,9 @@
 
 A real GPU trace (the MI300X profile in ../shared/fixtures, or a committed CPU fixture when that
 is absent) is scaled up by repeating the events of its op lines N times, each copy shifted past
-the previous one, to ~300 k and ~3 M events. In the same run, on the same file:
+the previous one, to ~0.3, 1, 3 and 10 M events; the 3 M file is also audited on one core
+(`taskset -c 0`, `--jobs 1`: ms/MB); the TPU v6e profile is scaled to ~3 M events and a
+committed CPU fixture to ~1 M. In the same run, on the same file:
 - `hlogap audit FILE --format json` (the CLI, as a user runs it), and
 - xprof's converter `xspace_to_tool_data([FILE], "hlo_stats", {})` on a fresh copy of the file
   in its own directory (xprof writes a cache file beside its input).
@@ -105,10 +107,9 @@ def scale_profile(source: Path, target: Path, events_wanted: int) -> int:
 @dataclass
 class Run:
     wall_s: float
-    peak_rss_mb: float  # the command's own process
+    peak_rss_mb: float  # the command's own process (VmHWM, sampled every 20 ms)
     peak_total_mb: float  # the command and every process it started (readers), PSS, sampled
     ok: bool
-    peak_own_mb: float = 0.0  # the command's own process only (VmHWM), sampled
 
 
 def _tree(root: int) -> list[int]:
@@ -145,11 +146,9 @@ def measure(cmd: list[str], cwd: Path) -> Run:
 
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    peak_total = 0.0
+    peak_total = peak_own = 0.0
     running = threading.Event()
     running.set()
-
-    peak_own = 0.0
 
     def sample() -> None:  # every 20 ms: the whole tree's PSS, the process's own high water
         nonlocal peak_total, peak_own
@@ -164,10 +163,12 @@ def measure(cmd: list[str], cwd: Path) -> Run:
     wall = time.perf_counter() - t0
     running.clear()
     sampler.join()
-    # ru_maxrss is in KiB on Linux.
-    rss = usage.ru_maxrss / 1024
+    # Not ru_maxrss: a child forked from this (large) process and exec'ed keeps the larger of
+    # its own peak and this process's RSS at the fork. Only a command too short to be sampled
+    # falls back to it.
+    rss = peak_own or usage.ru_maxrss / 1024  # KiB on Linux
     ok = os.waitstatus_to_exitcode(status) == 0
-    return Run(wall, rss, max(peak_total, rss), ok, peak_own)
+    return Run(wall, rss, max(peak_total, rss), ok)
 
 
 def _hwm_mb(pid: int) -> float:
@@ -211,7 +212,7 @@ def bench_pod(chip: str) -> list[dict[str, object]]:
                     "size_mb": hosts * host.stat().st_size / 1e6,
                     "executor": executor,
                     "wall_s": r.wall_s,
-                    "client_mb": r.peak_own_mb,
+                    "client_mb": r.peak_rss_mb,
                     "total_mb": r.peak_total_mb,
                     "ok": r.ok,
                 }
@@ -235,66 +236,113 @@ def _format_pod_row(r: dict[str, object]) -> str:
     )
 
 
-def bench(sizes: list[int], repeats: int, chip: str) -> list[dict[str, object]]:
-    source = REAL_GPU if REAL_GPU.is_file() else next((ROOT / "tests" / "fixtures").rglob("*.pb"))
+REAL_TPU = ROOT.parent / "shared" / "fixtures" / "tpu-v6e-offload" / "tpu_inference_2.xplane.pb"
+CPU_FIXTURE = ROOT / "tests" / "fixtures" / "mlp_train"
+CPU_CHIP = (
+    'name = "bench-cpu"\n[peak_flops]\nf32 = 1.0e11\nbf16 = 1.0e11\n[memory]\nhbm_bw = 2.0e10\n'
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of the table: a source scaled to `events`, audited with `options`."""
+
+    name: str
+    source: Path
+    events: int
+    options: tuple[str, ...]
+    xprof: bool = True  # xprof's converter on the same file (it lists no XLA:CPU ops)
+    one_core: bool = False  # hlogap pinned to one core, `--jobs 1` (ms/MB)
+
+
+def cases(sizes: list[int], chip: str, chip_file: Path) -> list[Case]:
+    gpu = REAL_GPU if REAL_GPU.is_file() else next(CPU_FIXTURE.rglob("*.pb"))
+    gpu_options = ("--chip", chip) if REAL_GPU.is_file() else ("--chip", str(chip_file))
+    found = [Case("GPU", gpu, n, gpu_options) for n in sizes]
+    found.append(Case("GPU, one core", gpu, 3_000_000, (*gpu_options, "--jobs", "1"), False, True))
+    if REAL_TPU.is_file():
+        found.append(Case("TPU", REAL_TPU, 3_000_000, ("--chip", "tpu-v6e")))
+    cpu = next(CPU_FIXTURE.rglob("*.xplane.pb"))
+    found.append(Case("CPU", cpu, 1_000_000, ("--chip", str(chip_file)), xprof=False))
+    return found
+
+
+def bench(all_cases: list[Case], repeats: int, tmp: Path) -> list[dict[str, object]]:
     hlogap = [str(Path(sys.executable).parent / "hlogap")]
     results = []
-    with tempfile.TemporaryDirectory(prefix="hlogap-bench-") as tmp:
-        for wanted in sizes:
-            big = Path(tmp) / f"scaled_{wanted}.xplane.pb"
-            events = scale_profile(source, big, wanted)
-            size_mb = big.stat().st_size / 1e6
-            ours = [
-                measure([*hlogap, "audit", str(big), "--format", "json", "--chip", chip], Path(tmp))
-                for _ in range(repeats)
-            ]
-            theirs = []
-            for i in range(repeats):
-                fresh = Path(tmp) / f"xprof_{wanted}_{i}"
-                fresh.mkdir()
-                shutil.copy(big, fresh / big.name)
-                theirs.append(
-                    measure([sys.executable, "-c", XPROF_SNIPPET, str(fresh / big.name)], fresh)
-                )
-                shutil.rmtree(fresh)
-            best_ours = min(ours, key=lambda r: r.wall_s)
-            best_theirs = min(theirs, key=lambda r: r.wall_s)
-            row = {
-                "events": events,
-                "size_mb": size_mb,
-                "source": source.name,
-                "hlogap_s": best_ours.wall_s,
-                "hlogap_rss_mb": max(r.peak_rss_mb for r in ours),
-                "hlogap_total_mb": max(r.peak_total_mb for r in ours),
-                "hlogap_ok": all(r.ok for r in ours),
-                "xprof_s": best_theirs.wall_s,
-                "xprof_rss_mb": max(r.peak_rss_mb for r in theirs),
-                "xprof_total_mb": max(r.peak_total_mb for r in theirs),
-                "xprof_ok": all(r.ok for r in theirs),
-            }
-            results.append(row)
-            print(_format_row(row), flush=True)
-            big.unlink()
+    for case in all_cases:
+        big = tmp / f"scaled_{case.events}.xplane.pb"
+        events = scale_profile(case.source, big, case.events)
+        size_mb = big.stat().st_size / 1e6
+        # Past 5 M events one run each: xprof alone needs minutes and ~17x the file there.
+        runs = 1 if case.events > 5_000_000 else repeats
+        pin = ["taskset", "-c", "0"] if case.one_core and shutil.which("taskset") else []
+        ours = [
+            measure([*pin, *hlogap, "audit", str(big), "--format", "json", *case.options], tmp)
+            for _ in range(runs)
+        ]
+        theirs = []
+        for i in range(runs if case.xprof else 0):
+            fresh = tmp / f"xprof_{case.events}_{i}"
+            fresh.mkdir()
+            shutil.copy(big, fresh / big.name)
+            theirs.append(
+                measure([sys.executable, "-c", XPROF_SNIPPET, str(fresh / big.name)], fresh)
+            )
+            shutil.rmtree(fresh)
+        best_ours = min(ours, key=lambda r: r.wall_s)
+        best_theirs = min(theirs, key=lambda r: r.wall_s) if theirs else None
+        row: dict[str, object] = {
+            "case": case.name,
+            "events": events,
+            "size_mb": size_mb,
+            "source": case.source.name,
+            "hlogap_s": best_ours.wall_s,
+            "hlogap_rss_mb": max(r.peak_rss_mb for r in ours),
+            "hlogap_total_mb": max(r.peak_total_mb for r in ours),
+            "hlogap_ok": all(r.ok for r in ours),
+            "xprof_s": best_theirs.wall_s if best_theirs else None,
+            "xprof_total_mb": max(r.peak_total_mb for r in theirs) if theirs else None,
+            "xprof_ok": all(r.ok for r in theirs),
+        }
+        results.append(row)
+        print(_format_row(row), flush=True)
+        big.unlink()
     return results
 
 
 def _format_row(r: dict[str, object]) -> str:
-    ev = float(r["events"])  # type: ignore[arg-type]
-    ours, theirs = float(r["hlogap_s"]), float(r["xprof_s"])  # type: ignore[arg-type]
-    return (
-        f"| {int(ev):,} | {float(r['size_mb']):.1f} MB | {ours:.2f} s | {ev / ours / 1e6:.2f} M/s "  # type: ignore[arg-type]
-        f"| {float(r['hlogap_rss_mb']):.0f} MB | {float(r['hlogap_total_mb']):.0f} MB "  # type: ignore[arg-type]
-        f"| {theirs:.2f} s | {ev / theirs / 1e6:.2f} M/s "
-        f"| {float(r['xprof_rss_mb']):.0f} MB | {float(r['xprof_total_mb']):.0f} MB "  # type: ignore[arg-type]
-        f"| {ours / theirs:.2f}x |"
-        + ("" if r["hlogap_ok"] and r["xprof_ok"] else " (a run failed)")
-    )
+    ev, size = float(r["events"]), float(r["size_mb"])  # type: ignore[arg-type]
+    ours, total = float(r["hlogap_s"]), float(r["hlogap_total_mb"])  # type: ignore[arg-type]
+    cells = [
+        f"{r['case']}",
+        f"{int(ev):,}",
+        f"{size:.1f} MB",
+        f"{ours:.2f} s",
+        f"{ev / ours / 1e6:.2f} M/s",
+        f"{ours * 1e3 / size:.1f} ms/MB",
+        f"{float(r['hlogap_rss_mb']):.0f} MB",  # type: ignore[arg-type]
+        f"{total:.0f} MB ({total / size:.1f}x)",
+    ]
+    if r["xprof_s"] is None:
+        cells += ["-", "-", "-", "-"]
+    else:
+        theirs = float(r["xprof_s"])  # type: ignore[arg-type]
+        cells += [
+            f"{theirs:.2f} s",
+            f"{ev / theirs / 1e6:.2f} M/s",
+            f"{float(r['xprof_total_mb']):.0f} MB",  # type: ignore[arg-type]
+            f"{ours / theirs:.2f}x",
+        ]
+    ok = r["hlogap_ok"] and (r["xprof_s"] is None or r["xprof_ok"])
+    return "| " + " | ".join(cells) + " |" + ("" if ok else " (a run failed)")
 
 
 HEADER = (
-    "| events | file | hlogap wall | hlogap events/s | hlogap peak RSS | hlogap peak total "
-    "| xprof wall | xprof events/s | xprof peak RSS | xprof peak total | hlogap / xprof |\n"
-    "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    "| case | events | file | hlogap wall | hlogap events/s | hlogap per MB | hlogap peak RSS "
+    "| hlogap peak total (x file) | xprof wall | xprof events/s | xprof peak total "
+    "| hlogap / xprof |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 )
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 POD_BEGIN, POD_END = "<!-- bench-pod:begin -->", "<!-- bench-pod:end -->"
@@ -317,8 +365,7 @@ def write_docs(
         (
             BEGIN,
             END,
-            [f"{measured}, source `{results[0]['source']}`:", "", HEADER]
-            + [_format_row(r) for r in results],
+            [f"{measured}:", "", HEADER] + [_format_row(r) for r in results],
         ),
         (POD_BEGIN, POD_END, [f"{measured}:", "", POD_HEADER] + [_format_pod_row(r) for r in pod]),
     ):
@@ -332,14 +379,19 @@ def write_docs(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, nargs="+", default=[300_000, 3_000_000])
+    parser.add_argument(
+        "--events", type=int, nargs="+", default=[300_000, 1_000_000, 3_000_000, 10_000_000]
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--chip", default="mi300x")
     parser.add_argument("--no-pod", action="store_true", help="skip the pod case")
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     print(HEADER)
-    results = bench(args.events, args.repeats, args.chip)
+    with tempfile.TemporaryDirectory(prefix="hlogap-bench-") as tmp:
+        chip_file = Path(tmp) / "bench-cpu.toml"
+        chip_file.write_text(CPU_CHIP)
+        results = bench(cases(args.events, args.chip, chip_file), args.repeats, Path(tmp))
     pod = []
     if not args.no_pod:
         print(POD_HEADER)

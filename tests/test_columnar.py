@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hlogap.proto import xplane_pb2
+from hlogap.trace import columnar
 from hlogap.trace.columnar import ABSENT, decode_events
 from tests.conftest import AMD_FILES, FIXTURES
 
@@ -45,8 +46,13 @@ def _trace_files() -> list[Path]:
     return files + sorted(FIXTURES.rglob("*.xplane.pb"))[:4]
 
 
+@pytest.mark.parametrize("block", [columnar.BLOCK, 7], ids=["block", "tiny-blocks"])
 @pytest.mark.parametrize("path", _trace_files(), ids=lambda p: p.parent.name + "/" + p.name)
-def test_real_events_decode_as_upb_reads_them(path: Path) -> None:
+def test_real_events_decode_as_upb_reads_them(
+    path: Path, block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Lines are decoded in blocks of `BLOCK` events: blocks of 7 cut every line many times.
+    monkeypatch.setattr(columnar, "BLOCK", block)
     space = xplane_pb2.XSpace.FromString(path.read_bytes())
     total = 0
     for plane in space.planes:

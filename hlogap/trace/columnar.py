@@ -23,6 +23,7 @@ TAG_STAT_ID = 0x08
 TAG_UINT64, TAG_INT64, TAG_STR, TAG_REF = 0x18, 0x20, 0x2A, 0x38
 MAX_STATS = 32  # events with more stats are read by upb
 _PAD = 16
+BLOCK = 1 << 15  # events decoded together (`decode_events`)
 # The value of a stat an event lacks. Not -1: stats such as XLA:CPU's `run_id` are signed and
 # often negative.
 ABSENT = np.iinfo(np.int64).min
@@ -62,7 +63,24 @@ def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def decode_events(events: list[bytes], wanted: list[int]) -> LineColumns:
-    """Decode serialized XEvents; `wanted` are stat metadata ids whose values are returned."""
+    """Decode serialized XEvents; `wanted` are stat metadata ids whose values are returned.
+
+    Blocks of `BLOCK` events at a time: a block's temporaries stay in the CPU's caches and the
+    memory a line needs is its columns, not a few dozen temporaries of its length (the bench's
+    GPU lines of 0.1-0.4 M events: 623 ns/event whole, 490 in blocks of 32 k; 8 k: 662)."""
+    if len(events) <= BLOCK:
+        return _decode_block(events, wanted)
+    blocks = [_decode_block(events[at : at + BLOCK], wanted) for at in range(0, len(events), BLOCK)]
+    return LineColumns(
+        np.concatenate([b.metadata_id for b in blocks]),
+        np.concatenate([b.offset_ps for b in blocks]),
+        np.concatenate([b.duration_ps for b in blocks]),
+        [np.concatenate([b.stats[k] for b in blocks]) for k in range(len(wanted))],
+        np.concatenate([b.irregular for b in blocks]),
+    )
+
+
+def _decode_block(events: list[bytes], wanted: list[int]) -> LineColumns:
     n = len(events)
     lengths = np.fromiter(map(len, events), dtype=np.int64, count=n)
     starts = np.zeros(n, dtype=np.int64)

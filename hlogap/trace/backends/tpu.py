@@ -85,6 +85,7 @@ class _PlaneReader:
         self._module_names: dict[str, str] = {}
         self._aggregated_line = False
         self._clock_pairs: list[np.ndarray] = []  # (host, device) start of events with both
+        self._module_lines: list[xplane_pb2.XLineRaw] = []  # `XLA Modules`, found by `read`
 
     def read(self) -> list[Step]:
         """Read the plane's op events; return its `Steps` line's steps on the device clock."""
@@ -95,6 +96,8 @@ class _PlaneReader:
                 groups.setdefault(line.id, []).append(line)
             elif line.name == STEP_LINE:
                 step_lines.append(line)
+            elif line.name == MODULE_LINE:
+                self._module_lines.append(line)
         for lines in groups.values():
             self._read_line(lines)
         return self._steps(step_lines)
@@ -316,38 +319,59 @@ class _PlaneReader:
                 info.xla_bytes = _number(stat_value(s, self.names))
         return idx
 
-    def _module_lines(self) -> list[xplane_pb2.XLine]:
-        return [ln for ln in self.plane.lines if ln.name == MODULE_LINE]
-
     def _has_module_line(self) -> bool:
-        return any(ln.name == MODULE_LINE for ln in self.plane.lines)
+        return bool(self._module_lines)
 
     def _plane_module_names(self) -> dict[str, str]:
         """program id -> module name, from the names of this plane's XLA Modules events."""
         return self._load_modules()[1] if self._modules is None else self._module_names
 
     def _load_modules(self) -> tuple[tuple[np.ndarray, np.ndarray, list[str]], dict[str, str]]:
-        spans: list[tuple[int, int, str]] = []
-        names: dict[int, tuple[str, str] | None] = {}
-        for line in self._module_lines():
-            base = line.timestamp_ns * 1000
-            for ev in line.events:
-                parsed = names.get(ev.metadata_id, ())
-                if parsed == ():
-                    md = self.plane.event_metadata.get(ev.metadata_id)
-                    m = _MODULE_EVENT.match(md.name) if md is not None else None
-                    parsed = names[ev.metadata_id] = (
-                        (m.group("name"), m.group("program_id")) if m else None
-                    )
-                if parsed:
-                    s = base + ev.offset_ps
-                    spans.append((s, s + ev.duration_ps, parsed[1]))
-                    self._module_names.setdefault(parsed[1], parsed[0])
-        spans.sort()
+        """Each execution's span on the `XLA Modules` line (host clock) and program id, sorted;
+        events decoded in columns, each metadata id's name parsed once."""
+        starts: list[np.ndarray] = []
+        ends: list[np.ndarray] = []
+        programs: list[np.ndarray] = []  # int64 codes into `names`
+        names: list[str] = []  # program ids
+        for line in self._module_lines:
+            events = list(line.events)
+            if not events:
+                continue
+            cols = decode_events(events, [])
+            for i in np.flatnonzero(cols.irregular).tolist():
+                _fill(cols, i, _event(events[i], self.plane.name), [])
+            # Metadata ids in the order their first events come: the first name of a program
+            # id is the module's.
+            ids, first, inverse = np.unique(
+                cols.metadata_id, return_index=True, return_inverse=True
+            )
+            code = np.full(len(ids), -1, dtype=np.int64)
+            for k in np.argsort(first, kind="stable").tolist():
+                md = self.plane.event_metadata.get(int(ids[k]))
+                m = _MODULE_EVENT.match(md.name) if md is not None else None
+                if m is None:
+                    continue
+                self._module_names.setdefault(m.group("program_id"), m.group("name"))
+                if m.group("program_id") not in names:
+                    names.append(m.group("program_id"))
+                code[k] = names.index(m.group("program_id"))
+            program = code[inverse.ravel()]
+            module = program >= 0
+            start = line.timestamp_ns * 1000 + cols.offset_ps
+            starts.append(start[module])
+            ends.append((start + cols.duration_ps)[module])
+            programs.append(program[module])
+        start_arr, end_arr, program_arr = (
+            np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+            for parts in (starts, ends, programs)
+        )
+        # Sorted as (start, end, program id) tuples would sort.
+        rank = np.argsort(np.argsort(np.array(names, dtype=object), kind="stable"))
+        order = np.lexsort((rank[program_arr] if len(names) else program_arr, end_arr, start_arr))
         self._modules = (
-            np.array([s[0] for s in spans], dtype=np.int64),
-            np.array([s[1] for s in spans], dtype=np.int64),
-            [s[2] for s in spans],
+            start_arr[order],
+            end_arr[order],
+            [names[int(k)] for k in program_arr[order]],
         )
         return self._modules, self._module_names
 

@@ -13,7 +13,8 @@ import pytest
 
 from hlogap import audit
 from hlogap.proto import xplane_pb2
-from hlogap.trace.model import _nested_self_times, _stack_self_times, self_times
+from hlogap.trace.columnar import ABSENT
+from hlogap.trace.model import _nested_self_times, _stack_self_times, distinct_rows, self_times
 from hlogap.trace.reading import read_trace
 from hlogap.trace.summary import time_ops
 from tests.conftest import FIXTURES, cpu_fixtures
@@ -358,3 +359,23 @@ def test_negative_run_ids_are_executions_like_any_other() -> None:
     assert times.events[op] == 6
     # Run -1375944643 and run -1 are one occurrence each; the unknown event is one of its own.
     assert times.occurrences[op] == 3
+
+
+def test_distinct_rows_equal_numpys_row_unique() -> None:
+    # numpy's own `unique(axis=0)` is the oracle: rows sorted, each row's index among them.
+    # Columns as a trace has them: small refs, a stat absent in some events (int64's minimum),
+    # huge program ids at both ends of int64, and values over every range in between.
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n = int(rng.integers(1, 2000))
+        ends = np.array([ABSENT, np.iinfo(np.int64).max, 12345678901234567, -3], dtype=np.int64)
+        columns = [
+            rng.integers(0, int(rng.integers(1, 50)), n).astype(np.int64),
+            np.where(rng.random(n) < 0.3, ABSENT, rng.integers(-5, 5, n)).astype(np.int64),
+            rng.choice(ends, n),
+            rng.integers(0, 1 << 40, n).astype(np.int64) // (1 << int(rng.integers(0, 41))),
+        ]
+        rows, index = distinct_rows(columns)
+        expected, expected_index = np.unique(np.stack(columns, 1), axis=0, return_inverse=True)
+        assert np.array_equal(rows, expected)
+        assert np.array_equal(index, expected_index.ravel())

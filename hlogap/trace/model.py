@@ -243,16 +243,38 @@ def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Distinct rows of equal-length int64 columns and each row's index among them.
 
     Columns are folded in one at a time: the row code so far times the column's distinct count
-    plus the column's code, renumbered densely so it never overflows. Every step is a 1-D
-    unique; `np.unique(axis=0)` sorts row views and is ~20x slower.
+    plus the column's code, renumbered densely only when the product would overflow. Each
+    column's codes come from a table when its values span a small range (op and module refs,
+    ordinals, an absent stat), else from a 1-D unique; then one unique of the row codes.
+    `np.unique(axis=0)` sorts row views and is ~20x slower.
     """
     code = np.zeros(len(columns[0]), dtype=np.int64)
+    span = 1  # distinct values `code` can take
     for column in columns:
-        distinct, codes = np.unique(column, return_inverse=True)
-        code = np.unique(code * len(distinct) + codes.ravel(), return_inverse=True)[1].ravel()
+        distinct, codes = _column_codes(column)
+        if span * len(distinct) >= 1 << 62:
+            code = np.unique(code, return_inverse=True)[1].ravel()
+            span = int(code.max()) + 1
+        code = code * len(distinct) + codes
+        span *= len(distinct)
     _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     rows = np.stack([column[first] for column in columns], axis=1)
     return rows, inverse.ravel()
+
+
+def _column_codes(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A column's distinct values, sorted, and each row's index among them: by a table of the
+    values' range when that is small (no sort), else by `np.unique`."""
+    low, high = int(column.min()), int(column.max())
+    if high - low <= 4 * len(column) + 1024:
+        offset = column - low  # in range: no overflow even near int64's ends
+        present = np.zeros(high - low + 1, dtype=bool)
+        present[offset] = True
+        index = np.cumsum(present) - 1
+        distinct: np.ndarray = np.flatnonzero(present) + low
+        return distinct, index[offset]
+    values, codes = np.unique(column, return_inverse=True)
+    return values, codes.ravel()
 
 
 def occurrence_ids(

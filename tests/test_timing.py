@@ -14,7 +14,13 @@ import pytest
 from hlogap import audit
 from hlogap.proto import xplane_pb2
 from hlogap.trace.columnar import ABSENT
-from hlogap.trace.model import _nested_self_times, _stack_self_times, distinct_rows, self_times
+from hlogap.trace.model import (
+    _nested_self_times,
+    _stack_self_times,
+    distinct_rows,
+    occurrence_ids,
+    self_times,
+)
 from hlogap.trace.reading import read_trace
 from hlogap.trace.summary import time_ops
 from tests.conftest import FIXTURES, cpu_fixtures
@@ -379,3 +385,27 @@ def test_distinct_rows_equal_numpys_row_unique() -> None:
         expected, expected_index = np.unique(np.stack(columns, 1), axis=0, return_inverse=True)
         assert np.array_equal(rows, expected)
         assert np.array_equal(index, expected_index.ravel())
+
+
+@pytest.mark.parametrize("dense", [True, False], ids=["table", "sort"])
+def test_occurrence_ids_equal_numpys_row_unique(dense: bool) -> None:
+    # Dense keys (executions known, few ops) take the table; sparse ones (unknown executions
+    # numbered down from -1, many ops) the sort. Both must give numpy's row order and first rows.
+    rng = np.random.default_rng(11)
+    tables = 0
+    for _ in range(300):
+        n = int(rng.integers(1, 3000))
+        devices = int(rng.integers(1, 9))
+        op = rng.integers(0, 3 if dense else 500, n).astype(np.int32)
+        device = rng.integers(0, devices, n).astype(np.int32)
+        execution = rng.integers(0 if dense else -n, 40 if dense else n, n).astype(np.int64)
+        span = int(execution.max()) - int(execution.min()) + 1
+        tables += (int(op.max()) + 1) * devices * span <= 2 * n
+        ids, first = occurrence_ids(op, device, execution, devices)
+        rows = np.stack([op.astype(np.int64), device.astype(np.int64), execution], 1)
+        _, expected_first, expected_ids = np.unique(
+            rows, axis=0, return_index=True, return_inverse=True
+        )
+        assert np.array_equal(ids, expected_ids.ravel())
+        assert np.array_equal(first, expected_first)
+    assert (tables > 100) if dense else (tables == 0)

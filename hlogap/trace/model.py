@@ -281,14 +281,24 @@ def occurrence_ids(
     op: np.ndarray, device: np.ndarray, execution: np.ndarray, devices: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Dense ids of the distinct (op, device, execution) of each event, and each id's first
-    event. One 1-D key and one sort where the ranges fit in int64 (always, in practice)."""
+    event. One 1-D key where the ranges fit in int64 (always, in practice); where the keys
+    span at most twice the events (executions known: each op runs in most executions on every
+    device), a table of the keys instead of a sort."""
     low, high = int(execution.min()), int(execution.max())
     span = high - low + 1
     slots = (int(op.max()) + 1) * max(devices, 1)
+    if slots * span <= 2 * len(op):
+        key = (op.astype(np.int64) * max(devices, 1) + device) * span + (execution - low)
+        present = np.zeros(slots * span, dtype=bool)
+        present[key] = True
+        ids = (np.cumsum(present) - 1)[key]
+        first_of = np.full(slots * span, len(op), dtype=np.int64)
+        np.minimum.at(first_of, key, np.arange(len(op), dtype=np.int64))
+        return ids, first_of[present]
     if slots * span < 1 << 62:
         key = (op.astype(np.int64) * max(devices, 1) + device) * span + (execution - low)
-        _, first, ids = np.unique(key, return_index=True, return_inverse=True)
-        return ids.ravel(), first
+        _, first, unique_ids = np.unique(key, return_index=True, return_inverse=True)
+        return unique_ids.ravel(), first
     rows = distinct_rows([op.astype(np.int64), device.astype(np.int64), execution])[1]
     _, first = np.unique(rows, return_index=True)
     return rows, first

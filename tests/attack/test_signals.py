@@ -28,6 +28,10 @@ def _many_hosts(tmp: Path) -> Path:
     return tmp / "tb"
 
 
+def _interruptible() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 @pytest.mark.parametrize("command", ["audit", "check"])
 def test_a_signal_ends_every_process(sig: int, code: int, command: str, tmp_path: Path) -> None:
@@ -46,6 +50,9 @@ def test_a_signal_ends_every_process(sig: int, code: int, command: str, tmp_path
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        # As a terminal's foreground job: a run started in the background (`cmd &` in a
+        # script, nohup) inherits SIGINT ignored, and Python then rightly leaves it ignored.
+        preexec_fn=_interruptible,
     )
     # Wait until readers run beside the parent, then interrupt.
     deadline = time.monotonic() + 10

@@ -130,11 +130,11 @@ def _tree(root: int) -> list[int]:
     return found
 
 
-def _pss_mb(pid: int) -> float:
-    """Proportional set size: shared pages (a forked reader's copy-on-write file) count once."""
+def _proc_mb(pid: int, name: str, field: str) -> float:
+    """A kB field of /proc/PID/NAME in MB; 0 once the process is gone."""
     try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
+        for line in Path(f"/proc/{pid}/{name}").read_text().splitlines():
+            if line.startswith(field):
                 return int(line.split()[1]) / 1024
     except (OSError, ValueError, IndexError):
         pass
@@ -153,8 +153,11 @@ def measure(cmd: list[str], cwd: Path) -> Run:
     def sample() -> None:  # every 20 ms: the whole tree's PSS, the process's own high water
         nonlocal peak_total, peak_own
         while running.is_set():
-            peak_total = max(peak_total, sum(_pss_mb(p) for p in _tree(proc.pid)))
-            peak_own = max(peak_own, _hwm_mb(proc.pid))
+            # PSS: shared pages (a forked reader's copy-on-write file) count once.
+            tree = sum(_proc_mb(p, "smaps_rollup", "Pss:") for p in _tree(proc.pid))
+            peak_total = max(peak_total, tree)
+            # VmHWM: the process's own peak resident set, without its children.
+            peak_own = max(peak_own, _proc_mb(proc.pid, "status", "VmHWM:"))
             time.sleep(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -169,17 +172,6 @@ def measure(cmd: list[str], cwd: Path) -> Run:
     rss = peak_own or usage.ru_maxrss / 1024  # KiB on Linux
     ok = os.waitstatus_to_exitcode(status) == 0
     return Run(wall, rss, max(peak_total, rss), ok)
-
-
-def _hwm_mb(pid: int) -> float:
-    """The process's own peak resident set (VmHWM), without its children."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0.0
 
 
 POD_HOSTS = [4, 32]

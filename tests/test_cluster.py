@@ -209,3 +209,21 @@ def test_cluster_failures_are_input_errors_in_one_line(
     # A host's own error is passed on as it is.
     with pytest.raises(InputError, match="host07"), worker_errors("tcp://s:8786"):
         raise InputError("truncated file: host07.xplane.pb")
+
+
+def test_without_dask_cluster_is_a_usage_error_naming_the_extra(
+    pod: Path, chip: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hlogap.errors import UsageError
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # `import distributed` fails
+    with pytest.raises(UsageError, match=r"pip install 'hlogap\[dask\]'"):
+        hlogap.audit(pod, chip, cluster="local:2")
+
+
+@pytest.mark.parametrize("address", ["local:0", "local:x", "local:-1"])
+def test_a_bad_local_worker_count_is_a_usage_error(pod: Path, chip: str, address: str) -> None:
+    from hlogap.errors import UsageError
+
+    with pytest.raises(UsageError, match="local:N needs N >= 1"):
+        hlogap.audit(pod, chip, cluster=address)

@@ -21,19 +21,20 @@ def open_hosts(
 ) -> HostExecutor:
     """A Dask cluster's workers with `cluster` (an address or `local[:N]`), else this machine's
     processes (`jobs` of them, default one per core)."""
+    processes = workers(jobs, len(source.files) if len(source.files) > 1 else 1 << 16)
     if cluster:
         from hlogap.executors.dask import DaskHosts
 
         return DaskHosts(cluster, source, progress, skip_bad_hosts)
     from hlogap.executors.local import LocalHosts
 
-    tasks = len(source.files) if len(source.files) > 1 else 1 << 16  # one file: its planes
-    return LocalHosts(source, workers(jobs, tasks), progress, skip_bad_hosts)
+    return LocalHosts(source, processes, progress, skip_bad_hosts)
 
 
 def workers(jobs: int | None, tasks: int) -> int:
-    """Processes to read with: `--jobs` (1 or more), default the machine's cores; never more
-    than the cores or than there are `tasks` to share."""
+    """Processes to read with: `--jobs` (1 or more, checked with `--cluster` too), default the
+    machine's cores; never more than the cores or than there are `tasks` to share (a single
+    file's tasks are its planes: no fewer than the cores)."""
     cores = os.cpu_count() or 1
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {jobs}")

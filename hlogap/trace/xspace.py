@@ -1,15 +1,17 @@
 """XSpace files: reading them (local or fsspec URL) and parsing planes lazily with upb.
 
-`read_planes` parses a file with protobuf's upb runtime; each `Plane` parses its lines one at a
-time as they are iterated, so a file needs about its own size in memory.
+`read_planes` reads a file plane by plane and parses each plane's head with protobuf's upb
+runtime; each `Plane` parses its lines one at a time as they are iterated, so a file needs about
+its own size in memory.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -23,8 +25,9 @@ from hlogap.trace.model import Step, TraceBuilder
 
 DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):(\d+)$")
 _MODULE_META = re.compile(r"^(?P<name>.*)\((?P<program_id>\d+)\)$")
-# Reading keeps the file's bytes plus one line's messages at a time: peak RSS measured at 2.6x
-# the file's size for a 173 MB profile (docs/performance.md); 3x must be free before we start.
+# Reading keeps the planes' heads (about the file's size) plus one plane's bytes and one line's
+# events at a time, and the columns: the parent's peak RSS measured at 2.0x the file's size for
+# a 173 MB profile (docs/performance.md); 3x must be free before we start.
 MEMORY_PER_FILE_BYTE = 3
 
 
@@ -123,17 +126,99 @@ class Plane:
 
 
 def read_planes(path: str | Path) -> tuple[list[Plane], list[str]]:
-    """The file's planes (lines still serialized) and the XSpace's warnings."""
-    data = read_bytes(path)
-    try:
-        space = xplane_pb2.XSpaceShallow.FromString(data)
-    except DecodeError as exc:
-        raise InputError(f"corrupt or truncated profile (not an XSpace): {path}") from exc
-    del data  # the planes hold their own copies
-    planes = [Plane(raw, path) for raw in space.planes]
+    """The file's planes (lines still serialized) and the XSpace's warnings.
+
+    The file is read one plane at a time (`_space_fields`): each plane's bytes live only while
+    upb parses its head, so reading needs the planes' heads and one plane, not the file's bytes
+    and upb's copy of them beside the heads (361 MB for a 173 MB file).
+    """
+    with _open_profile(path) as f:
+        planes, warnings = _space_fields(f, path)
     if not planes:
         raise InputError(f"not an xprof profile (no planes): {path}")
-    return planes, list(space.warnings)
+    return planes, warnings
+
+
+@contextmanager
+def _open_profile(path: str | Path) -> Iterator[BinaryIO]:
+    """A local file, or a URL through fsspec, open for reading; memory is checked first."""
+    if "://" in str(path):
+        try:
+            import fsspec
+
+            fs, remote = fsspec.core.url_to_fs(str(path))
+            _check_size(path, int(fs.size(remote)))
+            f = fs.open(remote, "rb")
+        except InputError:
+            raise
+        except Exception as exc:  # any backend's error (auth, network, missing object)
+            raise InputError(f"cannot read {path}: {exc}") from exc
+    else:
+        local = regular_file(Path(path), "profile file")
+        try:
+            _check_size(path, local.stat().st_size)
+            f = local.open("rb")
+        except PermissionError as exc:
+            raise InputError(f"permission denied: {path}") from exc
+        except OSError as exc:
+            raise InputError(f"cannot read {path}: {exc.strerror}") from exc
+    with f:
+        try:
+            yield f
+        except OSError as exc:
+            raise InputError(f"cannot read {path}: {exc}") from exc
+
+
+# XSpace: planes = 1, errors = 2, warnings = 3, hostnames = 4, all length-delimited.
+_SPACE_PLANES, _SPACE_WARNINGS = 1, 3
+_WIRE_VARINT, _WIRE_FIXED64, _WIRE_LEN, _WIRE_FIXED32 = 0, 1, 2, 5
+
+
+def _space_fields(f: BinaryIO, path: str | Path) -> tuple[list[Plane], list[str]]:
+    """Walk the XSpace's top-level fields: planes parsed one at a time, warnings kept, other
+    fields skipped (as upb does, a known field of another wire type too); what upb refuses is
+    a corrupt profile."""
+
+    def corrupt() -> InputError:
+        return InputError(f"corrupt or truncated profile (not an XSpace): {path}")
+
+    def exactly(n: int) -> bytes:
+        data = f.read(n)
+        if len(data) != n:
+            raise corrupt()
+        return data
+
+    def varint(first: bytes | None = None) -> int:
+        value = shift = 0
+        for _ in range(10):
+            byte = first if first is not None else exactly(1)
+            first = None
+            value |= (byte[0] & 0x7F) << shift
+            if byte[0] < 0x80:
+                return value
+            shift += 7
+        raise corrupt()
+
+    planes: list[Plane] = []
+    warnings: list[str] = []
+    while head := f.read(1):
+        tag = varint(head)
+        field, wire = tag >> 3, tag & 7
+        if field == 0:
+            raise corrupt()
+        if wire == _WIRE_LEN:
+            payload = exactly(varint())
+            if field == _SPACE_PLANES:
+                planes.append(Plane(payload, path))
+            elif field == _SPACE_WARNINGS:
+                warnings.append(payload.decode("utf-8", errors="replace"))
+        elif wire == _WIRE_VARINT:
+            varint()
+        elif wire in (_WIRE_FIXED64, _WIRE_FIXED32):
+            exactly(8 if wire == _WIRE_FIXED64 else 4)
+        else:
+            raise corrupt()
+    return planes, warnings
 
 
 def stat_value(stat: xplane_pb2.XStat, names: dict[int, str]) -> object:

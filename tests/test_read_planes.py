@@ -1,0 +1,81 @@
+"""`read_planes` walks the XSpace's top-level fields itself, one plane at a time; upb's parse of
+the whole file (`XSpaceShallow`) is the oracle for what it finds and what it refuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from google.protobuf.message import DecodeError
+
+from hlogap.errors import InputError
+from hlogap.proto import xplane_pb2
+from hlogap.trace.xspace import read_planes
+from tests.conftest import AMD_FILES, FIXTURES
+
+
+def _files() -> list[Path]:
+    return [p for p in AMD_FILES.values() if p.is_file()] + sorted(FIXTURES.rglob("*.xplane.pb"))[
+        :6
+    ]
+
+
+@pytest.mark.parametrize("path", _files(), ids=lambda p: p.parent.name + "/" + p.name)
+def test_planes_and_warnings_are_upbs(path: Path) -> None:
+    space = xplane_pb2.XSpaceShallow.FromString(path.read_bytes())
+    planes, warnings = read_planes(path)
+    assert [p.name for p in planes] == [
+        xplane_pb2.XPlaneShallow.FromString(raw).name for raw in space.planes
+    ]
+    assert [p.size for p in planes] == [
+        sum(len(ln) for ln in xplane_pb2.XPlaneShallow.FromString(raw).lines)
+        for raw in space.planes
+    ]
+    assert warnings == list(space.warnings)
+
+
+def test_other_fields_are_skipped_and_warnings_kept(tmp_path: Path) -> None:
+    source = next(FIXTURES.rglob("*.xplane.pb")).read_bytes()
+    space = xplane_pb2.XSpaceShallow.FromString(source)
+    space.warnings.append("clock skew")
+    space.errors.append("lost events")
+    space.hostnames.append("vm")
+    data = space.SerializeToString() + b"\x28\x07" + b"\x31" + bytes(8)  # unknown varint, fixed64
+    path = tmp_path / "x.xplane.pb"
+    path.write_bytes(data)
+    planes, warnings = read_planes(path)
+    assert len(planes) == len(space.planes) and warnings == ["clock skew"]
+
+
+@pytest.mark.parametrize(
+    "cut", [1, 2, 100, -1], ids=["tag only", "length cut", "plane cut", "last byte"]
+)
+def test_what_upb_refuses_is_a_corrupt_profile(tmp_path: Path, cut: int) -> None:
+    source = next(FIXTURES.rglob("*.xplane.pb")).read_bytes()
+    data = source[:cut]
+    with pytest.raises(DecodeError):
+        xplane_pb2.XSpaceShallow.FromString(data)
+    path = tmp_path / "x.xplane.pb"
+    path.write_bytes(data)
+    with pytest.raises(InputError, match="corrupt or truncated profile"):
+        read_planes(path)
+
+
+def test_a_known_field_of_another_wire_type_is_skipped_as_upb_does(tmp_path: Path) -> None:
+    data = b"\x0d\x00\x00\x00\x00"  # field 1 (planes) as a fixed32
+    assert len(xplane_pb2.XSpaceShallow.FromString(data).planes) == 0
+    path = tmp_path / "x.xplane.pb"
+    path.write_bytes(data)
+    with pytest.raises(InputError, match="no planes"):
+        read_planes(path)
+
+
+@pytest.mark.parametrize("data", [b"\x00\x01", b"\x0f", b"\x0a\xff\xff"])
+def test_what_upb_refuses_is_refused(tmp_path: Path, data: bytes) -> None:
+    # Field number 0, wire type 7, a length cut short: upb refuses each.
+    with pytest.raises(DecodeError):
+        xplane_pb2.XSpaceShallow.FromString(data)
+    path = tmp_path / "x.xplane.pb"
+    path.write_bytes(data)
+    with pytest.raises(InputError, match="not an XSpace"):
+        read_planes(path)

@@ -182,7 +182,12 @@ def _space_fields(f: BinaryIO, path: str | Path) -> tuple[list[Plane], list[str]
     def corrupt() -> InputError:
         return InputError(f"corrupt or truncated profile (not an XSpace): {path}")
 
+    end = f.seek(0, 2)
+    f.seek(0)
+
     def exactly(n: int) -> bytes:
+        if n > end - f.tell():  # a length past the file's end: never allocated
+            raise corrupt()
         data = f.read(n)
         if len(data) != n:
             raise corrupt()

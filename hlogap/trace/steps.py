@@ -87,7 +87,8 @@ def step_totals(
     """One host's `StepTotals` over the selected events. `bound_per_occurrence` (us) and
     `communication` (ops whose time is data in flight) are the run's, by op key."""
     steps = len(windows)
-    index = np.flatnonzero(selection.events(trace))
+    selected = selection.events(trace)
+    index = np.flatnonzero(selected)
     busy, compute = np.zeros(steps), np.zeros(steps)
     if not len(index) or not steps:
         return StepTotals(busy, compute, np.zeros(steps), np.zeros(steps))
@@ -107,7 +108,6 @@ def step_totals(
     # Each event and occurrence counts in the step it starts in.
     step_of, inside = _step_of(start, window_start, window_end)
     measured = np.bincount(step_of[inside], weights=trace.self_ps[index][inside], minlength=steps)
-    selected = selection.events(trace)
     first = trace.occurrence_first[selected[trace.occurrence_first]]
     first_step, first_inside = _step_of(trace.start_ps[first], window_start, window_end)
     bound = np.bincount(

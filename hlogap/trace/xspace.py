@@ -8,7 +8,7 @@ its own size in memory.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, TypeVar
@@ -20,9 +20,10 @@ from hlogap.errors import InputError
 from hlogap.files import available_memory
 from hlogap.proto import xplane_pb2
 from hlogap.source import regular_file
-from hlogap.trace.columnar import LineColumns, decode_events
+from hlogap.trace.columnar import LineColumns, RawLine
 from hlogap.trace.model import Step, TraceBuilder
 
+LineT = TypeVar("LineT", xplane_pb2.XLine, RawLine)
 DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):(\d+)$")
 _MODULE_META = re.compile(r"^(?P<name>.*)\((?P<program_id>\d+)\)$")
 # Reading keeps the planes' heads (about the file's size) plus one plane's bytes and one line's
@@ -73,9 +74,6 @@ def _check_size(path: str | Path, size: int) -> None:
         )
 
 
-LineT = TypeVar("LineT", xplane_pb2.XLine, xplane_pb2.XLineRaw)
-
-
 class Plane:
     """A plane whose lines are parsed one at a time, as they are iterated.
 
@@ -98,17 +96,17 @@ class Plane:
 
     @property
     def lines(self) -> Iterator[xplane_pb2.XLine]:
-        return self._parse_lines(xplane_pb2.XLine)
+        return self._parse_lines(xplane_pb2.XLine.FromString)
 
     @property
-    def raw_lines(self) -> Iterator[xplane_pb2.XLineRaw]:
+    def raw_lines(self) -> Iterator[RawLine]:
         """The lines with their events left serialized (for the columnar reader)."""
-        return self._parse_lines(xplane_pb2.XLineRaw)
+        return self._parse_lines(RawLine)
 
-    def _parse_lines(self, message: type[LineT]) -> Iterator[LineT]:
+    def _parse_lines(self, parse: Callable[[bytes], LineT]) -> Iterator[LineT]:
         for raw in self._head.lines:
             try:
-                yield message.FromString(raw)
+                yield parse(raw)
             except DecodeError as exc:
                 raise InputError(
                     f"corrupt or truncated profile (bad line on {self.name}): {self._path}"
@@ -288,7 +286,7 @@ def read_step_annotations(planes: Sequence[Plane]) -> list[Step]:
         if step_id is None:
             continue
         for line in plane.raw_lines:
-            if not line.events:
+            if not line.event_count:
                 continue
             cols = decode_one_stat(line, step_id, plane.name)
             has = np.flatnonzero(cols.stats[0] >= 0)
@@ -302,12 +300,12 @@ def read_step_annotations(planes: Sequence[Plane]) -> list[Step]:
     return [Step(n, "annotation", a, b) for n, (a, b) in sorted(spans.items(), key=lambda x: x[1])]
 
 
-def decode_one_stat(line: xplane_pb2.XLineRaw, stat_id: int, plane: str) -> LineColumns:
+def decode_one_stat(line: RawLine, stat_id: int, plane: str) -> LineColumns:
     """A line's events in columns with one integer stat (-1 where absent); the events the
     columnar decoder leaves to upb are read by upb."""
-    cols = decode_events(list(line.events), [stat_id])
-    for i in np.flatnonzero(cols.irregular).tolist():
-        cols.stats[0][i] = _int_stat(line.events[i], stat_id, plane)
+    cols = line.columns([stat_id])
+    for i, raw in cols.irregular.items():
+        cols.stats[0][i] = _int_stat(raw, stat_id, plane)
     return cols
 
 

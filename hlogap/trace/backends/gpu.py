@@ -86,7 +86,7 @@ def _executions(planes: Sequence[Plane]) -> ExecutionOf | None:
     launches: list[tuple[np.ndarray, np.ndarray]] = []  # per launch line: correlation, time
     numbered = 0
     for line in host.raw_lines:
-        if not line.events:
+        if not line.event_count:
             continue
         cols = decode_one_stat(line, corr_id, host.name)
         start = line.timestamp_ns * 1000 + cols.offset_ps

@@ -14,7 +14,7 @@ from google.protobuf.message import DecodeError
 
 from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
-from hlogap.trace.columnar import ABSENT, LineColumns, decode_events
+from hlogap.trace.columnar import ABSENT, LineColumns, RawLine
 from hlogap.trace.model import UNKNOWN_EXECUTION, OpKey, TraceBuilder, distinct_rows
 from hlogap.trace.xspace import Plane, plane_stats
 
@@ -30,7 +30,7 @@ ExecutionOf = Callable[[np.ndarray], np.ndarray]
 def read_stat_events(
     plane: Plane,
     builder: TraceBuilder,
-    lines: Iterable[xplane_pb2.XLineRaw],
+    lines: Iterable[RawLine],
     device: int | None,
     gpu: bool,
     execution_of: ExecutionOf | None = None,
@@ -77,11 +77,11 @@ def read_stat_events(
     op_lines: list[tuple[np.ndarray, ...]] = []  # per line: op, device, start, duration, ...
     marker_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # context, start, end
     for line in lines:
-        if not line.events:
+        if not line.event_count:
             continue
-        cols = decode_events(list(line.events), ids)
-        for i in np.flatnonzero(cols.irregular):
-            _read_one(line.events[int(i)], ids, names, str_ids, cols, int(i), plane.name)
+        cols = line.columns(ids)
+        for i, raw in cols.irregular.items():
+            _read_one(raw, ids, names, str_ids, cols, i, plane.name)
         base_ps = line.timestamp_ns * 1000  # event offsets count from their line's timestamp
         start = base_ps + cols.offset_ps
         run_id, correlation, context, marker_context = cols.stats[len(KEY) :]
@@ -179,6 +179,7 @@ def _read_one(
         event = xplane_pb2.XEvent.FromString(raw)
     except DecodeError as exc:
         raise InputError(f"corrupt event on {plane_name}") from exc
+    cols.metadata_id[i] = event.metadata_id
     cols.offset_ps[i] = event.offset_ps
     cols.duration_ps[i] = event.duration_ps
     for k in range(len(ids)):

@@ -31,7 +31,7 @@ from google.protobuf.message import DecodeError
 from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
 from hlogap.trace.backends.base import register
-from hlogap.trace.columnar import ABSENT, LineColumns, decode_events
+from hlogap.trace.columnar import ABSENT, LineColumns, RawLine
 from hlogap.trace.model import UNKNOWN_EXECUTION, Backend, OpKey, Step, TraceBuilder, merge_steps
 from hlogap.trace.xspace import Plane, device_ordinal, plane_stats, stat_value
 
@@ -85,12 +85,12 @@ class _PlaneReader:
         self._module_names: dict[str, str] = {}
         self._aggregated_line = False
         self._clock_pairs: list[np.ndarray] = []  # (host, device) start of events with both
-        self._module_lines: list[xplane_pb2.XLineRaw] = []  # `XLA Modules`, found by `read`
+        self._module_lines: list[RawLine] = []  # `XLA Modules`, found by `read`
 
     def read(self) -> list[Step]:
         """Read the plane's op events; return its `Steps` line's steps on the device clock."""
-        groups: dict[int, list[xplane_pb2.XLineRaw]] = {}  # chunks of one line share its id
-        step_lines: list[xplane_pb2.XLineRaw] = []
+        groups: dict[int, list[RawLine]] = {}  # chunks of one line share its id
+        step_lines: list[RawLine] = []
         for line in self.plane.raw_lines:
             if line.name == OP_LINE:
                 groups.setdefault(line.id, []).append(line)
@@ -102,7 +102,7 @@ class _PlaneReader:
             self._read_line(lines)
         return self._steps(step_lines)
 
-    def _steps(self, lines: list[xplane_pb2.XLineRaw]) -> list[Step]:
+    def _steps(self, lines: list[RawLine]) -> list[Step]:
         """One step per `Steps` event, named by its number. The line keeps host-clock times and
         the ops the TensorCore's: steps are mapped onto the device clock by the line through
         the ops' (host, device) start pairs (least squares; the identity without pairs)."""
@@ -132,7 +132,7 @@ class _PlaneReader:
 
         return [Step(n, "tpu-steps", on_device(a), on_device(b)) for n, a, b in spans]
 
-    def _read_line(self, lines: list[xplane_pb2.XLineRaw]) -> None:
+    def _read_line(self, lines: list[RawLine]) -> None:
         """One op line (all its chunks): events decoded in columns (hlogap.trace.columnar);
         times from the device-clock stats where present, else the host-clock span."""
         wanted = [self.ids.get("device_offset_ps", -1), self.ids.get("device_duration_ps", -1)]
@@ -141,18 +141,18 @@ class _PlaneReader:
         dur_parts: list[np.ndarray] = []
         host_parts: list[np.ndarray] = []  # host-clock (start, duration), for module lookup
         for line in lines:
-            events = list(line.events)
-            if not events:
+            if not line.event_count:
                 continue
-            first = _event(events[0], self.plane.name)
-            if first.WhichOneof("data") == "num_occurrences":
+            cols = line.columns(wanted)
+            first = cols.irregular.get(0)  # an aggregated event is always left to upb
+            if first and _event(first, self.plane.name).WhichOneof("data") == "num_occurrences":
                 self._aggregated_line = True
-                md, start, dur = self._aggregated([_event(e, self.plane.name) for e in events])
+                events = [_event(e, self.plane.name) for e in line.events]
+                md, start, dur = self._aggregated(events)
                 host = np.stack([start, dur])
             else:
-                cols = decode_events(events, wanted)
-                for i in np.flatnonzero(cols.irregular).tolist():
-                    _fill(cols, i, _event(events[i], self.plane.name), wanted)
+                for i, raw in cols.irregular.items():
+                    _fill(cols, i, _event(raw, self.plane.name), wanted)
                 dev_start, dev_dur = cols.stats
                 on_device = (dev_start >= 0) & (dev_dur >= 0)
                 base = line.timestamp_ns * 1000
@@ -334,12 +334,11 @@ class _PlaneReader:
         programs: list[np.ndarray] = []  # int64 codes into `names`
         names: list[str] = []  # program ids
         for line in self._module_lines:
-            events = list(line.events)
-            if not events:
+            if not line.event_count:
                 continue
-            cols = decode_events(events, [])
-            for i in np.flatnonzero(cols.irregular).tolist():
-                _fill(cols, i, _event(events[i], self.plane.name), [])
+            cols = line.columns([])
+            for i, raw in cols.irregular.items():
+                _fill(cols, i, _event(raw, self.plane.name), [])
             # Metadata ids in the order their first events come: the first name of a program
             # id is the module's.
             ids, first, inverse = np.unique(

@@ -1,0 +1,327 @@
+/* Columnar decoding of one serialized XLine, straight from its bytes.
+
+   The numpy decoder (columnar.py) needs upb to split a line into one Python bytes object per
+   event first, then copies them into one array; here a line's events are walked once in place
+   and their few wanted fields written into int64 columns. The wire format is protobuf's
+   (https://protobuf.dev/programming-guides/encoding/), the messages xplane.proto's:
+
+     XLine:  id=1, display_id=10, name=2, display_name=11, timestamp_ns=3, duration_ps=9,
+             events=4 (repeated XEvent)
+     XEvent: metadata_id=1, offset_ps=2 | num_occurrences=5, duration_ps=3, stats=4
+     XStat:  metadata_id=1, double=2, uint64=3, int64=4, str=5, bytes=6, ref=7
+
+   Fields may come in any order, a repeated scalar's last value wins, unknown fields are
+   skipped, as upb does. An event this decoder does not answer for (a wanted stat that is not
+   an integer, a uint64 past int64's range, num_occurrences, anything malformed) is returned
+   with its bytes for upb to read: an odd file is slower, never wrong. A malformed line (an
+   event running past its end) raises ValueError; the caller lets upb say what is wrong. Every
+   read is checked against the end of the buffer it belongs to. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { WIRE_VARINT = 0, WIRE_FIXED64 = 1, WIRE_LEN = 2, WIRE_FIXED32 = 5 };
+#define ABSENT INT64_MIN
+
+/* The varint at *p (at most 10 bytes, within end): 1 and *p moved past it, or 0. Most
+   varints here (tags, ids, lengths) are one byte: that case is inlined. */
+static int read_long_varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
+    const uint8_t *q = *p;
+    uint64_t value = 0;
+    for (int i = 0; i < 10; i++) {
+        if (q >= end) return 0;
+        uint8_t byte = *q++;
+        value |= (uint64_t)(byte & 0x7F) << (7 * i);
+        if (byte < 0x80) {
+            *p = q;
+            *out = value;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static inline int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
+    if (*p < end && **p < 0x80) {
+        *out = *(*p)++;
+        return 1;
+    }
+    return read_long_varint(p, end, out);
+}
+
+/* A length-delimited payload at *p: its bounds, *p moved past it; 0 if it overruns end. */
+static int read_len(const uint8_t **p, const uint8_t *end, const uint8_t **body,
+                    const uint8_t **body_end) {
+    uint64_t size;
+    if (!read_varint(p, end, &size) || size > (uint64_t)(end - *p)) return 0;
+    *body = *p;
+    *body_end = *p + size;
+    *p = *body_end;
+    return 1;
+}
+
+/* Skip an unknown field's value of wire type `wire`; 0 if malformed: a field number outside
+   1..2^29-1 (invalid on the wire), a value past the end, a group (upb decides). */
+static int skip_value(uint64_t field, int wire, const uint8_t **p, const uint8_t *end) {
+    uint64_t ignored;
+    const uint8_t *body, *body_end;
+    if (field == 0 || field >= (1u << 29)) return 0;
+    switch (wire) {
+    case WIRE_VARINT:
+        return read_varint(p, end, &ignored);
+    case WIRE_FIXED64:
+        if (end - *p < 8) return 0;
+        *p += 8;
+        return 1;
+    case WIRE_FIXED32:
+        if (end - *p < 4) return 0;
+        *p += 4;
+        return 1;
+    case WIRE_LEN:
+        return read_len(p, end, &body, &body_end);
+    default:
+        return 0;
+    }
+}
+
+/* The stat metadata ids asked for (a negative id is never in a file), and for small ids the
+   slot of each: a stat's id is looked up once, not compared with every wanted id. */
+#define SMALL_IDS 4096
+typedef struct {
+    Py_ssize_t count;
+    int64_t ids[64];
+    int8_t slot[SMALL_IDS]; /* -1: not wanted */
+    int repeated;           /* an id asked for twice: every slot is searched */
+} Wanted;
+
+enum { KIND_NONE, KIND_INTEGER, KIND_UINT64, KIND_OTHER };
+
+/* A wanted stat's value; 0 if it is not an int64 (upb reads the event). */
+static inline int store_stat(int kind, uint64_t value, int64_t *slot) {
+    if (kind == KIND_OTHER || (kind == KIND_UINT64 && value >> 63)) return 0;
+    /* No value: the numpy decoder's reading too (a zero value omitted on the wire). */
+    *slot = kind == KIND_NONE ? 0 : (int64_t)value;
+    return 1;
+}
+
+/* One XStat: if its metadata id is wanted, store its integer value in `stats` at `row`.
+   0: an event upb must read (the stat is malformed, or a wanted one holds no int64). */
+static int read_stat(const uint8_t *p, const uint8_t *end, const Wanted *wanted,
+                     int64_t *stats, Py_ssize_t n, Py_ssize_t row) {
+    int64_t stat_id = -1;
+    int kind = KIND_NONE;
+    uint64_t value = 0;
+    while (p < end) {
+        uint64_t tag, v;
+        if (!read_varint(&p, end, &tag)) return 0;
+        uint64_t field = tag >> 3;
+        int wire = (int)(tag & 7);
+        if (wire == WIRE_VARINT && (field == 1 || field == 3 || field == 4 || field == 7)) {
+            if (!read_varint(&p, end, &v)) return 0;
+            if (field == 1) {
+                stat_id = (int64_t)v;
+            } else {
+                kind = field == 3 ? KIND_UINT64 : KIND_INTEGER;
+                value = v;
+            }
+        } else {
+            if (!skip_value(field, wire, &p, end)) return 0;
+            if ((field == 2 && wire == WIRE_FIXED64) ||
+                ((field == 5 || field == 6) && wire == WIRE_LEN))
+                kind = KIND_OTHER;
+        }
+    }
+    if (stat_id >= 0 && stat_id < SMALL_IDS && !wanted->repeated) {
+        int k = wanted->slot[stat_id];
+        if (k >= 0) return store_stat(kind, value, stats + k * n + row);
+        return 1;
+    }
+    for (Py_ssize_t k = 0; k < wanted->count; k++)
+        if (wanted->ids[k] == stat_id && !store_stat(kind, value, stats + k * n + row)) return 0;
+    return 1;
+}
+
+/* One XEvent into row `row` of the columns; 0: an event upb must read. */
+static int read_event(const uint8_t *p, const uint8_t *end, const Wanted *wanted,
+                      int64_t *columns, Py_ssize_t n, Py_ssize_t row) {
+    while (p < end) {
+        uint64_t tag, v;
+        const uint8_t *body, *body_end;
+        if (!read_varint(&p, end, &tag)) return 0;
+        uint64_t field = tag >> 3;
+        int wire = (int)(tag & 7);
+        if (wire == WIRE_VARINT && field >= 1 && field <= 3) {
+            if (!read_varint(&p, end, &v)) return 0;
+            columns[(field - 1) * n + row] = (int64_t)v;
+        } else if (wire == WIRE_VARINT && field == 5) {
+            return 0; /* num_occurrences: an aggregated event, read whole by upb */
+        } else if (wire == WIRE_LEN && field == 4) {
+            if (!read_len(&p, end, &body, &body_end)) return 0;
+            if (!read_stat(body, body_end, wanted, columns + 3 * n, n, row)) return 0;
+        } else if (!skip_value(field, wire, &p, end)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+typedef struct {
+    int64_t id, display_id, timestamp_ns, duration_ps;
+    const uint8_t *name, *name_end, *display_name, *display_name_end;
+    Py_ssize_t events;
+} Head;
+
+/* Walk a line's fields: its head, and (when `columns` is given) each event decoded into
+   `columns`, the ones upb must read appended to `irregular`. 0 with an exception set. */
+static int walk_line(const uint8_t *p, const uint8_t *end, Head *head, const Wanted *wanted,
+                     int64_t *columns, Py_ssize_t n, PyObject *irregular) {
+    memset(head, 0, sizeof(*head));
+    while (p < end) {
+        uint64_t tag, v;
+        const uint8_t *body, *body_end;
+        if (!read_varint(&p, end, &tag)) goto malformed;
+        uint64_t field = tag >> 3;
+        int wire = (int)(tag & 7);
+        if (wire == WIRE_LEN && field == 4) {
+            if (!read_len(&p, end, &body, &body_end)) goto malformed;
+            if (columns != NULL) {
+                Py_ssize_t row = head->events;
+                if (row >= n) goto malformed;
+                if (!read_event(body, body_end, wanted, columns, n, row)) {
+                    PyObject *item = Py_BuildValue("(ny#)", row, (const char *)body,
+                                                   (Py_ssize_t)(body_end - body));
+                    if (item == NULL) return 0;
+                    int failed = PyList_Append(irregular, item);
+                    Py_DECREF(item);
+                    if (failed) return 0;
+                }
+            }
+            head->events++;
+        } else if (wire == WIRE_VARINT && (field == 1 || field == 10 || field == 3 || field == 9)) {
+            if (!read_varint(&p, end, &v)) goto malformed;
+            int64_t *slot = field == 1    ? &head->id
+                            : field == 10 ? &head->display_id
+                            : field == 3  ? &head->timestamp_ns
+                                          : &head->duration_ps;
+            *slot = (int64_t)v;
+        } else if (wire == WIRE_LEN && (field == 2 || field == 11)) {
+            if (!read_len(&p, end, &body, &body_end)) goto malformed;
+            if (field == 2) {
+                head->name = body;
+                head->name_end = body_end;
+            } else {
+                head->display_name = body;
+                head->display_name_end = body_end;
+            }
+        } else if (!skip_value(field, wire, &p, end)) {
+            goto malformed;
+        }
+    }
+    return 1;
+malformed:
+    PyErr_SetString(PyExc_ValueError, "malformed XLine");
+    return 0;
+}
+
+static PyObject *utf8(const uint8_t *start, const uint8_t *end) {
+    if (start == NULL) return PyUnicode_FromStringAndSize("", 0);
+    return PyUnicode_DecodeUTF8((const char *)start, (Py_ssize_t)(end - start), "strict");
+}
+
+/* line_head(data) -> (id, display_id, name, display_name, timestamp_ns, duration_ps, events) */
+static PyObject *line_head(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_buffer data;
+    Head head;
+    if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *start = (const uint8_t *)data.buf;
+    PyObject *result = NULL;
+    if (walk_line(start, start + data.len, &head, NULL, NULL, 0, NULL)) {
+        PyObject *name = utf8(head.name, head.name_end);
+        PyObject *display_name = name ? utf8(head.display_name, head.display_name_end) : NULL;
+        if (name && display_name)
+            result = Py_BuildValue("(LLOOLLn)", (long long)head.id, (long long)head.display_id,
+                                   name, display_name, (long long)head.timestamp_ns,
+                                   (long long)head.duration_ps, head.events);
+        Py_XDECREF(name);
+        Py_XDECREF(display_name);
+    }
+    PyBuffer_Release(&data);
+    return result;
+}
+
+/* line_columns(data, wanted, out) -> irregular: the events into `out`, a writable buffer of
+   int64 rows (metadata_id, offset_ps, duration_ps, then one per wanted stat id, ABSENT where an
+   event lacks it), each as long as the line has events; irregular a list of (row, event
+   bytes). The caller allocates `out` (numpy: huge pages for large arrays, where first-touch
+   page faults otherwise cost as much as the decoding). */
+static PyObject *line_columns(PyObject *self, PyObject *args) {
+    Py_buffer data, out;
+    PyObject *wanted_seq;
+    Wanted wanted;
+    Head head;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*Ow*", &data, &wanted_seq, &out)) return NULL;
+    PyObject *irregular = NULL, *fast = NULL;
+    fast = PySequence_Fast(wanted_seq, "wanted must be a sequence of ints");
+    if (fast == NULL) goto done;
+    wanted.count = PySequence_Fast_GET_SIZE(fast);
+    if (wanted.count > 64) {
+        PyErr_SetString(PyExc_ValueError, "at most 64 wanted stats");
+        goto done;
+    }
+    memset(wanted.slot, -1, sizeof(wanted.slot));
+    wanted.repeated = 0;
+    for (Py_ssize_t k = 0; k < wanted.count; k++) {
+        int64_t id = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, k));
+        if (id == -1 && PyErr_Occurred()) goto done;
+        wanted.ids[k] = id;
+        if (id < 0) continue;
+        for (Py_ssize_t j = 0; j < k; j++) wanted.repeated |= wanted.ids[j] == id;
+        if (id < SMALL_IDS) wanted.slot[id] = (int8_t)k;
+        else wanted.repeated = 1; /* a large id: search the slots */
+    }
+    Py_ssize_t rows = 3 + wanted.count;
+    if (out.len % (8 * rows) != 0) {
+        PyErr_SetString(PyExc_ValueError, "out is not rows of int64");
+        goto done;
+    }
+    Py_ssize_t n = out.len / (8 * rows);
+    int64_t *columns = (int64_t *)out.buf;
+    memset(columns, 0, (size_t)(3 * n) * 8);
+    for (Py_ssize_t i = 3 * n; i < rows * n; i++) columns[i] = ABSENT;
+    irregular = PyList_New(0);
+    if (irregular == NULL) goto done;
+    if (!walk_line((const uint8_t *)data.buf, (const uint8_t *)data.buf + data.len, &head,
+                   &wanted, columns, n, irregular))
+        goto done;
+    if (head.events != n) {
+        PyErr_SetString(PyExc_ValueError, "out's length differs from the line's events");
+        goto done;
+    }
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&out);
+    Py_DECREF(fast);
+    return irregular;
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&out);
+    Py_XDECREF(fast);
+    Py_XDECREF(irregular);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"line_head", line_head, METH_O, "A serialized XLine's head fields and event count."},
+    {"line_columns", line_columns, METH_VARARGS, "A serialized XLine's events in columns."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_xline", "Columnar decoding of serialized XLines.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__xline(void) { return PyModule_Create(&module); }

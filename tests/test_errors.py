@@ -321,12 +321,11 @@ def test_audit_never_writes_into_the_profile_tree(
     assert {p: p.stat().st_mtime_ns for p in logdir.rglob("*")} == before
 
 
-# ------------------------------------------------------------- forked plane readers (one file)
+# ------------------------------------------------------------- forked readers (host files)
 
 _FORKED = """
 import sys
 from hlogap.trace import reading
-reading.PARALLEL_MIN_BYTES = 0  # fork whatever the file's size
 {setup}
 from hlogap.cli import main
 sys.argv = ["hlogap", "audit", sys.argv[1], "--chip", "h100-sxm", "--jobs", "2"]
@@ -337,29 +336,32 @@ finally:
 """
 
 
-def _gpu_file_with_a_bad_line(tmp: Path) -> Path:
-    """Two GPU device planes (so a file's planes are split between forked readers) whose
-    lines do not parse: the parent parses only the planes' heads, each child its lines."""
+def _run_with_bad_lines(tmp: Path) -> Path:
+    """A run of two hosts (read by forked readers with --jobs 2), each a GPU device plane whose
+    lines do not parse."""
     space = xplane_pb2.XSpaceShallow()
-    for ordinal in (0, 1):
-        plane = xplane_pb2.XPlaneShallow(id=ordinal, name=f"/device:GPU:{ordinal}")
-        plane.stat_metadata[1].name = "hlo_op"  # so that the reader looks at the lines
-        plane.lines.append(b"\xff\xff\xff\xff")
-        space.planes.append(plane.SerializeToString())
-    return _write(tmp, "gpu.xplane.pb", space.SerializeToString())
+    plane = xplane_pb2.XPlaneShallow(id=0, name="/device:GPU:0")
+    plane.stat_metadata[1].name = "hlo_op"  # so that the reader looks at the lines
+    plane.lines.append(b"\xff\xff\xff\xff")
+    space.planes.append(plane.SerializeToString())
+    run = tmp / "tb" / "plugins" / "profile" / "run1"
+    run.mkdir(parents=True)
+    for host in ("host0", "host1"):
+        _write(run, f"{host}.xplane.pb", space.SerializeToString())
+    return tmp / "tb"
 
 
 def _forked(tmp: Path, setup: str = "") -> subprocess.CompletedProcess[str]:
     # A fresh interpreter: JAX, loaded in the test process, makes fork unsafe (and hlogap
     # reads sequentially beside it).
     script = _FORKED.format(setup=setup)
-    path = _gpu_file_with_a_bad_line(tmp)
+    path = _run_with_bad_lines(tmp)
     return subprocess.run(
         [sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=60
     )
 
 
-def test_corrupt_plane_read_by_a_forked_reader_is_an_input_error(tmp_path: Path) -> None:
+def test_corrupt_host_read_by_a_forked_reader_is_an_input_error(tmp_path: Path) -> None:
     out = _forked(tmp_path)
     assert out.returncode == 3, out.stderr
     assert out.stderr.count("\n") == 1 and "corrupt or truncated profile" in out.stderr

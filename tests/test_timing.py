@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -193,39 +191,6 @@ def test_cpu_thunks_sum_to_trace_events(program: str) -> None:
         i = got[key]
         assert times.duration_ps[i] == sum(durations)
         assert 0 <= times.measured_ps[i] <= sum(durations)
-
-
-FORKED_TOTALS = """
-import json, sys
-import hlogap.trace.reading as backends
-from hlogap.trace.summary import time_ops
-backends.PARALLEL_MIN_BYTES = 0
-trace = backends.read_trace(sys.argv[1], "host", workers=int(sys.argv[2]))
-t = time_ops(trace)
-print(json.dumps({"devices": len(trace.devices), "ops": {
-    f"{o.key.module}/{o.key.name}": [t.measured_ps[i], int(t.occurrences[i])]
-    for i, o in enumerate(trace.ops)}}))
-"""
-
-
-@pytest.mark.parametrize("workers", [2, 3])
-def test_planes_read_in_forked_processes_give_the_same_times(amd_file: Path, workers: int) -> None:
-    # In a fresh interpreter: the test process has JAX loaded, and fork is unsafe beside JAX.
-    out = subprocess.run(
-        [sys.executable, "-c", FORKED_TOTALS, str(amd_file), str(workers)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    forked = json.loads(out.stdout)
-    sequential = read_trace(amd_file, "host")
-    t = time_ops(sequential)
-    assert forked["devices"] == len(sequential.devices)
-    assert forked["ops"] == {
-        f"{o.key.module}/{o.key.name}": [t.measured_ps[i], int(t.occurrences[i])]
-        for i, o in enumerate(sequential.ops)
-    }
 
 
 def test_median_per_occurrence_from_the_trace(amd_file: Path) -> None:

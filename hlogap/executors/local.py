@@ -1,4 +1,4 @@
-"""Hosts read on this machine: one file's device planes or several files in forked readers
+"""Hosts read on this machine: one file in this process, several files in forked readers
 (hlogap.trace.reading); their events stay in this process and tasks run here."""
 
 from __future__ import annotations
@@ -9,13 +9,12 @@ from hlogap.executors.base import HostExecutor, HostTask, P, T, summarize_read
 from hlogap.source import ProfileSource
 from hlogap.trace.model import TraceData
 from hlogap.trace.reading import (
-    PendingTrace,
     Progress,
     SkippedHost,
     can_fork,
     read_files,
     read_host,
-    start_reading,
+    read_trace,
 )
 from hlogap.trace.summary import HostSummary, Selection
 
@@ -25,8 +24,7 @@ def _read_one(args: tuple[str, str, bool]) -> TraceData | SkippedHost:
 
 
 class LocalHosts(HostExecutor):
-    """Reading starts when made: a single file's planes are read by forked processes while the
-    caller goes on (its heavy imports), several files `workers` at a time."""
+    """The hosts are read when it is made: several files `workers` at a time."""
 
     def __init__(
         self,
@@ -37,10 +35,9 @@ class LocalHosts(HostExecutor):
     ) -> None:
         self._hosts = list(source.hosts)
         pairs = list(zip(source.files, source.hosts))
-        self._reads: list[TraceData | SkippedHost | PendingTrace]
-        if len(pairs) == 1:
-            # One file: its device planes are the tasks (the reader never splits finer).
-            self._reads = [start_reading(*pairs[0], workers=workers)]
+        self._reads: list[TraceData | SkippedHost]
+        if len(pairs) == 1:  # one file: read here (forked readers of its planes were slower)
+            self._reads = [read_trace(*pairs[0])]
         elif workers > 1 and not can_fork():
             # Not fork: the caller is multithreaded (JAX in the same process, say).
             import multiprocessing
@@ -55,9 +52,7 @@ class LocalHosts(HostExecutor):
         self._traces: list[TraceData] = []
 
     def summaries(self, selection: Selection) -> Iterator[HostSummary | SkippedHost]:
-        for k, read in enumerate(self._reads):
-            trace = read.result() if isinstance(read, PendingTrace) else read
-            self._reads[k] = trace
+        for k, trace in enumerate(self._reads):
             if isinstance(trace, TraceData):
                 self._traces.append(trace)
             yield summarize_read(trace, selection, self._hosts[k])

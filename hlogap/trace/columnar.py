@@ -112,12 +112,21 @@ class RawLine:
         return self._split
 
     def columns(self, wanted: list[int]) -> LineColumns:
-        """The events in columns; `wanted` are stat metadata ids whose values are returned."""
+        """The events in columns; `wanted` are stat metadata ids whose values are returned.
+
+        A negative id (a stat the plane does not have) gets a read-only column of `ABSENT`
+        that takes no memory: half the stats the GPU reader asks for are CPU-only, and a fresh
+        column is a page fault per 512 events."""
         if _xline is None or self._split is not None:
             return decode_events(self.events, wanted)
-        out = np.empty((3 + len(wanted), self.event_count), dtype=np.int64)
-        irregular = _xline.line_columns(self._data, wanted, out)
-        return LineColumns(out[0], out[1], out[2], list(out[3:]), dict(irregular))
+        n = self.event_count
+        present = [k for k, stat_id in enumerate(wanted) if stat_id >= 0]
+        out = np.empty((3 + len(present), n), dtype=np.int64)
+        irregular = _xline.line_columns(self._data, [wanted[k] for k in present], out)
+        stats = [np.broadcast_to(np.int64(ABSENT), (n,))] * len(wanted)
+        for row, k in enumerate(present, start=3):
+            stats[k] = out[row]
+        return LineColumns(out[0], out[1], out[2], stats, dict(irregular))
 
 
 def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -8,7 +8,7 @@ objects: pod profiles hold millions of events.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 import numpy as np
@@ -313,11 +313,15 @@ def _trace(
     steps: list[Step],
     warnings: list[str],
 ) -> TraceData:
-    """TraceData from per-line column blocks; backend "none" when there are none."""
+    """TraceData from per-line column blocks (emptied: their arrays are this function's now);
+    backend "none" when there are none."""
     if blocks:
+        # Each column's parts are freed once joined: the peak holds one column twice, not all.
+        parts = {f.name: [getattr(b, f.name) for b in blocks] for f in fields(_Block)}
+        blocks.clear()
 
         def column(name: str) -> np.ndarray:
-            return np.concatenate([getattr(b, name) for b in blocks])
+            return np.concatenate(parts.pop(name))
 
         op_index, device_index = column("op"), column("device")
         start, dur, self_ps = column("start_ps"), column("duration_ps"), column("self_ps")
@@ -426,54 +430,3 @@ def merge_steps(steps: list[Step]) -> list[Step]:
             s = Step(s.number, s.source, min(s.start_ps, seen.start_ps), max(s.end_ps, seen.end_ps))
         spans[s.number] = s
     return sorted(spans.values(), key=lambda s: (s.start_ps, s.number))
-
-
-def merge_traces(traces: list[TraceData]) -> TraceData:
-    """Concatenate several hosts' (or forked readers') events; ops with the same key are one op.
-    Each trace's devices are its own, so its occurrences stay distinct: their ids are offset,
-    not recomputed."""
-    if len(traces) == 1:
-        return traces[0]
-    ops: list[OpInfo] = []
-    op_ids: dict[OpKey, int] = {}
-    devices: list[Device] = []
-    modules: dict[tuple[str, str], bytes] = {}
-    backends = {t.backend for t in traces} - {"none"}
-    if len(backends) > 1:
-        raise InputError(f"hosts of one run mix backends: {', '.join(sorted(backends))}")
-    columns: dict[str, list[np.ndarray]] = {}
-    events = occurrences = 0
-    for t in traces:
-        remap = np.empty(len(t.ops), dtype=np.int32)
-        for i, info in enumerate(t.ops):
-            j = op_ids.get(info.key)
-            if j is None:
-                j = op_ids[info.key] = len(ops)
-                ops.append(info)
-            remap[i] = j
-        for name, column in (
-            ("op_index", remap[t.op_index]),
-            ("device_index", t.device_index + len(devices)),
-            ("start_ps", t.start_ps),
-            ("duration_ps", t.duration_ps),
-            ("self_ps", t.self_ps),
-            ("execution", t.execution),
-            ("occurrence", t.occurrence + occurrences),
-            ("occurrence_first", t.occurrence_first + events),
-        ):
-            columns.setdefault(name, []).append(column)
-        events += t.num_events
-        occurrences += len(t.occurrence_first)
-        devices.extend(t.devices)
-        modules.update(t.modules)
-    merged = {name: np.concatenate(parts) for name, parts in columns.items()}
-    backend: Backend = backends.pop() if backends else "none"
-    return TraceData(
-        backend=backend if events else "none",
-        devices=devices,
-        ops=ops,
-        modules=modules,
-        steps=merge_steps([s for t in traces for s in t.steps]),
-        warnings=[w for t in traces for w in t.warnings],
-        **merged,
-    )

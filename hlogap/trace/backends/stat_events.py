@@ -182,10 +182,11 @@ def _read_one(
     cols.metadata_id[i] = event.metadata_id
     cols.offset_ps[i] = event.offset_ps
     cols.duration_ps[i] = event.duration_ps
-    for k in range(len(ids)):
-        cols.stats[k][i] = ABSENT
+    for k, stat_id in enumerate(ids):
+        if stat_id >= 0:  # a stat the plane lacks is ABSENT already (a read-only column)
+            cols.stats[k][i] = ABSENT
     for stat in event.stats:
-        if stat.metadata_id not in ids:
+        if stat.metadata_id < 0 or stat.metadata_id not in ids:
             continue
         k = ids.index(stat.metadata_id)
         kind = stat.WhichOneof("value")

@@ -403,12 +403,18 @@ def _fill(cols: LineColumns, i: int, event: xplane_pb2.XEvent, wanted: list[int]
     cols.metadata_id[i] = event.metadata_id
     cols.offset_ps[i] = event.offset_ps
     cols.duration_ps[i] = event.duration_ps
-    for k in range(len(wanted)):
-        cols.stats[k][i] = ABSENT
+    for k, stat_id in enumerate(wanted):
+        if stat_id >= 0:  # a stat the plane lacks is ABSENT already (a read-only column)
+            cols.stats[k][i] = ABSENT
     for stat in event.stats:
-        if stat.metadata_id in wanted and stat.WhichOneof("value") in (
-            "int64_value",
-            "uint64_value",
+        if (
+            stat.metadata_id >= 0
+            and stat.metadata_id in wanted
+            and stat.WhichOneof("value")
+            in (
+                "int64_value",
+                "uint64_value",
+            )
         ):
             value = stat.int64_value or stat.uint64_value
             if value < 1 << 63:

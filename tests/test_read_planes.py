@@ -47,18 +47,22 @@ def test_other_fields_are_skipped_and_warnings_kept(tmp_path: Path) -> None:
     assert len(planes) == len(space.planes) and warnings == ["clock skew"]
 
 
+def _refused(tmp_path: Path, data: bytes, message: str) -> None:
+    """upb refuses `data` as an XSpace; `read_planes` refuses it as a file, with `message`."""
+    with pytest.raises(DecodeError):
+        xplane_pb2.XSpaceShallow.FromString(data)
+    path = tmp_path / "x.xplane.pb"
+    path.write_bytes(data)
+    with pytest.raises(InputError, match=message):
+        read_planes(path)
+
+
 @pytest.mark.parametrize(
     "cut", [1, 2, 100, -1], ids=["tag only", "length cut", "plane cut", "last byte"]
 )
 def test_what_upb_refuses_is_a_corrupt_profile(tmp_path: Path, cut: int) -> None:
     source = next(FIXTURES.rglob("*.xplane.pb")).read_bytes()
-    data = source[:cut]
-    with pytest.raises(DecodeError):
-        xplane_pb2.XSpaceShallow.FromString(data)
-    path = tmp_path / "x.xplane.pb"
-    path.write_bytes(data)
-    with pytest.raises(InputError, match="corrupt or truncated profile"):
-        read_planes(path)
+    _refused(tmp_path, source[:cut], "corrupt or truncated profile")
 
 
 def test_a_known_field_of_another_wire_type_is_skipped_as_upb_does(tmp_path: Path) -> None:
@@ -73,9 +77,4 @@ def test_a_known_field_of_another_wire_type_is_skipped_as_upb_does(tmp_path: Pat
 @pytest.mark.parametrize("data", [b"\x00\x01", b"\x0f", b"\x0a\xff\xff"])
 def test_what_upb_refuses_is_refused(tmp_path: Path, data: bytes) -> None:
     # Field number 0, wire type 7, a length cut short: upb refuses each.
-    with pytest.raises(DecodeError):
-        xplane_pb2.XSpaceShallow.FromString(data)
-    path = tmp_path / "x.xplane.pb"
-    path.write_bytes(data)
-    with pytest.raises(InputError, match="not an XSpace"):
-        read_planes(path)
+    _refused(tmp_path, data, "not an XSpace")

@@ -7,7 +7,7 @@ objects: pod profiles hold millions of events.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Literal
 
@@ -93,6 +93,9 @@ class TraceData:
     occurrence_first: np.ndarray
     steps: list[Step] = field(default_factory=list)  # annotated steps, when the trace has some
     warnings: list[str] = field(default_factory=list)
+    # Bool per event for each selection already made (`hlogap.trace.summary.Selection`): the
+    # per-host tasks of one audit all ask for the same one.
+    selected: dict[Hashable, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def num_events(self) -> int:

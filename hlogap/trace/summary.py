@@ -28,8 +28,13 @@ class Selection:
     module: str | None = None  # an RE2 pattern, searched in each op's module name
 
     def events(self, trace: TraceData) -> np.ndarray:
-        """Bool per event of `trace`: selected or not."""
-        return select_events(trace, self.device, module_pattern(self.module))
+        """Bool per event of `trace`: selected or not (read-only: made once per trace)."""
+        found = trace.selected.get(self)
+        if found is None:
+            found = select_events(trace, self.device, module_pattern(self.module))
+            found.flags.writeable = False
+            trace.selected[self] = found
+        return found
 
 
 def module_pattern(module: str | None) -> ModulePattern | None:

@@ -16,29 +16,29 @@ import numpy as np
 
 from hlogap.trace.model import OpKey, Step, TraceData
 from hlogap.trace.summary import Selection
-from hlogap.trace.timing import merged_intervals
+from hlogap.trace.timing import merged_intervals, take
 
 Spans = list[tuple[np.ndarray, np.ndarray]]  # per device: sorted (first start, last end) arrays
 
 
 def module_spans(trace: TraceData, selection: Selection, module: str) -> Spans:
     """Per device of the host: when each execution of `module` began and ended, in order."""
-    index = np.flatnonzero(selection.events(trace))
-    known = index[trace.execution[index] >= 0]
     in_module = np.array([o.key.module == module for o in trace.ops], dtype=bool)
-    mine = known[in_module[trace.op_index[known]]] if len(known) else known
-    if not len(mine):
+    # Masks, not index arrays, and one event-length column at a time: the post-read peak.
+    mine = selection.events(trace) & (trace.execution >= 0)
+    mine &= in_module[trace.op_index]
+    if not mine.any():
         return []
-    device = trace.device_index[mine].astype(np.int64)
-    execution = trace.execution[mine]  # dense per file: a small key space
+    execution = take(trace.execution, mine)  # dense per file: a small key space
     executions = int(execution.max()) + 1
-    key = device * executions + execution
-    size = (int(device.max()) + 1) * executions
+    key = take(trace.device_index, mine).astype(np.int64) * executions + execution
+    del execution
+    size = int(key.max()) // executions * executions + executions
     first = np.full(size, np.iinfo(np.int64).max)
     last = np.full(size, np.iinfo(np.int64).min)
-    start = trace.start_ps[mine]
+    start = take(trace.start_ps, mine)
     np.minimum.at(first, key, start)
-    np.maximum.at(last, key, start + trace.duration_ps[mine])
+    np.maximum.at(last, key, start + take(trace.duration_ps, mine))
     ran = np.flatnonzero(last > np.iinfo(np.int64).min)
     spans: Spans = []
     for d in np.unique(ran // executions).tolist():
@@ -88,26 +88,30 @@ def step_totals(
     `communication` (ops whose time is data in flight) are the run's, by op key."""
     steps = len(windows)
     selected = selection.events(trace)
-    index = np.flatnonzero(selected)
     busy, compute = np.zeros(steps), np.zeros(steps)
-    if not len(index) or not steps:
+    if not steps or not selected.any():
         return StepTotals(busy, compute, np.zeros(steps), np.zeros(steps))
     window_start = np.array([a for a, _ in windows], dtype=np.int64)
     window_end = np.array([b for _, b in windows], dtype=np.int64)
     per_occurrence = np.array([bound_per_occurrence.get(o.key, 0.0) for o in trace.ops])
     is_comm = np.array([o.key in communication for o in trace.ops], dtype=bool)
-    op = trace.op_index[index]
-    device = trace.device_index[index]
-    start = trace.start_ps[index]
-    end = start + trace.duration_ps[index]
+    # Views of the trace's columns where everything is selected (`take`): the post-read peak.
+    op = take(trace.op_index, selected)
+    device = take(trace.device_index, selected)
+    start = take(trace.start_ps, selected)
+    end = start + take(trace.duration_ps, selected)
+    communicating = is_comm[op]
     for d in np.unique(device).tolist():
         mine = device == d
         busy += _covered(*merged_intervals(start[mine], end[mine]), window_start, window_end)
-        work = mine & ~is_comm[op]
+        work = mine & ~communicating
         compute += _covered(*merged_intervals(start[work], end[work]), window_start, window_end)
+    del end, communicating
     # Each event and occurrence counts in the step it starts in.
     step_of, inside = _step_of(start, window_start, window_end)
-    measured = np.bincount(step_of[inside], weights=trace.self_ps[index][inside], minlength=steps)
+    weights = take(trace.self_ps, selected)[inside]
+    measured = np.bincount(step_of[inside], weights=weights, minlength=steps)
+    del step_of, inside, weights
     first = trace.occurrence_first[selected[trace.occurrence_first]]
     first_step, first_inside = _step_of(trace.start_ps[first], window_start, window_end)
     bound = np.bincount(

@@ -44,6 +44,15 @@ def select_events(
     return keep
 
 
+def take(values: np.ndarray, selected: np.ndarray) -> np.ndarray:
+    """`values[selected]`, read-only; the array itself when every event is selected (an audit
+    without --device or --module), not a copy of a column of millions of events."""
+    picked = values if selected.all() else values[selected]
+    view: np.ndarray = picked.view()
+    view.flags.writeable = False
+    return view
+
+
 @dataclass(frozen=True)
 class AsyncPairs:
     """The executions of an async start/done pair: one per done event that has a start before it

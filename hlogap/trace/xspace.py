@@ -117,6 +117,15 @@ class Plane:
         """Whether anything was recorded on it (a device that ran nothing has no lines)."""
         return bool(self._head.lines)
 
+    def release(self) -> None:
+        """Free its lines and metadata: its reader is done with it. Otherwise the lines of the
+        planes already read sit beside their events until the file's last plane is read (the
+        peak at 3 M GPU events: 380 MB with them). It is then an empty plane of that name."""
+        self._head = xplane_pb2.XPlaneShallow(id=self.id, name=self.name)
+        self.stats = self._head.stats
+        self.stat_metadata = self._head.stat_metadata
+        self.event_metadata = self._head.event_metadata
+
     @property
     def size(self) -> int:
         """Serialized bytes of its lines: what reading them costs."""

@@ -59,6 +59,7 @@ class GpuReader:
             device = builder.new_device(plane.name, ordinal, plane_stats(plane))
             lines = (ln for ln in plane.raw_lines if ln.name not in DERIVED_LINES)
             read_stat_events(plane, builder, lines, device, True, execution_of)
+            plane.release()
 
 
 register(GpuReader())

@@ -65,6 +65,7 @@ class TpuReader:
                 stats = plane_stats(plane)
                 device = devices[plane.name] = builder.new_device(plane.name, ordinal, stats)
             steps = _PlaneReader(plane, builder, device).read()
+            plane.release()
             if not any(s.source == "annotation" for s in builder.steps):
                 builder.steps = merge_steps([*builder.steps, *steps])
 

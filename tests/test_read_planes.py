@@ -1,5 +1,7 @@
 """`read_planes` walks the XSpace's top-level fields itself, one plane at a time; upb's parse of
-the whole file (`XSpaceShallow`) is the oracle for what it finds and what it refuses."""
+the whole file (`XSpaceShallow`) is the oracle for what it finds and what it refuses. A plane's
+lines are split from its metadata by the C decoder (`plane_lines`: views, not copies), or by upb
+without it; upb's `XPlaneShallow` is the oracle for both."""
 
 from __future__ import annotations
 
@@ -7,10 +9,13 @@ from pathlib import Path
 
 import pytest
 from google.protobuf.message import DecodeError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
-from hlogap.trace.xspace import read_planes
+from hlogap.trace import columnar
+from hlogap.trace.xspace import Plane, read_planes
 from tests.conftest import AMD_FILES, FIXTURES
 
 
@@ -78,3 +83,62 @@ def test_a_known_field_of_another_wire_type_is_skipped_as_upb_does(tmp_path: Pat
 def test_what_upb_refuses_is_refused(tmp_path: Path, data: bytes) -> None:
     # Field number 0, wire type 7, a length cut short: upb refuses each.
     _refused(tmp_path, data, "not an XSpace")
+
+
+@pytest.fixture(params=["c", "upb"])
+def splitter(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Planes split by the C decoder, and by upb (an install without the C extension)."""
+    if request.param == "upb":
+        monkeypatch.setattr(columnar, "_xline", None)
+    elif columnar._xline is None:
+        pytest.fail("hlogap was installed without its C decoder (hlogap/trace/_xline.c)")
+    return str(request.param)
+
+
+def _same_as_upb(plane: Plane, raw: bytes) -> None:
+    upb = xplane_pb2.XPlaneShallow.FromString(raw)
+    assert (plane.id, plane.name) == (upb.id, upb.name)
+    assert [bytes(line) for line in plane._lines] == list(upb.lines)
+    assert list(plane.stats) == list(upb.stats)
+    assert dict(plane.stat_metadata) == dict(upb.stat_metadata)
+    assert dict(plane.event_metadata) == dict(upb.event_metadata)
+
+
+@pytest.mark.parametrize("path", _files(), ids=lambda p: p.parent.name + "/" + p.name)
+def test_a_planes_lines_and_metadata_are_upbs(path: Path, splitter: str) -> None:
+    for raw in xplane_pb2.XSpaceShallow.FromString(path.read_bytes()).planes:
+        _same_as_upb(Plane(raw, path), raw)
+
+
+def _a_plane() -> bytes:
+    source = next(FIXTURES.rglob("*.xplane.pb")).read_bytes()
+    planes = xplane_pb2.XSpaceShallow.FromString(source).planes
+    return min((raw for raw in planes if xplane_pb2.XPlaneShallow.FromString(raw).lines), key=len)
+
+
+PLANE = _a_plane()
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    cuts=st.lists(st.tuples(st.integers(0, 10**7), st.integers(0, 255)), max_size=3),
+    truncate=st.integers(0, 10**7),
+)
+def test_a_damaged_plane_is_refused_or_read_as_upb_reads_it(
+    cuts: list[tuple[int, int]], truncate: int, splitter: str
+) -> None:
+    """Bytes of a real plane overwritten, the plane cut short: refused where upb refuses it,
+    else the same lines and metadata as upb's."""
+    data = bytearray(PLANE)
+    for at, byte in cuts:
+        data[at % len(data)] = byte
+    raw = bytes(data[: len(data) - truncate % 16])
+    try:
+        xplane_pb2.XPlaneShallow.FromString(raw)
+    except DecodeError:
+        with pytest.raises(InputError, match="bad plane"):
+            Plane(raw, "x.xplane.pb")
+        return
+    _same_as_upb(Plane(raw, "x.xplane.pb"), raw)

@@ -313,8 +313,73 @@ done:
     return NULL;
 }
 
+/* Walk an XPlane's top-level fields: each `lines` (field 3) payload's span, and the other
+   fields' bytes (when `head` is given, copied there). 0 if malformed. */
+static int walk_plane(const uint8_t *start, const uint8_t *end, Py_ssize_t *head_size,
+                      Py_ssize_t *lines, uint8_t *head, PyObject *spans) {
+    const uint8_t *p = start;
+    *head_size = 0;
+    *lines = 0;
+    while (p < end) {
+        const uint8_t *field_start = p, *body, *body_end;
+        uint64_t tag;
+        if (!read_varint(&p, end, &tag)) return 0;
+        uint64_t field = tag >> 3;
+        int wire = (int)(tag & 7);
+        if (field == 3 && wire == WIRE_LEN) {
+            if (!read_len(&p, end, &body, &body_end)) return 0;
+            if (spans != NULL) {
+                PyObject *span = Py_BuildValue("(nn)", (Py_ssize_t)(body - start),
+                                               (Py_ssize_t)(body_end - start));
+                if (span == NULL) return -1;
+                int failed = PyList_Append(spans, span);
+                Py_DECREF(span);
+                if (failed) return -1;
+            }
+            (*lines)++;
+            continue;
+        }
+        if (!skip_value(field, wire, &p, end)) return 0;
+        if (head != NULL) memcpy(head + *head_size, field_start, (size_t)(p - field_start));
+        *head_size += p - field_start;
+    }
+    return 1;
+}
+
+/* plane_lines(data) -> (head, spans): an XPlane without its lines (for upb: the metadata), and
+   each line's (start, end) in `data`, so that lines are views of the plane's bytes, not copies
+   (upb copies every line into its arena, and again into a bytes object each time one is read).
+   ValueError if malformed: the caller lets upb say what is wrong. */
+static PyObject *plane_lines(PyObject *self, PyObject *arg) {
+    Py_buffer data;
+    Py_ssize_t head_size, lines;
+    (void)self;
+    if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *start = (const uint8_t *)data.buf, *end = start + data.len;
+    PyObject *head = NULL, *spans = NULL, *result = NULL;
+    int walked = walk_plane(start, end, &head_size, &lines, NULL, NULL);
+    if (walked == 1) {
+        head = PyBytes_FromStringAndSize(NULL, head_size);
+        spans = PyList_New(0);
+        if (head != NULL && spans != NULL)
+            walked = walk_plane(start, end, &head_size, &lines,
+                                (uint8_t *)PyBytes_AS_STRING(head), spans);
+        else
+            walked = -1;
+    }
+    if (walked == 1)
+        result = PyTuple_Pack(2, head, spans);
+    else if (walked == 0)
+        PyErr_SetString(PyExc_ValueError, "malformed XPlane");
+    Py_XDECREF(head);
+    Py_XDECREF(spans);
+    PyBuffer_Release(&data);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"line_head", line_head, METH_O, "A serialized XLine's head fields and event count."},
+    {"plane_lines", plane_lines, METH_O, "A serialized XPlane's lines as spans, and the rest."},
     {"line_columns", line_columns, METH_VARARGS, "A serialized XLine's events in columns."},
     {NULL, NULL, 0, NULL},
 };

@@ -53,6 +53,17 @@ class LineColumns:
     irregular: dict[int, bytes]  # row -> the event's bytes: read these with upb instead
 
 
+def plane_lines(raw: bytes) -> tuple[bytes, list[tuple[int, int]]] | None:
+    """A serialized XPlane without its lines, and each line's span in `raw` (C decoder); None
+    without the C decoder, or for a plane it does not read (upb decides)."""
+    if _xline is None:
+        return None
+    try:
+        return _xline.plane_lines(raw)
+    except ValueError:
+        return None
+
+
 class RawLine:
     """A serialized XLine: its head's fields, and its events in columns on demand (`columns`).
 
@@ -73,7 +84,7 @@ class RawLine:
         "timestamp_ns",
     )
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes | memoryview) -> None:
         self._data = data
         self._split: list[bytes] | None = None
         head = None
@@ -83,7 +94,7 @@ class RawLine:
             except ValueError:  # upb decides: a DecodeError, or a line only upb reads
                 head = None
         if head is None:
-            line = xplane_pb2.XLineRaw.FromString(data)
+            line = xplane_pb2.XLineRaw.FromString(bytes(data))
             self._split = list(line.events)
             head = (
                 line.id,
@@ -108,7 +119,7 @@ class RawLine:
     def events(self) -> list[bytes]:
         """Each event's bytes (upb splits the line): for lines whose events are read whole."""
         if self._split is None:
-            self._split = list(xplane_pb2.XLineRaw.FromString(self._data).events)
+            self._split = list(xplane_pb2.XLineRaw.FromString(bytes(self._data)).events)
         return self._split
 
     def columns(self, wanted: list[int]) -> LineColumns:

@@ -20,7 +20,7 @@ from hlogap.errors import InputError
 from hlogap.files import available_memory
 from hlogap.proto import xplane_pb2
 from hlogap.source import regular_file
-from hlogap.trace.columnar import LineColumns, RawLine
+from hlogap.trace.columnar import LineColumns, RawLine, plane_lines
 from hlogap.trace.model import Step, TraceBuilder
 
 LineT = TypeVar("LineT", xplane_pb2.XLine, RawLine)
@@ -84,8 +84,18 @@ class Plane:
 
     def __init__(self, raw: bytes, path: str | Path) -> None:
         self._path = path
+        # With the C decoder, the lines are views of `raw` and upb parses only the rest (the
+        # metadata); else upb parses the plane and hands out a copy of a line each time.
+        self._lines: Sequence[bytes | memoryview]
+        split = plane_lines(raw)
         try:
-            self._head = xplane_pb2.XPlaneShallow.FromString(raw)
+            if split is None:
+                self._head = xplane_pb2.XPlaneShallow.FromString(raw)
+                self._lines = self._head.lines
+            else:
+                self._head = xplane_pb2.XPlaneShallow.FromString(split[0])
+                view = memoryview(raw)
+                self._lines = [view[start:end] for start, end in split[1]]
         except DecodeError as exc:
             raise InputError(f"corrupt or truncated profile (bad plane): {path}") from exc
         self.id = self._head.id
@@ -96,15 +106,15 @@ class Plane:
 
     @property
     def lines(self) -> Iterator[xplane_pb2.XLine]:
-        return self._parse_lines(xplane_pb2.XLine.FromString)
+        return self._parse_lines(lambda raw: xplane_pb2.XLine.FromString(bytes(raw)))
 
     @property
     def raw_lines(self) -> Iterator[RawLine]:
         """The lines with their events left serialized (for the columnar reader)."""
         return self._parse_lines(RawLine)
 
-    def _parse_lines(self, parse: Callable[[bytes], LineT]) -> Iterator[LineT]:
-        for raw in self._head.lines:
+    def _parse_lines(self, parse: Callable[[bytes | memoryview], LineT]) -> Iterator[LineT]:
+        for raw in self._lines:
             try:
                 yield parse(raw)
             except DecodeError as exc:
@@ -115,13 +125,14 @@ class Plane:
     @property
     def has_lines(self) -> bool:
         """Whether anything was recorded on it (a device that ran nothing has no lines)."""
-        return bool(self._head.lines)
+        return bool(self._lines)
 
     def release(self) -> None:
         """Free its lines and metadata: its reader is done with it. Otherwise the lines of the
         planes already read sit beside their events until the file's last plane is read (the
         peak at 3 M GPU events: 380 MB with them). It is then an empty plane of that name."""
         self._head = xplane_pb2.XPlaneShallow(id=self.id, name=self.name)
+        self._lines = []
         self.stats = self._head.stats
         self.stat_metadata = self._head.stat_metadata
         self.event_metadata = self._head.event_metadata
@@ -129,7 +140,7 @@ class Plane:
     @property
     def size(self) -> int:
         """Serialized bytes of its lines: what reading them costs."""
-        return sum(len(raw) for raw in self._head.lines)
+        return sum(len(raw) for raw in self._lines)
 
 
 def read_planes(path: str | Path) -> tuple[list[Plane], list[str]]:

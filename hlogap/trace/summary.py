@@ -17,7 +17,14 @@ import numpy as np
 
 from hlogap.errors import InputError, UsageError
 from hlogap.trace.model import Backend, Device, OpInfo, OpKey, Step, TraceData, merge_steps
-from hlogap.trace.timing import AsyncPairs, ModulePattern, OpTimes, async_pairs, select_events
+from hlogap.trace.timing import (
+    AsyncPairs,
+    ModulePattern,
+    OpTimes,
+    async_pairs,
+    select_events,
+    take,
+)
 
 
 @dataclass(frozen=True)
@@ -83,10 +90,10 @@ def summarize(trace: TraceData, selection: Selection, host: str) -> HostSummary:
     """Per-op totals and occurrence times of the selected events of one host."""
     n = len(trace.ops)
     keep = selection.events(trace)
-    op_index = trace.op_index[keep]
+    op_index = take(trace.op_index, keep)  # views where everything is kept: the peak
 
     def total(values: np.ndarray) -> np.ndarray:
-        return np.bincount(op_index, weights=values[keep], minlength=n).astype(np.int64)
+        return np.bincount(op_index, weights=take(values, keep), minlength=n).astype(np.int64)
 
     # A selection keeps or drops an occurrence whole: its first event tells.
     first = trace.occurrence_first
@@ -94,7 +101,7 @@ def summarize(trace: TraceData, selection: Selection, host: str) -> HostSummary:
     occurrence_op = trace.op_index[first[kept]].astype(np.int64)
     # Sums of int64 picoseconds below 2**53 are exact in float64.
     occurrence_ps = np.bincount(
-        trace.occurrence[keep], weights=trace.self_ps[keep], minlength=len(first)
+        take(trace.occurrence, keep), weights=take(trace.self_ps, keep), minlength=len(first)
     )[kept].astype(np.int64)
     ops, values, counts = distinct_counts(
         occurrence_op, occurrence_ps, np.ones(len(occurrence_op), dtype=np.int64)
@@ -102,8 +109,8 @@ def summarize(trace: TraceData, selection: Selection, host: str) -> HostSummary:
     known = keep & (trace.execution >= 0)
     codes: dict[str, int] = {}
     module_code = np.array([codes.setdefault(o.key.module, len(codes)) for o in trace.ops])
-    known_module = module_code[trace.op_index[known]] if n else np.zeros(0, dtype=np.int64)
-    module_ps = np.bincount(known_module, weights=trace.self_ps[known], minlength=len(codes))
+    known_module = module_code[take(trace.op_index, known)] if n else np.zeros(0, dtype=np.int64)
+    module_ps = np.bincount(known_module, weights=take(trace.self_ps, known), minlength=len(codes))
     module_events = np.bincount(known_module, minlength=len(codes))
     return HostSummary(
         host=host,
@@ -118,7 +125,7 @@ def summarize(trace: TraceData, selection: Selection, host: str) -> HostSummary:
         occurrence_op=ops,
         occurrence_ps=values,
         occurrence_count=counts,
-        devices_ran=len(np.unique(trace.device_index[keep])),
+        devices_ran=len(np.unique(take(trace.device_index, keep))),
         module_ps={m: int(module_ps[c]) for m, c in codes.items() if module_events[c]},
         origin_ps=int(trace.start_ps.min()) if trace.num_events else None,
         steps=trace.steps,

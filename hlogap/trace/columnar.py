@@ -52,6 +52,17 @@ class LineColumns:
     stats: list[np.ndarray]  # int64 each: a ref, int64 or uint64 value
     irregular: dict[int, bytes]  # row -> the event's bytes: read these with upb instead
 
+    def reset_row(self, i: int, event: xplane_pb2.XEvent, wanted: list[int]) -> None:
+        """Row `i` from an event upb read: its id, offset and duration, and every wanted stat
+        ABSENT until the caller fills it in. A stat the plane lacks (negative id) is ABSENT
+        already, in a read-only column (`RawLine.columns`)."""
+        self.metadata_id[i] = event.metadata_id
+        self.offset_ps[i] = event.offset_ps
+        self.duration_ps[i] = event.duration_ps
+        for k, stat_id in enumerate(wanted):
+            if stat_id >= 0:
+                self.stats[k][i] = ABSENT
+
 
 def plane_lines(raw: bytes) -> tuple[bytes, list[tuple[int, int]]] | None:
     """A serialized XPlane without its lines, and each line's span in `raw` (C decoder); None

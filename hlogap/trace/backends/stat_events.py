@@ -179,12 +179,7 @@ def _read_one(
         event = xplane_pb2.XEvent.FromString(raw)
     except DecodeError as exc:
         raise InputError(f"corrupt event on {plane_name}") from exc
-    cols.metadata_id[i] = event.metadata_id
-    cols.offset_ps[i] = event.offset_ps
-    cols.duration_ps[i] = event.duration_ps
-    for k, stat_id in enumerate(ids):
-        if stat_id >= 0:  # a stat the plane lacks is ABSENT already (a read-only column)
-            cols.stats[k][i] = ABSENT
+    cols.reset_row(i, event, ids)
     for stat in event.stats:
         if stat.metadata_id < 0 or stat.metadata_id not in ids:
             continue

@@ -31,7 +31,7 @@ from google.protobuf.message import DecodeError
 from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
 from hlogap.trace.backends.base import register
-from hlogap.trace.columnar import ABSENT, LineColumns, RawLine
+from hlogap.trace.columnar import LineColumns, RawLine
 from hlogap.trace.model import UNKNOWN_EXECUTION, Backend, OpKey, Step, TraceBuilder, merge_steps
 from hlogap.trace.xspace import Plane, device_ordinal, plane_stats, stat_value
 
@@ -401,22 +401,11 @@ def _event(raw: bytes, plane: str) -> xplane_pb2.XEvent:
 
 def _fill(cols: LineColumns, i: int, event: xplane_pb2.XEvent, wanted: list[int]) -> None:
     """Row `i` of `cols` from an event the columnar decoder left to upb."""
-    cols.metadata_id[i] = event.metadata_id
-    cols.offset_ps[i] = event.offset_ps
-    cols.duration_ps[i] = event.duration_ps
-    for k, stat_id in enumerate(wanted):
-        if stat_id >= 0:  # a stat the plane lacks is ABSENT already (a read-only column)
-            cols.stats[k][i] = ABSENT
+    cols.reset_row(i, event, wanted)
     for stat in event.stats:
-        if (
-            stat.metadata_id >= 0
-            and stat.metadata_id in wanted
-            and stat.WhichOneof("value")
-            in (
-                "int64_value",
-                "uint64_value",
-            )
-        ):
+        if stat.metadata_id < 0 or stat.metadata_id not in wanted:
+            continue
+        if stat.WhichOneof("value") in ("int64_value", "uint64_value"):
             value = stat.int64_value or stat.uint64_value
             if value < 1 << 63:
                 cols.stats[wanted.index(stat.metadata_id)][i] = value

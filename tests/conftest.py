@@ -54,3 +54,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"{len(shared)} tests skipped: they read the real AMD GPU and TPU profiles in "
             f"{SHARED}, which is not beside this checkout"
         )
+
+
+@pytest.fixture(params=["c", "without-c"])
+def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Lines and planes read with the C extension (hlogap/trace/_xline.c), and as an install
+    without it reads them (upb splits, numpy decodes). Not reset between hypothesis inputs:
+    every input of a test runs with the same decoder."""
+    from hlogap.trace import columnar
+
+    if request.param == "without-c":
+        monkeypatch.setattr(columnar, "_xline", None)
+    elif columnar._xline is None:
+        pytest.fail("hlogap was installed without its C decoder (hlogap/trace/_xline.c)")
+    return str(request.param)

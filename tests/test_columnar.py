@@ -55,29 +55,12 @@ def check(events: list[bytes], wanted: list[int], cols: LineColumns | None = Non
     return regular
 
 
-@pytest.fixture(params=["c", "numpy"])
-def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """`RawLine` with the C extension, and without it (numpy after upb's split)."""
-    if request.param == "numpy":
-        monkeypatch.setattr(columnar, "_xline", None)
-    elif columnar._xline is None:
-        pytest.fail("hlogap was installed without its C decoder (hlogap/trace/_xline.c)")
-    return str(request.param)
-
-
 def check_line(raw: bytes, wanted: list[int]) -> int:
     """A serialized XLine through `RawLine`: its head and events as upb reads them."""
     line = RawLine(raw)
     upb = xplane_pb2.XLineRaw.FromString(raw)
-    head = (upb.id, upb.display_id, upb.name, upb.display_name, upb.timestamp_ns, upb.duration_ps)
-    assert (
-        line.id,
-        line.display_id,
-        line.name,
-        line.display_name,
-        line.timestamp_ns,
-        line.duration_ps,
-    ) == head
+    head = ("id", "display_id", "name", "display_name", "timestamp_ns", "duration_ps")
+    assert [getattr(line, f) for f in head] == [getattr(upb, f) for f in head]
     assert line.event_count == len(upb.events)
     assert line.events == list(upb.events)
     return check(list(upb.events), wanted, line.columns(wanted))

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
-from hlogap.trace import columnar
 from hlogap.trace.xspace import Plane, read_planes
 from tests.conftest import AMD_FILES, FIXTURES
 
@@ -85,16 +84,6 @@ def test_what_upb_refuses_is_refused(tmp_path: Path, data: bytes) -> None:
     _refused(tmp_path, data, "not an XSpace")
 
 
-@pytest.fixture(params=["c", "upb"])
-def splitter(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Planes split by the C decoder, and by upb (an install without the C extension)."""
-    if request.param == "upb":
-        monkeypatch.setattr(columnar, "_xline", None)
-    elif columnar._xline is None:
-        pytest.fail("hlogap was installed without its C decoder (hlogap/trace/_xline.c)")
-    return str(request.param)
-
-
 def _same_as_upb(plane: Plane, raw: bytes) -> None:
     upb = xplane_pb2.XPlaneShallow.FromString(raw)
     assert (plane.id, plane.name) == (upb.id, upb.name)
@@ -105,7 +94,7 @@ def _same_as_upb(plane: Plane, raw: bytes) -> None:
 
 
 @pytest.mark.parametrize("path", _files(), ids=lambda p: p.parent.name + "/" + p.name)
-def test_a_planes_lines_and_metadata_are_upbs(path: Path, splitter: str) -> None:
+def test_a_planes_lines_and_metadata_are_upbs(path: Path, decoder: str) -> None:
     for raw in xplane_pb2.XSpaceShallow.FromString(path.read_bytes()).planes:
         _same_as_upb(Plane(raw, path), raw)
 
@@ -127,7 +116,7 @@ PLANE = _a_plane()
     truncate=st.integers(0, 10**7),
 )
 def test_a_damaged_plane_is_refused_or_read_as_upb_reads_it(
-    cuts: list[tuple[int, int]], truncate: int, splitter: str
+    cuts: list[tuple[int, int]], truncate: int, decoder: str
 ) -> None:
     """Bytes of a real plane overwritten, the plane cut short: refused where upb refuses it,
     else the same lines and metadata as upb's."""

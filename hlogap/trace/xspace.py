@@ -86,23 +86,27 @@ class Plane:
         self._path = path
         # With the C decoder, the lines are views of `raw` and upb parses only the rest (the
         # metadata); else upb parses the plane and hands out a copy of a line each time.
-        self._lines: Sequence[bytes | memoryview]
         split = plane_lines(raw)
         try:
             if split is None:
-                self._head = xplane_pb2.XPlaneShallow.FromString(raw)
-                self._lines = self._head.lines
+                head = xplane_pb2.XPlaneShallow.FromString(raw)
+                self._keep(head, head.lines)
             else:
-                self._head = xplane_pb2.XPlaneShallow.FromString(split[0])
                 view = memoryview(raw)
-                self._lines = [view[start:end] for start, end in split[1]]
+                lines = [view[start:end] for start, end in split[1]]
+                self._keep(xplane_pb2.XPlaneShallow.FromString(split[0]), lines)
         except DecodeError as exc:
             raise InputError(f"corrupt or truncated profile (bad plane): {path}") from exc
         self.id = self._head.id
         self.name = self._head.name
-        self.stats = self._head.stats
-        self.stat_metadata = self._head.stat_metadata
-        self.event_metadata = self._head.event_metadata
+
+    def _keep(self, head: xplane_pb2.XPlaneShallow, lines: Sequence[bytes | memoryview]) -> None:
+        """The plane's metadata and lines, as readers see them."""
+        self._head = head
+        self._lines = lines
+        self.stats = head.stats
+        self.stat_metadata = head.stat_metadata
+        self.event_metadata = head.event_metadata
 
     @property
     def lines(self) -> Iterator[xplane_pb2.XLine]:
@@ -131,11 +135,7 @@ class Plane:
         """Free its lines and metadata: its reader is done with it. Otherwise the lines of the
         planes already read sit beside their events until the file's last plane is read (the
         peak at 3 M GPU events: 380 MB with them). It is then an empty plane of that name."""
-        self._head = xplane_pb2.XPlaneShallow(id=self.id, name=self.name)
-        self._lines = []
-        self.stats = self._head.stats
-        self.stat_metadata = self._head.stat_metadata
-        self.event_metadata = self._head.event_metadata
+        self._keep(xplane_pb2.XPlaneShallow(id=self.id, name=self.name), [])
 
     @property
     def size(self) -> int:

@@ -222,13 +222,13 @@ class TraceBuilder:
         known = execution != UNKNOWN_EXECUTION
         if not known.any():
             return execution
-        values, inverse = np.unique(execution[known], return_inverse=True)
+        values, inverse = dense_codes(execution[known])
         ids = np.array(
             [self._executions.setdefault(v, len(self._executions)) for v in values.tolist()],
             dtype=np.int64,
         )
         dense: np.ndarray = np.full(len(execution), -1, dtype=np.int64)
-        dense[known] = ids[inverse.ravel()]
+        dense[known] = ids[inverse]
         return dense
 
     def finish(self, backend: Backend, warnings: list[str]) -> TraceData:
@@ -246,28 +246,32 @@ def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Distinct rows of equal-length int64 columns and each row's index among them.
 
     Columns are folded in one at a time: the row code so far times the column's distinct count
-    plus the column's code, renumbered densely only when the product would overflow. Each
-    column's codes come from a table when its values span a small range (op and module refs,
-    ordinals, an absent stat), else from a 1-D unique; then one unique of the row codes.
+    plus the column's code, renumbered densely only when the product would overflow; then the
+    row codes are renumbered once (`dense_codes` of each column and of the rows: a table where
+    the values span a small range, as op and module refs, ordinals and an absent stat do).
     `np.unique(axis=0)` sorts row views and is ~20x slower.
     """
     code = np.zeros(len(columns[0]), dtype=np.int64)
     span = 1  # distinct values `code` can take
     for column in columns:
-        distinct, codes = _column_codes(column)
+        distinct, codes = dense_codes(column)
         if span * len(distinct) >= 1 << 62:
-            code = np.unique(code, return_inverse=True)[1].ravel()
+            code = dense_codes(code)[1]
             span = int(code.max()) + 1
         code = code * len(distinct) + codes
         span *= len(distinct)
-    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-    rows = np.stack([column[first] for column in columns], axis=1)
-    return rows, inverse.ravel()
+    distinct, inverse = dense_codes(code)
+    # Any row of a code stands for it (its rows are equal): whichever the assignment keeps.
+    row_of = np.empty(len(distinct), dtype=np.int64)
+    row_of[inverse] = np.arange(len(code))
+    rows = np.stack([column[row_of] for column in columns], axis=1)
+    return rows, inverse
 
 
-def _column_codes(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def dense_codes(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A column's distinct values, sorted, and each row's index among them: by a table of the
-    values' range when that is small (no sort), else by `np.unique`."""
+    values' range when that is small (no sort: 5-10x faster than `np.unique` on millions of
+    rows), else by `np.unique`."""
     low, high = int(column.min()), int(column.max())
     if high - low <= 4 * len(column) + 1024:
         offset = column - low  # in range: no overflow even near int64's ends

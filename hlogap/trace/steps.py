@@ -101,7 +101,7 @@ def step_totals(
     start = take(trace.start_ps, selected)
     end = start + take(trace.duration_ps, selected)
     communicating = is_comm[op]
-    for d in np.unique(device).tolist():
+    for d in np.flatnonzero(np.bincount(device)).tolist():
         mine = device == d
         busy += _covered(*merged_intervals(start[mine], end[mine]), window_start, window_end)
         work = mine & ~communicating

@@ -125,7 +125,7 @@ def summarize(trace: TraceData, selection: Selection, host: str) -> HostSummary:
         occurrence_op=ops,
         occurrence_ps=values,
         occurrence_count=counts,
-        devices_ran=len(np.unique(take(trace.device_index, keep))),
+        devices_ran=int(np.count_nonzero(np.bincount(take(trace.device_index, keep)))),
         module_ps={m: int(module_ps[c]) for m, c in codes.items() if module_events[c]},
         origin_ps=int(trace.start_ps.min()) if trace.num_events else None,
         steps=trace.steps,

@@ -74,7 +74,8 @@ def read_stat_events(
             found = resolved[key] = (op, dev)
         return found
 
-    op_lines: list[tuple[np.ndarray, ...]] = []  # per line: op, device, start, duration, ...
+    # Per line: op, device, start, duration, execution, context; and the line's devices.
+    op_lines: list[tuple[np.ndarray, ...]] = []
     marker_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # context, start, end
     for line in lines:
         if not line.event_count:
@@ -109,6 +110,7 @@ def read_stat_events(
                 cols.duration_ps[is_op],
                 execution,
                 context[is_op],
+                np.unique(pairs[:, 1]),  # (every distinct row occurs: the line's devices)
             )
         )
     # One pairing pass over every op of the plane: a marker may sit on any of its lines.
@@ -120,11 +122,12 @@ def read_stat_events(
         context = np.concatenate([line[5] for line in op_lines])
         cuts = np.cumsum([len(line[0]) for line in op_lines])[:-1]
         extras = list(np.split(_until_marker(context, start, end, markers), cuts))
-    for (ops, devs, start, dur, execution, _), extra in zip(op_lines, extras, strict=True):
-        for dev in np.unique(devs):
-            mine = devs == dev
+    for line_parts, extra in zip(op_lines, extras, strict=True):
+        ops, devs, start, dur, execution, _, line_devices = line_parts
+        for dev in line_devices.tolist():
+            mine = devs == dev if len(line_devices) > 1 else slice(None)
             builder.add_line(
-                int(dev),
+                dev,
                 ops[mine],
                 start[mine],
                 dur[mine],

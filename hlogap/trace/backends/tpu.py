@@ -32,7 +32,15 @@ from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
 from hlogap.trace.backends.base import register
 from hlogap.trace.columnar import LineColumns, RawLine
-from hlogap.trace.model import UNKNOWN_EXECUTION, Backend, OpKey, Step, TraceBuilder, merge_steps
+from hlogap.trace.model import (
+    UNKNOWN_EXECUTION,
+    Backend,
+    OpKey,
+    Step,
+    TraceBuilder,
+    dense_codes,
+    merge_steps,
+)
 from hlogap.trace.xspace import Plane, device_ordinal, plane_stats, stat_value
 
 OP_LINE = "XLA Ops"
@@ -238,7 +246,7 @@ class _PlaneReader:
 
     def _ops(self, md_ids: np.ndarray, host_start: np.ndarray, host_dur: np.ndarray) -> np.ndarray:
         """Op index per event (-1: no such metadata)."""
-        uniq, inverse = np.unique(md_ids, return_inverse=True)
+        uniq, inverse = dense_codes(md_ids)
         op_of = np.empty(len(uniq), dtype=np.int64)
         unresolved: list[int] = []
         for i, md_id in enumerate(uniq.tolist()):
@@ -248,7 +256,7 @@ class _PlaneReader:
             else:
                 op_of[i] = -2
                 unresolved.append(i)
-        ops = op_of[inverse]
+        ops: np.ndarray = op_of[inverse]
         if unresolved:
             # Metadata without program_id: the module is the XLA Modules event enclosing the op.
             idx = np.flatnonzero(np.isin(inverse, unresolved))

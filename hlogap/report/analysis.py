@@ -187,7 +187,7 @@ def _host_waits(
         end = np.concatenate([t.pairs.end_ps for t in same])
         moved = sum(t.host_bytes * len(t.pairs.device) for t in same)
         in_flight_ps = 0
-        for d in set(device):  # the time any transfer of the device was in flight, once
+        for d in np.unique(device).tolist():  # the time any transfer was in flight, once
             starts, ends = merged_intervals(begin[device == d], end[device == d])
             in_flight_ps += int((ends - starts).sum())
         link_rate[direction] = moved / (in_flight_ps * 1e-12) if in_flight_ps else 0.0

@@ -22,7 +22,7 @@ from hlogap.hlo.index import HloIndex, ResolvedOp
 from hlogap.hlo.opcodes import async_role
 from hlogap.hlo.printer import print_instruction
 from hlogap.report.model import OpRow
-from hlogap.trace.model import OpInfo, OpKey
+from hlogap.trace.model import OpInfo, OpKey, devices_in
 from hlogap.trace.summary import RunSummary
 from hlogap.trace.timing import AsyncPairs, merged_intervals
 
@@ -187,7 +187,7 @@ def _host_waits(
         end = np.concatenate([t.pairs.end_ps for t in same])
         moved = sum(t.host_bytes * len(t.pairs.device) for t in same)
         in_flight_ps = 0
-        for d in np.unique(device).tolist():  # the time any transfer was in flight, once
+        for d in devices_in(device):  # the time any transfer of the device was in flight, once
             starts, ends = merged_intervals(begin[device == d], end[device == d])
             in_flight_ps += int((ends - starts).sum())
         link_rate[direction] = moved / (in_flight_ps * 1e-12) if in_flight_ps else 0.0

@@ -176,8 +176,11 @@ class TraceBuilder:
             extra_ps = None if extra_ps is None else np.asarray(extra_ps)[valid]
             if not len(op_arr):
                 return
-        order = np.argsort(start_arr, kind="stable")
-        op_arr, start_arr, dur_arr = op_arr[order], start_arr[order], dur_arr[order]
+        # A line's events are in time order but for rare exceptions: sort only then.
+        order: slice | np.ndarray = slice(None)
+        if (start_arr[1:] < start_arr[:-1]).any():
+            order = np.argsort(start_arr, kind="stable")
+            op_arr, start_arr, dur_arr = op_arr[order], start_arr[order], dur_arr[order]
         self_arr = dur_arr.copy() if gpu else self_times(start_arr, dur_arr)
         if extra_ps is not None:
             extra = np.asarray(extra_ps, dtype=np.int64)[order]
@@ -242,6 +245,13 @@ class TraceBuilder:
         )
 
 
+def devices_in(device_index: np.ndarray) -> list[int]:
+    """The distinct device indices in `device_index`, ascending: a count per device (they are
+    few; `np.unique` would also import numpy.ma on its first call, 18 ms)."""
+    found: list[int] = np.flatnonzero(np.bincount(device_index)).tolist()
+    return found
+
+
 def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Distinct rows of equal-length int64 columns and each row's index among them.
 
@@ -255,6 +265,8 @@ def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     span = 1  # distinct values `code` can take
     for column in columns:
         distinct, codes = dense_codes(column)
+        if len(distinct) == 1:
+            continue
         if span * len(distinct) >= 1 << 62:
             code = dense_codes(code)[1]
             span = int(code.max()) + 1
@@ -273,6 +285,8 @@ def dense_codes(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     values' range when that is small (no sort: 5-10x faster than `np.unique` on millions of
     rows), else by `np.unique`."""
     low, high = int(column.min()), int(column.max())
+    if low == high:  # one value (a stat absent on the plane): codes that take no memory
+        return column[:1].copy(), np.broadcast_to(np.int64(0), column.shape)
     if high - low <= 4 * len(column) + 1024:
         offset = column - low  # in range: no overflow even near int64's ends
         present = np.zeros(high - low + 1, dtype=bool)

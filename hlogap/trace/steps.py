@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hlogap.trace.model import OpKey, Step, TraceData
+from hlogap.trace.model import OpKey, Step, TraceData, devices_in
 from hlogap.trace.summary import Selection
 from hlogap.trace.timing import merged_intervals, take
 
@@ -41,7 +41,7 @@ def module_spans(trace: TraceData, selection: Selection, module: str) -> Spans:
     np.maximum.at(last, key, start + take(trace.duration_ps, mine))
     ran = np.flatnonzero(last > np.iinfo(np.int64).min)
     spans: Spans = []
-    for d in np.unique(ran // executions).tolist():
+    for d in devices_in(ran // executions):
         at = ran[ran // executions == d]
         order = np.lexsort((last[at], first[at]))
         spans.append((first[at][order], last[at][order]))
@@ -107,7 +107,7 @@ def step_totals(
     start = take(trace.start_ps, selected)
     end = start + take(trace.duration_ps, selected)
     communicating = is_comm[op]
-    for d in np.flatnonzero(np.bincount(device)).tolist():
+    for d in devices_in(device):
         mine = device == d
         busy += _covered(*merged_intervals(start[mine], end[mine]), window_start, window_end)
         work = mine & ~communicating

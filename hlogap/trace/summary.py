@@ -16,7 +16,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hlogap.errors import InputError, UsageError
-from hlogap.trace.model import Backend, Device, OpInfo, OpKey, Step, TraceData, merge_steps
+from hlogap.trace.model import (
+    Backend,
+    Device,
+    OpInfo,
+    OpKey,
+    Step,
+    TraceData,
+    devices_in,
+    merge_steps,
+)
 from hlogap.trace.timing import (
     AsyncPairs,
     ModulePattern,
@@ -125,7 +134,7 @@ def summarize(trace: TraceData, selection: Selection, host: str) -> HostSummary:
         occurrence_op=ops,
         occurrence_ps=values,
         occurrence_count=counts,
-        devices_ran=int(np.count_nonzero(np.bincount(take(trace.device_index, keep)))),
+        devices_ran=len(devices_in(take(trace.device_index, keep))),
         module_ps={m: int(module_ps[c]) for m, c in codes.items() if module_events[c]},
         origin_ps=int(trace.start_ps.min()) if trace.num_events else None,
         steps=trace.steps,

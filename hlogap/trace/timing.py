@@ -8,7 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
-from hlogap.trace.model import TraceData
+from hlogap.trace.model import TraceData, devices_in
 
 
 class ModulePattern(Protocol):
@@ -76,9 +76,9 @@ def async_pairs(trace: TraceData, selected: np.ndarray, start_op: int, done_op: 
     columns: list[tuple[np.ndarray, ...]] = []
     starts = np.flatnonzero(selected & (trace.op_index == start_op))
     dones = np.flatnonzero(selected & (trace.op_index == done_op))
-    for device in np.unique(trace.device_index[dones]).tolist():
-        s = starts[trace.device_index[starts] == device]
-        d = dones[trace.device_index[dones] == device]
+    for dev in devices_in(trace.device_index[dones]):
+        s = starts[trace.device_index[starts] == dev]
+        d = dones[trace.device_index[dones] == dev]
         s = s[np.argsort(trace.start_ps[s], kind="stable")]
         at = np.searchsorted(trace.start_ps[s], trace.start_ps[d], side="right") - 1
         paired = at >= 0

@@ -15,7 +15,14 @@ from google.protobuf.message import DecodeError
 from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
 from hlogap.trace.columnar import ABSENT, LineColumns, RawLine
-from hlogap.trace.model import UNKNOWN_EXECUTION, OpKey, TraceBuilder, distinct_rows
+from hlogap.trace.model import (
+    UNKNOWN_EXECUTION,
+    OpKey,
+    TraceBuilder,
+    devices_in,
+    distinct_rows,
+)
+from hlogap.trace.timing import take
 from hlogap.trace.xspace import Plane, plane_stats
 
 # The stats that name an op's event (resolved once per distinct combination), then the ones
@@ -74,8 +81,8 @@ def read_stat_events(
             found = resolved[key] = (op, dev)
         return found
 
-    # Per line: op, device, start, duration, execution, context; and the line's devices.
-    op_lines: list[tuple[np.ndarray, ...]] = []
+    op_lines: list[tuple[np.ndarray, ...]] = []  # per line: op, device, start, duration, ...
+    line_devices: list[list[int]] = []
     marker_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # context, start, end
     for line in lines:
         if not line.event_count:
@@ -98,21 +105,22 @@ def read_stat_events(
         is_op = cols.stats[0] != ABSENT
         if not is_op.any():
             continue
-        unique, inverse = distinct_rows([c[is_op] for c in cols.stats[: len(KEY)]])
+        # Views where every event is an op (a GPU stream's kernels), for what is not kept.
+        unique, inverse = distinct_rows([take(c, is_op) for c in cols.stats[: len(KEY)]])
         pairs = np.array([resolve(tuple(int(v) for v in k)) for k in unique], dtype=np.int64)
-        execution = execution_of(correlation[is_op]) if execution_of else run_id[is_op]
+        execution = execution_of(take(correlation, is_op)) if execution_of else take(run_id, is_op)
         execution = np.where(execution == ABSENT, UNKNOWN_EXECUTION, execution)
         op_lines.append(
             (
                 pairs[inverse, 0],
                 pairs[inverse, 1],
-                start[is_op],
-                cols.duration_ps[is_op],
+                take(start, is_op),
+                cols.duration_ps[is_op],  # a copy: the builder keeps it, not the line's columns
                 execution,
-                context[is_op],
-                np.unique(pairs[:, 1]),  # (every distinct row occurs: the line's devices)
+                take(context, is_op),
             )
         )
+        line_devices.append(devices_in(pairs[:, 1]))  # every distinct row occurs in the line
     # One pairing pass over every op of the plane: a marker may sit on any of its lines.
     extras: list[np.ndarray | None] = [None] * len(op_lines)
     if marker_parts and op_lines:
@@ -122,10 +130,11 @@ def read_stat_events(
         context = np.concatenate([line[5] for line in op_lines])
         cuts = np.cumsum([len(line[0]) for line in op_lines])[:-1]
         extras = list(np.split(_until_marker(context, start, end, markers), cuts))
-    for line_parts, extra in zip(op_lines, extras, strict=True):
-        ops, devs, start, dur, execution, _, line_devices = line_parts
-        for dev in line_devices.tolist():
-            mine = devs == dev if len(line_devices) > 1 else slice(None)
+    for (ops, devs, start, dur, execution, _), devices, extra in zip(
+        op_lines, line_devices, extras, strict=True
+    ):
+        for dev in devices:
+            mine = devs == dev if len(devices) > 1 else slice(None)
             builder.add_line(
                 dev,
                 ops[mine],

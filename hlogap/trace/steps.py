@@ -107,11 +107,15 @@ def step_totals(
     start = take(trace.start_ps, selected)
     end = start + take(trace.duration_ps, selected)
     communicating = is_comm[op]
+    any_communicating = bool(communicating.any())
     for d in devices_in(device):
         mine = device == d
-        busy += _covered(*merged_intervals(start[mine], end[mine]), window_start, window_end)
-        work = mine & ~communicating
-        compute += _covered(*merged_intervals(start[work], end[work]), window_start, window_end)
+        covered = _covered(*merged_intervals(start[mine], end[mine]), window_start, window_end)
+        busy += covered
+        if any_communicating:
+            work = mine & ~communicating
+            covered = _covered(*merged_intervals(start[work], end[work]), window_start, window_end)
+        compute += covered  # without communication, the busy time is all compute
     del end, communicating
     # Each event and occurrence counts in the step it starts in.
     step_of, inside = _step_of(start, window_start, window_end)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
-from hlogap.trace.xspace import Plane, read_planes
+from hlogap.trace.xspace import Plane, _MappedFile, read_planes
 from tests.conftest import AMD_FILES, FIXTURES
 
 
@@ -36,6 +36,25 @@ def test_planes_and_warnings_are_upbs(path: Path) -> None:
         for raw in space.planes
     ]
     assert warnings == list(space.warnings)
+
+
+@pytest.mark.parametrize("path", _files()[:3], ids=lambda p: p.parent.name + "/" + p.name)
+def test_a_released_plane_forgets_its_own_bytes(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A local file is mapped; releasing a plane drops the pages of exactly its span of the
+    # file: the bytes there parse to the plane upb finds at that place in the XSpace.
+    forgotten: list[tuple[int, int]] = []
+    monkeypatch.setattr(_MappedFile, "forget", lambda self, at, size: forgotten.append((at, size)))
+    planes, _ = read_planes(path)
+    for plane in planes:
+        plane.release()
+        assert not plane.has_lines
+    data = path.read_bytes()
+    space = xplane_pb2.XSpace.FromString(data)
+    assert len(forgotten) == len(space.planes)
+    for (at, size), expected in zip(forgotten, space.planes, strict=True):
+        assert xplane_pb2.XPlane.FromString(data[at : at + size]) == expected
 
 
 def test_other_fields_are_skipped_and_warnings_kept(tmp_path: Path) -> None:

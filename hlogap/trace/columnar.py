@@ -64,7 +64,7 @@ class LineColumns:
                 self.stats[k][i] = ABSENT
 
 
-def plane_lines(raw: bytes) -> tuple[bytes, list[tuple[int, int]]] | None:
+def plane_lines(raw: bytes | memoryview) -> tuple[bytes, list[tuple[int, int]]] | None:
     """A serialized XPlane without its lines, and each line's span in `raw` (C decoder); None
     without the C decoder, or for a plane it does not read (upb decides)."""
     if _xline is None:

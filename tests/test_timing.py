@@ -335,7 +335,8 @@ def test_negative_run_ids_are_executions_like_any_other() -> None:
 def test_distinct_rows_equal_numpys_row_unique() -> None:
     # numpy's own `unique(axis=0)` is the oracle: rows sorted, each row's index among them.
     # Columns as a trace has them: small refs, a stat absent in some events (int64's minimum),
-    # huge program ids at both ends of int64, and values over every range in between.
+    # huge program ids at both ends of int64, values over every range in between, and a stat
+    # no event has (one value: it adds nothing to a row's code).
     rng = np.random.default_rng(3)
     for _ in range(300):
         n = int(rng.integers(1, 2000))
@@ -345,6 +346,7 @@ def test_distinct_rows_equal_numpys_row_unique() -> None:
             np.where(rng.random(n) < 0.3, ABSENT, rng.integers(-5, 5, n)).astype(np.int64),
             rng.choice(ends, n),
             rng.integers(0, 1 << 40, n).astype(np.int64) // (1 << int(rng.integers(0, 41))),
+            np.full(n, ABSENT, dtype=np.int64),
         ]
         rows, index = distinct_rows(columns)
         expected, expected_index = np.unique(np.stack(columns, 1), axis=0, return_inverse=True)

@@ -64,6 +64,6 @@ def step_rows(run: RunSummary, steps: list[Step], totals: list[StepTotals]) -> l
             exposed_comm_us=exposed_comm_us,
         )
         for s, (start_us, wall_us, busy_us, measured_us, bound_us, exposed_comm_us) in zip(
-            steps, columns
+            steps, columns, strict=True
         )
     ]

@@ -41,10 +41,10 @@ def step_rows(run: RunSummary, steps: list[Step], totals: list[StepTotals]) -> l
     for more in totals[1:]:
         total = total + more
     origin = min(run.origin_ps, min(s.start_ps for s in steps))  # the profile's first event
-    # Column by column (tolist: Python floats), then one row per step: 40 k steps in 0.05 s.
-    columns = zip(
-        [(s.start_ps - origin) / 1e6 for s in steps],
-        [(s.end_ps - s.start_ps) / 1e6 for s in steps],
+    # The totals as whole columns (tolist: Python floats), not an element at a time: 40 k
+    # steps in 0.05 s.
+    rows = zip(
+        steps,
         (total.busy_ps / 1e6).tolist(),
         (total.measured_ps / 1e6).tolist(),
         total.bound_us.tolist(),
@@ -55,15 +55,13 @@ def step_rows(run: RunSummary, steps: list[Step], totals: list[StepTotals]) -> l
         StepRow(
             step=s.number,
             source=s.source,
-            start_us=start_us,
-            wall_us=wall_us,
+            start_us=(s.start_ps - origin) / 1e6,
+            wall_us=(s.end_ps - s.start_ps) / 1e6,
             devices=run.times.devices,
             busy_us=busy_us,
             measured_us=measured_us,
             bound_us=bound_us,
             exposed_comm_us=exposed_comm_us,
         )
-        for s, (start_us, wall_us, busy_us, measured_us, bound_us, exposed_comm_us) in zip(
-            steps, columns, strict=True
-        )
+        for s, busy_us, measured_us, bound_us, exposed_comm_us in rows
     ]

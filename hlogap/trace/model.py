@@ -282,8 +282,9 @@ def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 def dense_codes(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A column's distinct values, sorted, and each row's index among them: by a table of the
-    values' range when that is small (no sort: 5-10x faster than `np.unique` on millions of
-    rows), else by `np.unique`."""
+    values' range when that is small (no sort: 3 M refs over a 4 k range 0.016 s against
+    `np.unique`'s 0.60 s; 3 M sorted ids over 40 k, 0.018 against 0.042 s), else by
+    `np.unique`."""
     low, high = int(column.min()), int(column.max())
     if low == high:  # one value (a stat absent on the plane): codes that take no memory
         return column[:1].copy(), np.broadcast_to(np.int64(0), column.shape)

@@ -66,36 +66,58 @@ def _is_op_line(plane: xplane_pb2.XPlane, line: xplane_pb2.XLine, device: bool) 
 
 
 def scale_profile(source: Path, target: Path, events_wanted: int) -> int:
-    """Write `source` with its op lines' events repeated to about `events_wanted`; return count."""
+    """Write `source` with its op lines' events repeated to about `events_wanted`; return count.
+
+    Copy k of every op line is shifted by k times one shift, the longest line's span: lines
+    stay aligned with each other (a TPU op stays inside its `XLA Modules` event) and each copy
+    starts after the previous one ends. TPU events carry their time a second time, on the
+    device clock (`device_offset_ps`): that stat is shifted by the same amount, else every copy
+    would run at the same device time, nested in the one before it."""
     space = xplane_pb2.XSpace()
     space.ParseFromString(source.read_bytes())
     device = any(p.name.startswith("/device:") for p in space.planes)
-    base = sum(len(ln.events) for p in space.planes for ln in p.lines if _is_op_line(p, ln, device))
+    # (plane, line) positions: upb hands out a new wrapper per access, so no `id()` keys.
+    op_lines = [
+        (i, j)
+        for i, p in enumerate(space.planes)
+        for j, ln in enumerate(p.lines)
+        if _is_op_line(p, ln, device)
+    ]
+    base = sum(len(space.planes[i].lines[j].events) for i, j in op_lines)
     copies = max(1, round(events_wanted / base))
+    device_stats = {(i, j): _device_offsets(space.planes[i], j) for i, j in op_lines}
+    device_span = max(
+        (max(ends) - min(starts) for starts, ends, _ in device_stats.values() if starts),
+        default=0,
+    )
+    host_span = max(
+        (e.offset_ps + e.duration_ps for i, j in op_lines for e in space.planes[i].lines[j].events),
+        default=0,
+    )
+    shift = max(host_span, device_span) + 1000
     out = bytearray()
     total = 0
-    for plane in space.planes:
-        op_lines = [ln for ln in plane.lines if _is_op_line(plane, ln, device)]
-        if not op_lines:
+    for i, plane in enumerate(space.planes):
+        if not any(p == i for p, _ in op_lines):
             out += _field(1, plane.SerializeToString())
             continue
         shell = xplane_pb2.XPlane()
         shell.CopyFrom(plane)
         del shell.lines[:]
         plane_bytes = bytearray(shell.SerializeToString())
-        for line in plane.lines:
-            if line not in op_lines:
+        for j, line in enumerate(plane.lines):
+            if (i, j) not in device_stats:
                 plane_bytes += _field(3, line.SerializeToString())
                 continue
-            span = max((e.offset_ps + e.duration_ps for e in line.events), default=0) + 1000
             offsets = [e.offset_ps for e in line.events]
-            template = xplane_pb2.XLine()
-            template.CopyFrom(line)
+            starts, _, stats = device_stats[i, j]
             line_bytes = bytearray()
             for k in range(copies):
-                for ev, off in zip(template.events, offsets):
-                    ev.offset_ps = off + k * span
-                line_bytes += template.SerializeToString()
+                for ev, off in zip(line.events, offsets):
+                    ev.offset_ps = off + k * shift
+                for stat, start in zip(stats, starts):
+                    stat.int64_value = start + k * shift  # oneof: clears uint64
+                line_bytes += line.SerializeToString()
             total += copies * len(offsets)
             plane_bytes += _field(3, bytes(line_bytes))
         out += _field(1, bytes(plane_bytes))
@@ -103,6 +125,28 @@ def scale_profile(source: Path, target: Path, events_wanted: int) -> int:
         out += _field(4, host.encode())
     target.write_bytes(bytes(out))
     return total
+
+
+def _device_offsets(
+    plane: xplane_pb2.XPlane, line_index: int
+) -> tuple[list[int], list[int], list[xplane_pb2.XStat]]:
+    """The `device_offset_ps` stats of a line's events: their values, the events' device-clock
+    ends (`device_duration_ps`), and the stats themselves (to be rewritten per copy)."""
+    ids = {k: v.name for k, v in plane.stat_metadata.items()}
+    starts: list[int] = []
+    ends: list[int] = []
+    stats: list[xplane_pb2.XStat] = []
+    for event in plane.lines[line_index].events:
+        found = {ids.get(s.metadata_id): s for s in event.stats}
+        offset, duration = found.get("device_offset_ps"), found.get("device_duration_ps")
+        if offset is None:
+            continue
+        start = offset.int64_value or offset.uint64_value
+        starts.append(start)
+        stats.append(offset)
+        length = duration.int64_value or duration.uint64_value if duration else 0
+        ends.append(start + length)
+    return starts, ends, stats
 
 
 @dataclass

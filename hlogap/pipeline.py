@@ -181,6 +181,7 @@ def _audit_hosts(
         if steps
         else []
     )
+    hosts.close()  # the last task is done: the events are freed before the report is built
     step_table = step_rows(run, steps, totals)
     report = AuditReport(
         steps=step_table,

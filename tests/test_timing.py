@@ -376,3 +376,97 @@ def test_occurrence_ids_equal_numpys_row_unique(dense: bool) -> None:
         assert np.array_equal(ids, expected_ids.ravel())
         assert np.array_equal(first, expected_first)
     assert (tables > 100) if dense else (tables == 0)
+
+
+def test_sums_by_are_exact_past_float64s_integers() -> None:
+    # An op's total over a long run passes 2**53 ps (~2.5 h), where float64 sums (bincount's)
+    # round: Python's integers are the oracle, over several blocks, selected rows and codes.
+    from hlogap.trace import timing
+
+    rng = np.random.default_rng(2)
+    n = timing.BLOCK_ROWS + 1000
+    key = rng.integers(0, 5, n).astype(np.int32)
+    weights = rng.integers(-(1 << 40), 1 << 45, n).astype(np.int64)
+    selected = rng.random(n) < 0.9
+    code = np.array([1, 0, 1, 2, 0])
+    found = timing.sums_by(key, selected, 3, weights, code)
+    counts = timing.sums_by(key, selected, 3, code=code)
+    for c in range(3):
+        rows = selected & (code[key] == c)
+        assert int(found[c]) == sum(int(w) for w in weights[rows])
+        assert int(counts[c]) == int(rows.sum())
+    assert max(abs(int(v)) for v in found) > 1 << 53
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal reports, floats to 1e-12: float sums (bounds in us) change in their last bits
+    with the order they are added in."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == pytest.approx(b, rel=1e-12, abs=1e-9)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+@pytest.mark.parametrize("program", ["mlp_train", "scan", "sharded_train"])
+def test_passes_a_block_at_a_time_equal_one_pass(
+    program: str, cpu_chip_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Summaries, module spans and step totals go over the events a block at a time: blocks of
+    # 7 events give the report one block gives (times exactly: int64 ps).
+    from hlogap.trace import timing
+
+    path = FIXTURES / program
+    whole = audit(path, chip=str(cpu_chip_file), jobs=1).to_dict()
+    monkeypatch.setattr(timing, "BLOCK_ROWS", 7)
+    blocked = audit(path, chip=str(cpu_chip_file), jobs=1).to_dict()
+    assert blocked["steps"] and _same(blocked, whole)
+    assert [s["measured_us"] for s in blocked["steps"]] == [
+        s["measured_us"] for s in whole["steps"]
+    ]
+    assert [o["measured_us"] for o in blocked["ops"]] == [o["measured_us"] for o in whole["ops"]]
+
+
+@pytest.mark.parametrize("counted", [False, True])
+def test_distinct_counts_equal_a_counter(counted: bool) -> None:
+    # A Counter of (op, value) rows is the oracle, sorted. Values over small and huge ranges
+    # (past what an (op, value) int64 key holds: the values are ranked first) and negative.
+    from collections import Counter
+
+    from hlogap.trace.summary import distinct_counts
+
+    rng = np.random.default_rng(8)
+    for _ in range(200):
+        n = int(rng.integers(1, 500))
+        op = rng.integers(0, int(rng.integers(1, 30)), n).astype(np.int64)
+        high = int(rng.choice([5, 1 << 20, 1 << 62]))
+        value = rng.integers(-high, high, n).astype(np.int64)
+        count = rng.integers(1, 4, n).astype(np.int64) if counted else None
+        expected: Counter[tuple[int, int]] = Counter()
+        for i, (o, v) in enumerate(zip(op.tolist(), value.tolist(), strict=True)):
+            expected[o, v] += 1 if count is None else int(count[i])
+        ops, values, counts = distinct_counts(op, value, count)
+        rows = sorted(expected.items())
+        assert ops.tolist() == [o for (o, _), _ in rows]
+        assert values.tolist() == [v for (_, v), _ in rows]
+        assert counts.tolist() == [c for _, c in rows]
+
+
+def test_execution_ids_are_numbered_across_lines_in_order_seen() -> None:
+    # The oracle: a dict numbering each line's distinct ids, ascending, in the order lines come;
+    # an id seen on an earlier line keeps its number, unknown ones stay negative.
+    from hlogap.trace.model import UNKNOWN_EXECUTION, TraceBuilder
+
+    rng = np.random.default_rng(4)
+    builder = TraceBuilder("host")
+    numbers: dict[int, int] = {}
+    for _ in range(40):
+        n = int(rng.integers(1, 300))
+        ids = rng.integers(-(1 << 40), 1 << 40, 50)[rng.integers(0, 50, n)]
+        ids[rng.random(n) < 0.1] = UNKNOWN_EXECUTION
+        for v in sorted(set(ids.tolist()) - {UNKNOWN_EXECUTION}):
+            numbers.setdefault(v, len(numbers))
+        expected = [numbers.get(v, -1) for v in ids.tolist()]
+        assert builder._dense(ids).tolist() == expected

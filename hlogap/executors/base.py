@@ -47,7 +47,7 @@ class HostExecutor(ABC):
 
     @abstractmethod
     def close(self) -> None:
-        """Free what the hosts hold."""
+        """Free what the hosts hold; closing again does nothing."""
 
     def __enter__(self) -> HostExecutor:
         return self

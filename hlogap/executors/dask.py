@@ -38,6 +38,7 @@ class DaskHosts(HostExecutor):
         skip_bad_hosts: bool = False,
     ) -> None:
         self._progress = progress
+        self._closed = False
         self.address = address
         self._cluster: LocalCluster | None = None
         self.client = _connect(address, self)
@@ -106,6 +107,9 @@ class DaskHosts(HostExecutor):
         ]
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         for future in self._reads:
             future.release()
         self._reads, self._read = [], []

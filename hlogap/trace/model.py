@@ -130,7 +130,9 @@ class TraceBuilder:
         self._negative = 0  # events with a negative duration, left out
         self._events = 0
         self._next_memory_check = EVENTS_PER_MEMORY_CHECK
-        self._executions: dict[int, int] = {}  # the trace's execution id -> a dense one
+        # The trace's execution ids seen so far, sorted, and the dense id of each.
+        self._execution_ids = np.zeros(0, dtype=np.int64)
+        self._execution_dense = np.zeros(0, dtype=np.int64)
 
     def new_device(self, plane: str, ordinal: int, stats: dict[str, object]) -> int:
         self.devices.append(Device(self.host, plane, ordinal, stats))
@@ -226,10 +228,19 @@ class TraceBuilder:
         if not known.any():
             return execution
         values, inverse = dense_codes(execution[known])
-        ids = np.array(
-            [self._executions.setdefault(v, len(self._executions)) for v in values.tolist()],
-            dtype=np.int64,
-        )
+        # Ids seen on earlier lines keep theirs; new ones are numbered on, in value order.
+        seen = self._execution_ids
+        at = np.searchsorted(seen, values)
+        found = at < len(seen)
+        found[found] = seen[at[found]] == values[found]
+        ids = np.empty(len(values), dtype=np.int64)
+        ids[found] = self._execution_dense[at[found]]
+        fresh = ~found
+        ids[fresh] = len(seen) + np.arange(int(fresh.sum()))
+        merged = np.concatenate([seen, values[fresh]])
+        order = np.argsort(merged, kind="stable")
+        self._execution_ids = merged[order]
+        self._execution_dense = np.concatenate([self._execution_dense, ids[fresh]])[order]
         dense: np.ndarray = np.full(len(execution), -1, dtype=np.int64)
         dense[known] = ids[inverse]
         return dense

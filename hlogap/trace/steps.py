@@ -16,7 +16,7 @@ import numpy as np
 
 from hlogap.trace.model import OpKey, Step, TraceData, devices_in
 from hlogap.trace.summary import Selection
-from hlogap.trace.timing import merged_intervals, take
+from hlogap.trace.timing import blocks, merged_intervals, take
 
 Spans = list[tuple[np.ndarray, np.ndarray]]  # per device: sorted (first start, last end) arrays
 
@@ -24,21 +24,20 @@ Spans = list[tuple[np.ndarray, np.ndarray]]  # per device: sorted (first start, 
 def module_spans(trace: TraceData, selection: Selection, module: str) -> Spans:
     """Per device of the host: when each execution of `module` began and ended, in order."""
     in_module = np.array([o.key.module == module for o in trace.ops], dtype=bool)
-    # Masks, not index arrays, and one event-length column at a time: the post-read peak.
-    mine = selection.events(trace) & (trace.execution >= 0)
-    mine &= in_module[trace.op_index]
-    if not mine.any():
+    selected = selection.events(trace)
+    if not trace.num_events or not in_module.any():
         return []
-    execution = take(trace.execution, mine)  # dense per file: a small key space
-    executions = int(execution.max()) + 1
-    key = take(trace.device_index, mine).astype(np.int64) * executions + execution
-    del execution
-    size = int(key.max()) // executions * executions + executions
-    first = np.full(size, np.iinfo(np.int64).max)
-    last = np.full(size, np.iinfo(np.int64).min)
-    start = take(trace.start_ps, mine)
-    np.minimum.at(first, key, start)
-    np.maximum.at(last, key, start + take(trace.duration_ps, mine))
+    # Executions are dense per file: (device, execution) keys span a small table.
+    executions = max(int(trace.execution.max()) + 1, 1)
+    first = np.full(len(trace.devices) * executions, np.iinfo(np.int64).max)
+    last = np.full(len(first), np.iinfo(np.int64).min)
+    for part in blocks(trace.num_events):  # a block at a time: the post-read peak
+        execution = trace.execution[part]
+        mine = selected[part] & (execution >= 0) & in_module[trace.op_index[part]]
+        key = trace.device_index[part][mine].astype(np.int64) * executions + execution[mine]
+        start = trace.start_ps[part][mine]
+        np.minimum.at(first, key, start)
+        np.maximum.at(last, key, start + trace.duration_ps[part][mine])
     ran = np.flatnonzero(last > np.iinfo(np.int64).min)
     spans: Spans = []
     for d in devices_in(ran // executions):
@@ -101,34 +100,43 @@ def step_totals(
     window_end = np.array([b for _, b in windows], dtype=np.int64)
     per_occurrence = np.array([bound_per_occurrence.get(o.key, 0.0) for o in trace.ops])
     is_comm = np.array([o.key in communication for o in trace.ops], dtype=bool)
-    # Views of the trace's columns where everything is selected (`take`): the post-read peak.
+    # Views of the trace's columns where everything is selected (`take`), and one device's
+    # events at a time: the temporaries of a pass over every event were the post-read peak.
     op = take(trace.op_index, selected)
     device = take(trace.device_index, selected)
     start = take(trace.start_ps, selected)
-    end = start + take(trace.duration_ps, selected)
-    communicating = is_comm[op]
-    any_communicating = bool(communicating.any())
+    duration = take(trace.duration_ps, selected)
+    self_ps = take(trace.self_ps, selected)
+    any_communicating = bool(is_comm.any()) and bool(is_comm[op].any())
+    measured = np.zeros(steps)
     for d in devices_in(device):
         mine = device == d
-        covered = _covered(*merged_intervals(start[mine], end[mine]), window_start, window_end)
+        mine_start = start[mine]
+        mine_end = mine_start + duration[mine]
+        covered = _covered(*merged_intervals(mine_start, mine_end), window_start, window_end)
         busy += covered
         if any_communicating:
-            work = mine & ~communicating
-            covered = _covered(*merged_intervals(start[work], end[work]), window_start, window_end)
+            work = ~is_comm[op[mine]]
+            covered = _covered(
+                *merged_intervals(mine_start[work], mine_end[work]), window_start, window_end
+            )
         compute += covered  # without communication, the busy time is all compute
-    del end, communicating
-    # Each event and occurrence counts in the step it starts in.
-    step_of, inside = _step_of(start, window_start, window_end)
-    weights = take(trace.self_ps, selected)[inside]
-    measured = np.bincount(step_of[inside], weights=weights, minlength=steps)
-    del step_of, inside, weights
-    first = trace.occurrence_first[selected[trace.occurrence_first]]
-    first_step, first_inside = _step_of(trace.start_ps[first], window_start, window_end)
-    bound = np.bincount(
-        first_step[first_inside],
-        weights=per_occurrence[trace.op_index[first[first_inside]]],
-        minlength=steps,
-    )
+        del mine_end
+        # Each event counts in the step it starts in (sums of int64 ps below 2**53: exact in
+        # float64 in any order).
+        step_of, inside = _step_of(mine_start, window_start, window_end)
+        measured += np.bincount(step_of[inside], weights=self_ps[mine][inside], minlength=steps)
+    # Each occurrence counts in the step its first event starts in.
+    bound = np.zeros(steps)
+    for part in blocks(len(trace.occurrence_first)):
+        first = trace.occurrence_first[part]
+        first = first[selected[first]]
+        first_step, first_inside = _step_of(trace.start_ps[first], window_start, window_end)
+        bound += np.bincount(
+            first_step[first_inside],
+            weights=per_occurrence[trace.op_index[first[first_inside]]],
+            minlength=steps,
+        )
     return StepTotals(busy, compute, measured, bound)
 
 

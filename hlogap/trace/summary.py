@@ -31,7 +31,9 @@ from hlogap.trace.timing import (
     ModulePattern,
     OpTimes,
     async_pairs,
+    blocks,
     select_events,
+    sums_by,
     take,
 )
 
@@ -99,38 +101,40 @@ def summarize(trace: TraceData, selection: Selection, host: str) -> HostSummary:
     """Per-op totals and occurrence times of the selected events of one host."""
     n = len(trace.ops)
     keep = selection.events(trace)
-    op_index = take(trace.op_index, keep)  # views where everything is kept: the peak
-
-    def total(values: np.ndarray) -> np.ndarray:
-        return np.bincount(op_index, weights=take(values, keep), minlength=n).astype(np.int64)
-
     # A selection keeps or drops an occurrence whole: its first event tells.
     first = trace.occurrence_first
     kept = keep[first]
     occurrence_op = trace.op_index[first[kept]].astype(np.int64)
-    # Sums of int64 picoseconds below 2**53 are exact in float64.
-    occurrence_ps = np.bincount(
-        take(trace.occurrence, keep), weights=take(trace.self_ps, keep), minlength=len(first)
-    )[kept].astype(np.int64)
-    ops, values, counts = distinct_counts(
-        occurrence_op, occurrence_ps, np.ones(len(occurrence_op), dtype=np.int64)
-    )
+    occurrences = np.bincount(occurrence_op, minlength=n).astype(np.int64)
+    # Sums of int64 picoseconds below 2**53 are exact in float64, in any order: summed a block
+    # of events at a time (the float copies of a whole column were the post-read peak).
+    occurrence_sum = np.zeros(len(first))
+    for part in blocks(trace.num_events):
+        occurrence_sum += np.bincount(
+            take(trace.occurrence[part], keep[part]),
+            weights=take(trace.self_ps[part], keep[part]),
+            minlength=len(first),
+        )
+    occurrence_ps = occurrence_sum[kept].astype(np.int64)
+    del occurrence_sum
+    ops, values, counts = distinct_counts(occurrence_op, occurrence_ps)
+    del occurrence_op, occurrence_ps
     known = keep & (trace.execution >= 0)
     codes: dict[str, int] = {}
     module_code = np.array([codes.setdefault(o.key.module, len(codes)) for o in trace.ops])
-    known_module = module_code[take(trace.op_index, known)] if n else np.zeros(0, dtype=np.int64)
-    module_ps = np.bincount(known_module, weights=take(trace.self_ps, known), minlength=len(codes))
-    module_events = np.bincount(known_module, minlength=len(codes))
+    module_ps = sums_by(trace.op_index, known, len(codes), trace.self_ps, module_code)
+    module_events = sums_by(trace.op_index, known, len(codes), code=module_code)
+    del known
     return HostSummary(
         host=host,
         backend=trace.backend,
         devices=trace.devices,
         ops=trace.ops,
         module_keys=list(trace.modules),
-        measured_ps=total(trace.self_ps),
-        duration_ps=total(trace.duration_ps),
-        events=np.bincount(op_index, minlength=n).astype(np.int64),
-        occurrences=np.bincount(occurrence_op, minlength=n).astype(np.int64),
+        measured_ps=sums_by(trace.op_index, keep, n, trace.self_ps),
+        duration_ps=sums_by(trace.op_index, keep, n, trace.duration_ps),
+        events=np.bincount(take(trace.op_index, keep), minlength=n).astype(np.int64),
+        occurrences=occurrences,
         occurrence_op=ops,
         occurrence_ps=values,
         occurrence_count=counts,
@@ -164,17 +168,32 @@ def transfer_pairs(
 
 
 def distinct_counts(
-    op: np.ndarray, value: np.ndarray, count: np.ndarray
+    op: np.ndarray, value: np.ndarray, count: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Equal (op, value) rows folded into one with their counts summed; sorted by op, value."""
+    """Equal (op, value) rows folded into one with their counts summed (`count` None: one
+    each); sorted by op, value. The rows are sorted as one int64 key (op, value offset), not
+    by `np.lexsort`: without counts a plain sort of the keys is all it takes (2.4 M random
+    rows: 0.04 s against lexsort's 0.59 s)."""
     if not len(op):
-        return op, value, count
-    order = np.lexsort((value, op))
-    op, value, count = op[order], value[order], count[order]
-    new = np.ones(len(op), dtype=bool)
-    new[1:] = (op[1:] != op[:-1]) | (value[1:] != value[:-1])
+        return op, value, np.zeros(0, dtype=np.int64) if count is None else count
+    low, high = int(value.min()), int(value.max())
+    ranked: np.ndarray | None = None  # the distinct values, where keys hold their ranks
+    if (int(op.max()) + 1) * (high - low + 1) >= 1 << 62:
+        ranked, codes = np.unique(value, return_inverse=True)
+        value, low, high = codes.ravel(), 0, len(ranked) - 1
+    span = high - low + 1
+    key = op.astype(np.int64) * span + (value - low)
+    if count is None:
+        key = np.sort(key)
+    else:
+        order = np.argsort(key, kind="stable")
+        key, count = key[order], count[order]
+    new = np.ones(len(key), dtype=bool)
+    new[1:] = key[1:] != key[:-1]
     at = np.flatnonzero(new)
-    return op[at], value[at], np.add.reduceat(count, at)
+    counts = np.diff(at, append=len(key)) if count is None else np.add.reduceat(count, at)
+    distinct_op, code = np.divmod(key[at], span)
+    return distinct_op, code + low if ranked is None else ranked[code], counts
 
 
 def weighted_medians(op: np.ndarray, value: np.ndarray, count: np.ndarray, n: int) -> np.ndarray:

@@ -90,7 +90,10 @@ class _PlaneReader:
         self.ids = {v: k for k, v in self.names.items()}
         self.md_cache: dict[int, tuple[str, str, str, str | None]] = {}
         self.op_cache: dict[tuple[int, str], int] = {}
-        self._modules: tuple[np.ndarray, np.ndarray, list[str]] | None = None
+        # Each execution's host-clock (start, end) on the `XLA Modules` line, sorted, and its
+        # program id as an index into `_programs`.
+        self._modules: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._programs: list[str] = []
         self._module_names: dict[str, str] = {}
         self._aggregated_line = False
         self._clock_pairs: list[np.ndarray] = []  # (host, device) start of events with both
@@ -145,10 +148,9 @@ class _PlaneReader:
         """One op line (all its chunks): events decoded in columns (hlogap.trace.columnar);
         times from the device-clock stats where present, else the host-clock span."""
         wanted = [self.ids.get("device_offset_ps", -1), self.ids.get("device_duration_ps", -1)]
-        md_parts: list[np.ndarray] = []
-        start_parts: list[np.ndarray] = []
-        dur_parts: list[np.ndarray] = []
-        host_parts: list[np.ndarray] = []  # host-clock (start, duration), for module lookup
+        # Per chunk: metadata id, start and duration (device clock where known), and the
+        # host-clock start and duration (for the module lookup).
+        parts: list[tuple[np.ndarray, ...]] = []
         for line in lines:
             if not line.event_count:
                 continue
@@ -158,45 +160,35 @@ class _PlaneReader:
                 self._aggregated_line = True
                 events = [_event(e, self.plane.name) for e in line.events]
                 md, start, dur = self._aggregated(events)
-                host = np.stack([start, dur])
-            else:
-                for i, raw in cols.irregular.items():
-                    _fill(cols, i, _event(raw, self.plane.name), wanted)
-                dev_start, dev_dur = cols.stats
-                on_device = (dev_start >= 0) & (dev_dur >= 0)
-                base = line.timestamp_ns * 1000
-                md = cols.metadata_id
-                start = np.where(on_device, dev_start, base + cols.offset_ps)
-                dur = np.where(on_device, dev_dur, cols.duration_ps)
-                if on_device.any():
-                    self._clock_pairs.append(
-                        np.stack([base + cols.offset_ps[on_device], dev_start[on_device]])
-                    )
-                host = np.stack([base + cols.offset_ps, cols.duration_ps])
-            host_parts.append(host)
-            md_parts.append(md)
-            start_parts.append(start)
-            dur_parts.append(dur)
-        if not md_parts:
+                parts.append((md, start, dur, start, dur))
+                continue
+            for i, raw in cols.irregular.items():
+                _fill(cols, i, _event(raw, self.plane.name), wanted)
+            dev_start, dev_dur = cols.stats
+            on_device = (dev_start >= 0) & (dev_dur >= 0)
+            host_start = line.timestamp_ns * 1000 + cols.offset_ps
+            start = np.where(on_device, dev_start, host_start)
+            dur = np.where(on_device, dev_dur, cols.duration_ps)
+            if on_device.any():
+                self._clock_pairs.append(np.stack([host_start[on_device], dev_start[on_device]]))
+            parts.append((cols.metadata_id, start, dur, host_start, cols.duration_ps))
+            del cols, dev_start, dev_dur, on_device, start, dur, host_start
+        if not parts:
             return
-        md_ids = np.concatenate(md_parts)
-        start_arr = np.concatenate(start_parts)
-        dur_arr = np.concatenate(dur_parts)
-        host_start, host_dur = np.concatenate(host_parts, axis=1)
+        # The line's columns, then only what the builder takes: a line's temporaries are the
+        # peak of reading it.
+        md_ids, start_arr, dur_arr, host_start, host_dur = (_joined(c) for c in zip(*parts))
+        del parts
         ops = self._ops(md_ids, host_start, host_dur)
-        keep = ops >= 0
-        # Parents first where events start together, so nesting sees the enclosing op first.
-        order = np.lexsort((-dur_arr, start_arr))
-        order = order[keep[order]]
+        del md_ids
         execution = self._executions(host_start, host_dur)
-        self.builder.add_line(
-            self.device,
-            ops[order],
-            start_arr[order],
-            dur_arr[order],
-            gpu=False,
-            execution=execution[order] if execution is not None else None,
-        )
+        del host_start, host_dur
+        order = _parents_first(start_arr, dur_arr)
+        order = order[ops[order] >= 0]
+        ops, start_arr, dur_arr = ops[order], start_arr[order], dur_arr[order]
+        execution = execution[order] if execution is not None else None
+        del order
+        self.builder.add_line(self.device, ops, start_arr, dur_arr, gpu=False, execution=execution)
 
     def _executions(self, host_start: np.ndarray, host_dur: np.ndarray) -> np.ndarray | None:
         """The `XLA Modules` event (one per execution of a program) enclosing each event, by
@@ -335,7 +327,9 @@ class _PlaneReader:
         """program id -> module name, from the names of this plane's XLA Modules events."""
         return self._load_modules()[1] if self._modules is None else self._module_names
 
-    def _load_modules(self) -> tuple[tuple[np.ndarray, np.ndarray, list[str]], dict[str, str]]:
+    def _load_modules(
+        self,
+    ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], dict[str, str]]:
         """Each execution's span on the `XLA Modules` line (host clock) and program id, sorted;
         events decoded in columns, each metadata id's name parsed once."""
         starts: list[np.ndarray] = []
@@ -376,11 +370,8 @@ class _PlaneReader:
         # Sorted as (start, end, program id) tuples would sort.
         rank = np.argsort(np.argsort(np.array(names, dtype=object), kind="stable"))
         order = np.lexsort((rank[program_arr] if len(names) else program_arr, end_arr, start_arr))
-        self._modules = (
-            start_arr[order],
-            end_arr[order],
-            [names[int(k)] for k in program_arr[order]],
-        )
+        self._modules = (start_arr[order], end_arr[order], program_arr[order])
+        self._programs = names
         return self._modules, self._module_names
 
     def _enclosing_programs(
@@ -394,10 +385,29 @@ class _PlaneReader:
             s = int(host_start[j])
             k = int(np.searchsorted(starts, s, side="right")) - 1
             if k >= 0 and s + int(host_dur[j]) <= ends[k]:
-                out.append(programs[k])
+                out.append(self._programs[int(programs[k])])
             else:
                 out.append("")
         return out
+
+
+def _joined(parts: tuple[np.ndarray, ...]) -> np.ndarray:
+    """A line's chunks as one column (a line of one chunk is not copied)."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _parents_first(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Events ordered by start and, where starts tie, longest first, so that nesting sees the
+    enclosing op first. The line is in host-clock order and its device-clock starts only
+    rarely out of it (~1% of events in the v6e profile): a stable sort by start (timsort finds
+    the runs: 2 ms for 0.6 M events against lexsort's 108 ms) is the answer unless a tie is in
+    the wrong order."""
+    order = np.argsort(start, kind="stable")
+    ties = start[order[1:]] == start[order[:-1]]
+    if np.any(ties & (dur[order[1:]] > dur[order[:-1]])):
+        found: np.ndarray = np.lexsort((-dur, start))
+        return found
+    return order
 
 
 def _event(raw: bytes, plane: str) -> xplane_pb2.XEvent:

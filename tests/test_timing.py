@@ -386,16 +386,18 @@ def test_sums_by_are_exact_past_float64s_integers() -> None:
     rng = np.random.default_rng(2)
     n = timing.BLOCK_ROWS + 1000
     key = rng.integers(0, 5, n).astype(np.int32)
-    weights = rng.integers(-(1 << 40), 1 << 45, n).astype(np.int64)
     selected = rng.random(n) < 0.9
     code = np.array([1, 0, 1, 2, 0])
-    found = timing.sums_by(key, selected, 3, weights, code)
     counts = timing.sums_by(key, selected, 3, code=code)
-    for c in range(3):
-        rows = selected & (code[key] == c)
-        assert int(found[c]) == sum(int(w) for w in weights[rows])
-        assert int(counts[c]) == int(rows.sum())
-    assert max(abs(int(v)) for v in found) > 1 << 53
+    # Long events (sums past 2**53: split in 32-bit halves) and short ones (one float pass).
+    for low, high in ((-(1 << 40), 1 << 45), (-(1 << 12), 1 << 12)):
+        weights = rng.integers(low, high, n).astype(np.int64)
+        found = timing.sums_by(key, selected, 3, weights, code)
+        for c in range(3):
+            rows = selected & (code[key] == c)
+            assert int(found[c]) == sum(int(w) for w in weights[rows])
+            assert int(counts[c]) == int(rows.sum())
+        assert (max(int(v) for v in found) > 1 << 53) == (high > 1 << 40)
 
 
 def _same(a: object, b: object) -> bool:

@@ -65,9 +65,10 @@ def sums_by(
 ) -> np.ndarray:
     """Per value of `key` (of `code[key]` when given), the exact int64 sum of the int64
     `weights` (without: the count) over the selected rows. `np.bincount` sums in float64,
-    exact only below 2**53 (~2.5 hours in ps: an op's total over a long run is more), so each
-    block's weights are split into their high and low 32 bits, whose sums over 2**20 rows are
-    exact, and joined in int64; a block at a time, the float copies stay small."""
+    exact only below 2**53 (~2.5 hours in ps: an op's total over a long run is more), so a
+    block whose sums could reach it has its weights split into their high and low 32 bits,
+    whose sums over 2**20 rows are exact, joined in int64; a block at a time, the float copies
+    stay small."""
     found = np.zeros(length, dtype=np.int64)
     for part in blocks(len(key)):
         keys = take(key[part], selected[part])
@@ -77,6 +78,12 @@ def sums_by(
             found += np.bincount(keys, minlength=length)
             continue
         weight = take(weights[part], selected[part])
+        if not len(weight):
+            continue
+        if max(-int(weight.min()), int(weight.max())) * len(weight) < 1 << 53:
+            # No sum can reach 2**53 (short events): one float pass is exact.
+            found += np.bincount(keys, weights=weight, minlength=length).astype(np.int64)
+            continue
         high = np.bincount(keys, weights=weight >> 32, minlength=length).astype(np.int64)
         low = np.bincount(keys, weights=weight & 0xFFFFFFFF, minlength=length).astype(np.int64)
         found += (high << 32) + low

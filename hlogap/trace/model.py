@@ -81,14 +81,14 @@ class TraceData:
     start_ps: np.ndarray  # int64: when the event began, on its device's clock
     duration_ps: np.ndarray  # int64 (an async CPU op: until its `end:` marker)
     self_ps: np.ndarray  # int64: duration minus nested op events on the same line
-    # int64: the module execution the event belongs to (CPU run_id, GPU host launch, TPU `XLA
+    # int32: the module execution the event belongs to (CPU run_id, GPU host launch, TPU `XLA
     # Modules` event), numbered densely from 0 per file and told apart by device;
     # negative where the trace does not say.
     execution: np.ndarray
-    # int64: dense id of the event's occurrence, one execution of its op inside one execution
+    # int32: dense id of the event's occurrence, one execution of its op inside one execution
     # of its module on one device (docs/json.md); its events share it.
     occurrence: np.ndarray
-    # int64 per occurrence: the index of its first event (all of an occurrence's events share
+    # int32 per occurrence: the index of its first event (all of an occurrence's events share
     # its device and op, so any device or module selection keeps or drops them together).
     occurrence_first: np.ndarray
     steps: list[Step] = field(default_factory=list)  # annotated steps, when the trace has some
@@ -204,7 +204,11 @@ class TraceBuilder:
             exec_arr = np.where(unknown, -run, exec_arr)
         self._guard_memory(len(op_arr))
         dev_arr = np.full(len(op_arr), device, dtype=np.int32)
-        self.blocks.append(_Block(op_arr, dev_arr, start_arr, dur_arr, self_arr, exec_arr))
+        # Ids (dense per file, or numbered down per event) and indices of a file's events are
+        # fewer than its events: int32, 4 bytes an event less each than int64.
+        self.blocks.append(
+            _Block(op_arr, dev_arr, start_arr, dur_arr, self_arr, exec_arr.astype(np.int32))
+        )
 
     def _guard_memory(self, events: int) -> None:
         """Stop before memory runs out, however small a file's events are on disk (a 6-byte
@@ -313,28 +317,31 @@ def dense_codes(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def occurrence_ids(
     op: np.ndarray, device: np.ndarray, execution: np.ndarray, devices: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Dense ids of the distinct (op, device, execution) of each event, and each id's first
-    event. One 1-D key where the ranges fit in int64 (always, in practice); where the keys
-    span at most twice the events (executions known: each op runs in most executions on every
-    device), a table of the keys instead of a sort."""
+    """Dense ids (int32) of the distinct (op, device, execution) of each event, and each id's
+    first event (int32). One 1-D key where the ranges fit in int64 (always, in practice);
+    where the keys span at most twice the events (executions known: each op runs in most
+    executions on every device), a table of the keys instead of a sort."""
     low, high = int(execution.min()), int(execution.max())
     span = high - low + 1
     slots = (int(op.max()) + 1) * max(devices, 1)
-    if slots * span <= 2 * len(op):
-        key = (op.astype(np.int64) * max(devices, 1) + device) * span + (execution - low)
-        present = np.zeros(slots * span, dtype=bool)
-        present[key] = True
-        ids = (np.cumsum(present) - 1)[key]
-        first_of = np.full(slots * span, len(op), dtype=np.int64)
-        np.minimum.at(first_of, key, np.arange(len(op), dtype=np.int64))
-        return ids, first_of[present]
     if slots * span < 1 << 62:
-        key = (op.astype(np.int64) * max(devices, 1) + device) * span + (execution - low)
+        key = (op.astype(np.int64) * max(devices, 1) + device) * span + (
+            execution.astype(np.int64) - low
+        )
+        if slots * span <= 2 * len(op):
+            present = np.zeros(slots * span, dtype=bool)
+            present[key] = True
+            ids = (np.cumsum(present, dtype=np.int32) - 1)[key]
+            first_of = np.full(slots * span, len(op), dtype=np.int32)
+            np.minimum.at(first_of, key, np.arange(len(op), dtype=np.int32))
+            return ids, first_of[present]
         _, first, unique_ids = np.unique(key, return_index=True, return_inverse=True)
-        return unique_ids.ravel(), first
-    rows = distinct_rows([op.astype(np.int64), device.astype(np.int64), execution])[1]
+        return unique_ids.ravel().astype(np.int32), first.astype(np.int32)
+    rows = distinct_rows(
+        [op.astype(np.int64), device.astype(np.int64), execution.astype(np.int64)]
+    )[1]
     _, first = np.unique(rows, return_index=True)
-    return rows, first
+    return rows.astype(np.int32), first.astype(np.int32)
 
 
 def _trace(
@@ -362,8 +369,8 @@ def _trace(
         occurrence, first = occurrence_ids(op_index, device_index, execution, len(devices))
     else:
         backend = "none"
-        op_index = device_index = np.zeros(0, dtype=np.int32)
-        start = dur = self_ps = execution = occurrence = first = np.zeros(0, dtype=np.int64)
+        op_index = device_index = execution = occurrence = first = np.zeros(0, dtype=np.int32)
+        start = dur = self_ps = np.zeros(0, dtype=np.int64)
     return TraceData(
         backend=backend,
         devices=devices,

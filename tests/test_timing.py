@@ -472,3 +472,24 @@ def test_execution_ids_are_numbered_across_lines_in_order_seen() -> None:
             numbers.setdefault(v, len(numbers))
         expected = [numbers.get(v, -1) for v in ids.tolist()]
         assert builder._dense(ids).tolist() == expected
+
+
+def test_self_time_is_the_duration_column_itself_where_nothing_nests() -> None:
+    # GPU kernels never nest: their self time is their duration, kept once (8 bytes an event).
+    # A file with one nesting line gets a column of its own, with the nested time taken off.
+    from hlogap.trace.model import OpKey, TraceBuilder
+
+    def trace(nested: bool) -> tuple[np.ndarray, np.ndarray]:
+        builder = TraceBuilder("host")
+        device = builder.new_device("/device:GPU:0", 0, {})
+        op = builder.op(OpKey("jit_f", "0", "fusion"))
+        builder.add_line(device, [op, op], [0, 10], [5, 5], gpu=True)
+        builder.add_line(device, [op, op], [0, 2], [9, 3] if nested else [1, 3], gpu=False)
+        data = builder.finish("gpu", [])
+        return data.self_ps, data.duration_ps
+
+    self_ps, duration_ps = trace(nested=False)
+    assert self_ps is duration_ps and self_ps.tolist() == [5, 5, 1, 3]
+    self_ps, duration_ps = trace(nested=True)
+    assert self_ps is not duration_ps
+    assert self_ps.tolist() == [5, 5, 6, 3] and duration_ps.tolist() == [5, 5, 9, 3]

@@ -80,7 +80,9 @@ class TraceData:
     device_index: np.ndarray  # int32, into `devices`
     start_ps: np.ndarray  # int64: when the event began, on its device's clock
     duration_ps: np.ndarray  # int64 (an async CPU op: until its `end:` marker)
-    self_ps: np.ndarray  # int64: duration minus nested op events on the same line
+    # int64: duration minus nested op events on the same line (`duration_ps` itself where no
+    # event of the file nests: GPU kernels)
+    self_ps: np.ndarray
     # int32: the module execution the event belongs to (CPU run_id, GPU host launch, TPU `XLA
     # Modules` event), numbered densely from 0 per file and told apart by device;
     # negative where the trace does not say.
@@ -183,7 +185,9 @@ class TraceBuilder:
         if (start_arr[1:] < start_arr[:-1]).any():
             order = np.argsort(start_arr, kind="stable")
             op_arr, start_arr, dur_arr = op_arr[order], start_arr[order], dur_arr[order]
-        self_arr = dur_arr.copy() if gpu else self_times(start_arr, dur_arr)
+        # Where nothing nests, self time is the duration: the same array, not a copy (columns
+        # are never written once built).
+        self_arr = dur_arr if gpu else self_times(start_arr, dur_arr)
         if extra_ps is not None:
             extra = np.asarray(extra_ps, dtype=np.int64)[order]
             dur_arr = dur_arr + extra
@@ -358,13 +362,16 @@ def _trace(
     if blocks:
         # Each column's parts are freed once joined: the peak holds one column twice, not all.
         parts = {f.name: [getattr(b, f.name) for b in blocks] for f in fields(_Block)}
+        nothing_nests = all(b.self_ps is b.duration_ps for b in blocks)
         blocks.clear()
 
         def column(name: str) -> np.ndarray:
             return np.concatenate(parts.pop(name))
 
         op_index, device_index = column("op"), column("device")
-        start, dur, self_ps = column("start_ps"), column("duration_ps"), column("self_ps")
+        start, dur = column("start_ps"), column("duration_ps")
+        self_ps = column("self_ps") if not nothing_nests else dur
+        parts.pop("self_ps", None)
         execution = column("execution")
         occurrence, first = occurrence_ids(op_index, device_index, execution, len(devices))
     else:
@@ -394,14 +401,13 @@ def self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
 
     An event is nested when it lies wholly inside another; partial overlaps are not nesting.
 
-    Lines without nesting are one vectorised check; lines whose events nest cleanly (TPU
-    call/while bodies, CPU while thunks) are worked out in numpy (`_nested_self_times`); only a
-    line with partial overlaps walks a stack in Python.
+    Lines without nesting are one vectorised check (and their self times are `dur` itself);
+    lines whose events nest cleanly (TPU call/while bodies, CPU while thunks) are worked out in
+    numpy (`_nested_self_times`); only a line with partial overlaps walks a stack in Python.
     """
     end = start + dur
     if len(start) < 2 or bool(np.all(start[1:] >= np.maximum.accumulate(end)[:-1])):
-        nothing_nests: np.ndarray = dur.copy()
-        return nothing_nests
+        return dur
     nested = _nested_self_times(start, dur)
     return nested if nested is not None else _stack_self_times(start, dur)
 

@@ -57,6 +57,32 @@ def test_a_released_plane_forgets_its_own_bytes(
         assert xplane_pb2.XPlane.FromString(data[at : at + size]) == expected
 
 
+@pytest.mark.parametrize("path", _files()[:3], ids=lambda p: p.parent.name + "/" + p.name)
+def test_a_decoded_line_forgets_its_own_bytes(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A line's pages leave the process once its events are decoded in place: exactly its span
+    # of the file, whose bytes upb parses to that line (its id, name and events' offsets).
+    from hlogap.trace import columnar
+
+    if columnar._xline is None:
+        pytest.skip("no C decoder: lines are upb's copies")
+    forgotten: list[tuple[int, int]] = []
+    monkeypatch.setattr(_MappedFile, "forget", lambda self, at, size: forgotten.append((at, size)))
+    data = path.read_bytes()
+    for plane in read_planes(path)[0]:
+        for line in plane.raw_lines:
+            before = len(forgotten)
+            columns = line.columns([])
+            assert len(forgotten) == before + 1
+            at, size = forgotten[-1]
+            found = xplane_pb2.XLine.FromString(data[at : at + size])
+            assert (found.id, found.name, len(found.events)) == (
+                line.id,
+                line.name,
+                len(columns.offset_ps),
+            )
+            assert [e.offset_ps for e in found.events] == columns.offset_ps.tolist()
+
+
 def test_other_fields_are_skipped_and_warnings_kept(tmp_path: Path) -> None:
     source = next(FIXTURES.rglob("*.xplane.pb")).read_bytes()
     space = xplane_pb2.XSpaceShallow.FromString(source)

@@ -17,6 +17,7 @@ never wrong.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,6 +86,7 @@ class RawLine:
 
     __slots__ = (
         "_data",
+        "_forget",
         "_split",
         "display_id",
         "display_name",
@@ -95,8 +97,11 @@ class RawLine:
         "timestamp_ns",
     )
 
-    def __init__(self, data: bytes | memoryview) -> None:
+    def __init__(self, data: bytes | memoryview, forget: Callable[[], None] | None = None) -> None:
         self._data = data
+        # Drops the line's pages once its events are decoded in place (a mapped file; read
+        # again from the page cache should the line be walked again).
+        self._forget = forget
         self._split: list[bytes] | None = None
         head = None
         if _xline is not None:
@@ -145,6 +150,9 @@ class RawLine:
         present = [k for k, stat_id in enumerate(wanted) if stat_id >= 0]
         out = np.empty((3 + len(present), n), dtype=np.int64)
         irregular = _xline.line_columns(self._data, [wanted[k] for k in present], out)
+        if self._forget is not None:
+            self._forget()
+            self._forget = None
         stats = [np.broadcast_to(np.int64(ABSENT), (n,))] * len(wanted)
         for row, k in enumerate(present, start=3):
             stats[k] = out[row]

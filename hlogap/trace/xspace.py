@@ -86,10 +86,17 @@ class Plane:
     """
 
     def __init__(
-        self, raw: bytes | memoryview, path: str | Path, forget: Callable[[], None] | None = None
+        self,
+        raw: bytes | memoryview,
+        path: str | Path,
+        forget: Callable[[int, int], None] | None = None,
     ) -> None:
         self._path = path
-        self._forget = forget  # drops `raw`'s pages once it is released (a mapped file)
+        # Drops the pages of `raw[start:start + size]` (a mapped file): a line's once its events
+        # are decoded, the whole plane's once it is released.
+        self._forget = forget
+        self._size = len(raw)
+        self._spans: list[tuple[int, int]] = []  # each line's (start, end) in `raw`
         # With the C decoder, the lines are views of `raw` and upb parses only the rest (the
         # metadata); else upb parses the plane and hands out a copy of a line each time.
         split = plane_lines(raw)
@@ -100,6 +107,7 @@ class Plane:
             else:
                 view = memoryview(raw)
                 lines = [view[start:end] for start, end in split[1]]
+                self._spans = list(split[1])
                 self._keep(xplane_pb2.XPlaneShallow.FromString(split[0]), lines)
         except DecodeError as exc:
             raise InputError(f"corrupt or truncated profile (bad plane): {path}") from exc
@@ -120,8 +128,19 @@ class Plane:
 
     @property
     def raw_lines(self) -> Iterator[RawLine]:
-        """The lines with their events left serialized (for the columnar reader)."""
-        return self._parse_lines(RawLine)
+        """The lines with their events left serialized (for the columnar reader); a line's
+        pages leave the process once its events are decoded (a plane of one 3 M-event line
+        held the file's 178 MB beside its columns)."""
+        forget = self._forget
+        if forget is None or len(self._spans) != len(self._lines):
+            return self._parse_lines(RawLine)
+        spans = iter(self._spans)
+
+        def line(raw: bytes | memoryview) -> RawLine:
+            start, end = next(spans)
+            return RawLine(raw, partial(forget, start, end - start))
+
+        return self._parse_lines(line)
 
     def _parse_lines(self, parse: Callable[[bytes | memoryview], LineT]) -> Iterator[LineT]:
         for raw in self._lines:
@@ -142,14 +161,20 @@ class Plane:
         planes already read sit beside their events until the file's last plane is read (the
         peak at 3 M GPU events: 380 MB with them). It is then an empty plane of that name."""
         self._keep(xplane_pb2.XPlaneShallow(id=self.id, name=self.name), [])
+        self._spans = []
         if self._forget is not None:
-            self._forget()
+            self._forget(0, self._size)
             self._forget = None
 
     @property
     def size(self) -> int:
         """Serialized bytes of its lines: what reading them costs."""
         return sum(len(raw) for raw in self._lines)
+
+
+def _shifted(forget: Callable[[int, int], None], at: int, start: int, size: int) -> None:
+    """`forget` of a span given from `at` (a plane's spans, from the plane's start)."""
+    forget(at + start, size)
 
 
 def read_planes(path: str | Path) -> tuple[list[Plane], list[str]]:
@@ -286,7 +311,8 @@ def _space_fields(f: _Source, path: str | Path) -> tuple[list[Plane], list[str]]
             at = f.tell()
             payload = exactly(size)
             if field == _SPACE_PLANES:
-                planes.append(Plane(payload, path, partial(forget, at, size) if forget else None))
+                span_forget = partial(_shifted, forget, at) if forget else None
+                planes.append(Plane(payload, path, span_forget))
             elif field == _SPACE_WARNINGS:
                 warnings.append(bytes(payload).decode("utf-8", errors="replace"))
         elif wire == _WIRE_VARINT:

@@ -84,9 +84,11 @@ def read_stat_events(
     op_lines: list[tuple[np.ndarray, ...]] = []  # per line: op, device, start, duration, ...
     line_devices: list[list[int]] = []
     marker_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # context, start, end
-    for line in lines:
-        if not line.event_count:
-            continue
+
+    def read_line(line: RawLine) -> None:
+        """One line's ops into `op_lines`, its markers into `marker_parts`. A function of its
+        own so that the line's decoded columns are freed when it returns: what is kept holds
+        no view of them (a 3 M-event line's columns are ~190 MB)."""
         cols = line.columns(ids)
         for i, raw in cols.irregular.items():
             _read_one(raw, ids, names, str_ids, cols, i, plane.name)
@@ -104,12 +106,15 @@ def read_stat_events(
             )
         is_op = cols.stats[0] != ABSENT
         if not is_op.any():
-            continue
+            return
         # Views where every event is an op (a GPU stream's kernels), for what is not kept.
         unique, inverse = distinct_rows([take(c, is_op) for c in cols.stats[: len(KEY)]])
         pairs = np.array([resolve(tuple(int(v) for v in k)) for k in unique], dtype=np.int64)
         execution = execution_of(take(correlation, is_op)) if execution_of else take(run_id, is_op)
         execution = np.where(execution == ABSENT, UNKNOWN_EXECUTION, execution)
+        # Context ids only where an op has one (async CPU ops; GPU kernels have none).
+        op_context = take(context, is_op)
+        with_context = np.flatnonzero(op_context != ABSENT)
         op_lines.append(
             (
                 pairs[inverse, 0],
@@ -117,20 +122,27 @@ def read_stat_events(
                 take(start, is_op),
                 cols.duration_ps[is_op],  # a copy: the builder keeps it, not the line's columns
                 execution,
-                take(context, is_op),
+                with_context,
+                op_context[with_context],
             )
         )
         line_devices.append(devices_in(pairs[:, 1]))  # every distinct row occurs in the line
+
+    for line in lines:
+        if line.event_count:
+            read_line(line)
     # One pairing pass over every op of the plane: a marker may sit on any of its lines.
     extras: list[np.ndarray | None] = [None] * len(op_lines)
     if marker_parts and op_lines:
         markers = [np.concatenate(part) for part in zip(*marker_parts)]
         start = np.concatenate([line[2] for line in op_lines])
         end = start + np.concatenate([line[3] for line in op_lines])
-        context = np.concatenate([line[5] for line in op_lines])
-        cuts = np.cumsum([len(line[0]) for line in op_lines])[:-1]
+        cuts = np.cumsum([len(part[0]) for part in op_lines])[:-1]
+        context = np.full(len(start), ABSENT, dtype=np.int64)
+        for first, part in zip([0, *cuts.tolist()], op_lines, strict=True):
+            context[first + part[5]] = part[6]
         extras = list(np.split(_until_marker(context, start, end, markers), cuts))
-    for (ops, devs, start, dur, execution, _), devices, extra in zip(
+    for (ops, devs, start, dur, execution, *_), devices, extra in zip(
         op_lines, line_devices, extras, strict=True
     ):
         for dev in devices:

@@ -3,8 +3,9 @@
 A real GPU trace (the MI300X profile in ../shared/fixtures, or a committed CPU fixture when that
 is absent) is scaled up by repeating the events of its op lines N times, each copy shifted past
 the previous one, to ~0.3, 1, 3 and 10 M events; the 3 M file is also audited on one core
-(`taskset -c 0`, `--jobs 1`: ms/MB); the TPU v6e profile is scaled to ~3 M events and a
-committed CPU fixture to ~1 M. In the same run, on the same file:
+(`taskset -c 0`, `--jobs 1`: ms/MB); the MI355X trace (one kernel stream) and the TPU v6e
+profile are scaled to ~3 M events and a committed CPU fixture to ~1 M. In the same run, on
+the same file:
 - `hlogap audit FILE --format json` (the CLI, as a user runs it), and
 - xprof's converter `xspace_to_tool_data([FILE], "hlo_stats", {})` on a fresh copy of the file
   in its own directory (xprof writes a cache file beside its input).
@@ -36,6 +37,8 @@ sys.path.insert(0, str(ROOT))
 from hlogap.proto import xplane_pb2  # noqa: E402
 
 REAL_GPU = ROOT.parent / "shared" / "fixtures" / "amd-gpu" / "mi300x_conv3d.xplane.pb"
+# Its kernels are on one stream: scaled, one line of 3 M events (a long capture of one stream).
+ONE_LINE_GPU = ROOT.parent / "shared" / "fixtures" / "amd-gpu" / "mi355x_te_attention.xplane.pb"
 XPROF_SNIPPET = (
     "import sys; from xprof.convert import raw_to_tool_data as r; "
     "r.xspace_to_tool_data([sys.argv[1]], 'hlo_stats', {})"
@@ -301,6 +304,8 @@ def cases(sizes: list[int], chip: str, chip_file: Path) -> list[Case]:
     gpu_options = ("--chip", chip) if REAL_GPU.is_file() else ("--chip", str(chip_file))
     found = [Case("GPU", gpu, n, gpu_options) for n in sizes]
     found.append(Case("GPU, one core", gpu, 3_000_000, (*gpu_options, "--jobs", "1"), False, True))
+    if ONE_LINE_GPU.is_file():
+        found.append(Case("GPU, one line", ONE_LINE_GPU, 3_000_000, ("--chip", "mi355x")))
     if REAL_TPU.is_file():
         found.append(Case("TPU", REAL_TPU, 3_000_000, ("--chip", "tpu-v6e")))
     cpu = next(CPU_FIXTURE.rglob("*.xplane.pb"))

@@ -370,8 +370,9 @@ def _trace(
 
         op_index, device_index = column("op"), column("device")
         start, dur = column("start_ps"), column("duration_ps")
-        self_ps = column("self_ps") if not nothing_nests else dur
-        parts.pop("self_ps", None)
+        self_parts = parts.pop("self_ps")
+        self_ps = dur if nothing_nests else np.concatenate(self_parts)
+        del self_parts
         execution = column("execution")
         occurrence, first = occurrence_ids(op_index, device_index, execution, len(devices))
     else:

@@ -161,7 +161,7 @@ def _audit_hosts(
                             for h, offset in zip(per_host, run.device_offsets, strict=True)
                         ]
                     )
-                    for name in ("device", "begin_ps", "end_ps", "window_ps")
+                    for name in ("device", "begin_ps", "end_ps", "window_ps", "wait_ps")
                 )
             )
             for k in range(len(pairs))
@@ -169,15 +169,15 @@ def _audit_hosts(
 
     rows = op_rows(run, modules, the_chip, dump_dir, pairs_on_hosts)
     steps = run.steps
+    dominant: str | None = None
     if not steps and run.module_ps:
         dominant = max(run.module_ps, key=lambda m: run.module_ps[m])
         steps = module_steps(
-            [s for spans in hosts.each(module_spans, selection, dominant) for s in spans]
+            [s for spans in hosts.each(module_spans, selection, dominant) for s in spans.values()]
         )
+    windows = [(s.start_ps, s.end_ps) for s in steps]
     totals = (
-        hosts.each(
-            step_totals, selection, [(s.start_ps, s.end_ps) for s in steps], *op_step_costs(rows)
-        )
+        hosts.each(step_totals, selection, windows, op_step_costs(rows), dominant)
         if steps
         else []
     )

@@ -112,9 +112,12 @@ def _achieved(cost: OpCost, bound: Bound, chip: Chip, seconds: float) -> list[st
     return []
 
 
-def host_wait_hint(host_bytes: float, spans_s: np.ndarray, link_rate: float, chip: Chip) -> str:
+def host_wait_hint(
+    host_bytes: float, spans_s: np.ndarray, link_rate: float, chip: Chip, sharing: int = 0
+) -> str:
     """What the host link achieved for a done's transfers (start to done), and what it carried
-    in all, in that direction, while host transfers were in flight."""
+    in all, in that direction, while host transfers were in flight (`sharing`: how many other
+    transfers were in flight beside these at some point)."""
     what = f"waits for a {fmt_si(host_bytes, 'B')} transfer over the host link"
     if not len(spans_s) or not spans_s.sum() or not chip.host_bw:
         return what
@@ -123,9 +126,12 @@ def host_wait_hint(host_bytes: float, spans_s: np.ndarray, link_rate: float, chi
         f"{what}: start to done moves {fmt_si(rate, 'B/s')}, {rate / chip.host_bw:.0%} of "
         f"{chip.name}'s {fmt_si(chip.host_bw, 'B/s')} host link"
     )
-    if link_rate > rate * 1.05:
+    if sharing and link_rate > rate * 1.05:
+        others = "another transfer" if sharing == 1 else f"{sharing} other transfers"
         text += (
-            f"; it shares the link with other transfers: together they carry "
+            f"; it shares the link with {others}: together they carry "
             f"{fmt_si(link_rate, 'B/s')} ({link_rate / chip.host_bw:.0%}) in that direction"
         )
+    if "assumed" in chip.sources.get("host.bw", ""):
+        text += " (the link figure is assumed: see `hlogap chips`)"
     return text

@@ -53,13 +53,16 @@ class Bound:
 UNMODELED = Bound(0.0, 0.0, 0.0, "unmodeled")
 
 
-def wait_bound_s(transfer: Bound, windows_s: np.ndarray) -> float:
-    """Lower bound on the time dones wait for their start's transfer, summed over the waits.
+def wait_bound_s(transfer: Bound, waits_s: np.ndarray) -> float:
+    """The bound of a done's waits for its start's transfer, summed over the waits.
 
-    `windows_s` holds, per wait, the time the schedule left between the start's end and the
-    done's begin: the most that overlap can hide of the transfer's `work_s`.
+    Each transfer has its own lower bound, its bytes over the link at the link's full rate
+    (`work_s`): a wait longer than that is time the link did not deliver at its peak (shared
+    with other transfers, or slower than its figure). A wait shorter than that is the part
+    of the transfer the schedule did not hide: it is its own bound (the hidden part cost
+    nothing), so the bound never exceeds what was measured.
     """
-    return float(np.clip(transfer.work_s - windows_s, 0.0, None).sum())
+    return float(np.minimum(waits_s, transfer.work_s).sum())
 
 
 def bound_op(cost: OpCost, chip: Chip, role: AsyncRole = "") -> Bound:

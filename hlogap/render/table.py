@@ -19,10 +19,11 @@ from hlogap.render.text import (
     header_lines,
     more_line,
     multi_module,
+    steps_overview,
 )
 from hlogap.report.compare import Diff, DiffRow
 from hlogap.report.gate import CheckResult
-from hlogap.report.model import AuditReport
+from hlogap.report.model import AuditReport, StepRow
 from hlogap.units import fmt_eff, fmt_si, fmt_us
 
 if TYPE_CHECKING:  # Rich is imported on use: JSON output never loads its table machinery
@@ -112,7 +113,8 @@ def _audit(report: AuditReport, options: RenderOptions) -> str:
     after += [f"warning: {w}" for w in report.warnings]
     text = _print([*header_lines(report), ""], table, after, width=width, color=color)
     if options.steps:
-        text += _print(["", "steps:"], _steps(report), width=width, color=color)
+        table, more = _steps(report, top, options.width)
+        text += _print(["", *steps_overview(report), ""], table, more, width=width, color=color)
     return text
 
 
@@ -128,6 +130,7 @@ OP_COLUMNS: tuple[tuple[str, str], ...] = (
     ("category", "left"),
     ("n", "right"),
     ("measured", "right"),
+    ("time", "right"),
     ("bound", "right"),
     ("gap", "right"),
     ("eff", "right"),
@@ -221,13 +224,14 @@ def _ops(report: AuditReport, top: int, width: int | None) -> tuple[Table, list[
             "category": r.category,
             "n": str(r.occurrences),
             "measured": fmt_us(r.measured_us),
+            "time": fmt_eff(share),
             "bound": fmt_us(r.bound_us),
             "gap": fmt_us(r.gap_us),
             "eff": fmt_eff(r.efficiency),
             "bound by": r.bound_by,
             "why": r.hints[0] if r.hints else "",
         }
-        for rank, r in enumerate(rows, 1)
+        for rank, (r, (share, _)) in enumerate(zip(rows, report.shares(rows), strict=True), 1)
     ]
     if width is None:
         table = _new_table()
@@ -269,36 +273,38 @@ def _groups(report: AuditReport, top: int) -> tuple[Table, list[str]]:
     return table, more_line(len(rows), len(report.groups), "--top 0 shows all", "groups")
 
 
-def _steps(report: AuditReport) -> Table:
+STEP_COLUMNS = ("step", "start", "wall", "at bound", "skew", "idle", "coll", "host", "dev")
+
+
+def step_cells(s: StepRow) -> dict[str, str]:
+    """A step's cells: times are wall time, shares are of the devices' own step time."""
+
+    def share(value: float) -> str:
+        return fmt_eff(value / s.device_wall_us if s.device_wall_us > 0 else None)
+
+    return {
+        "step": str(s.step),
+        "start": fmt_us(s.start_us),
+        "wall": fmt_us(s.wall_us),
+        "at bound": "-" if s.bound_wall_us is None else fmt_us(s.bound_wall_us),
+        "skew": fmt_us(s.skew_us),
+        "idle": share(s.idle_us),
+        "coll": share(s.exposed_comm_us),
+        "host": share(s.exposed_host_us),
+        "dev": "-" if s.slowest_device is None else str(s.slowest_device),
+    }
+
+
+def _steps(report: AuditReport, top: int, width: int | None) -> tuple[Table, list[str]]:
+    rows = report.steps if top <= 0 else report.steps[:top]
+    # The start column goes first where the terminal is narrow: the step number says the order.
+    columns = [c for c in STEP_COLUMNS if c != "start" or not width or width >= 90]
     table = _new_table()
-    _columns(
-        table,
-        (
-            ("step", "right"),
-            ("start", "right"),
-            ("wall", "right"),
-            ("busy", "right"),
-            ("idle", "right"),
-            ("measured", "right"),
-            ("bound", "right"),
-            ("gap", "right"),
-            ("exposed comm", "right"),
-        ),
-    )
-    for s in report.steps:
-        device_time = s.wall_us * s.devices
-        table.add_row(
-            str(s.step),
-            fmt_us(s.start_us),
-            fmt_us(s.wall_us),
-            fmt_eff(s.busy_us / device_time if device_time > 0 else None),
-            fmt_eff(s.idle_us / device_time if device_time > 0 else None),
-            fmt_us(s.measured_us),
-            fmt_us(s.bound_us),
-            fmt_us(s.gap_us),
-            fmt_us(s.exposed_comm_us),
-        )
-    return table
+    _columns(table, tuple((c, "right") for c in columns))
+    for s in rows:
+        cells = step_cells(s)
+        table.add_row(*(cells[c] for c in columns))
+    return table, more_line(len(rows), len(report.steps), "--top 0 shows all", "steps")
 
 
 DIFF_TABLE_COLUMNS = tuple(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from hlogap.report.compare import MATCH_METHODS, Diff, DiffRow
 from hlogap.report.gate import CheckResult
 from hlogap.report.model import AuditReport, steps_summary
@@ -9,11 +11,14 @@ from hlogap.units import fmt_eff, fmt_si, fmt_us
 
 
 def header_lines(report: AuditReport) -> list[str]:
+    """The report's header: where it came from, then the step (wall time) first, then the ops'
+    totals, labelled as device time (summed over devices)."""
     chip = report.chip
     assert chip is not None, "an audited profile always has a chip"
     bf16 = chip.peak_flops.get("bf16") or max(chip.peak_flops.values())
     speedup = report.speedup
     modeled = report.modeled_fraction
+    summed = f" x {report.devices} devices" if report.devices > 1 else ""
     return [
         f"profile: {report.path}"
         + (f" (run {report.run})" if report.run else "")
@@ -21,11 +26,11 @@ def header_lines(report: AuditReport) -> list[str]:
         f"chip: {chip.display} [{chip.name}], {report.chip_reason}; "
         f"peak {fmt_si(bf16, 'FLOP/s')}, HBM {fmt_si(chip.hbm_bw, 'B/s')}",
         f"devices: {report.devices}, ops: {len(report.ops)}, events: {report.events}",
-        f"measured {fmt_us(report.measured_us)}, bound {fmt_us(report.bound_us)}, "
-        f"gap {fmt_us(report.gap_us)}, efficiency {fmt_eff(report.efficiency)}, "
-        f"modeled {fmt_eff(modeled)} of time"
-        + (f", possible speedup {speedup:.2f}x" if speedup else ""),
         *step_lines(report),
+        f"ops, device-time{summed}: measured {fmt_us(report.measured_us)}, "
+        f"bound {fmt_us(report.bound_us)}, gap {fmt_us(report.gap_us)}, "
+        f"efficiency {fmt_eff(report.efficiency)}, modeled {fmt_eff(modeled)} of time"
+        + (f", op-time speedup {speedup:.2f}x" if speedup else ""),
         *skew_lines(report),
     ]
 
@@ -79,26 +84,86 @@ def _pct_text(value: object) -> str:
 
 
 def step_lines(report: AuditReport) -> list[str]:
-    """The steps in two lines: how many and how long, then where the devices' time went."""
+    """The steps: the median step's wall time and what it would be with every op at its bound,
+    where each device's own step time goes, and the FLOP rate achieved."""
     steps = report.steps
     if not steps:
         return ["steps: none found (no step annotation, no module execution to count)"]
     summary = steps_summary(steps)
-    device_time = summary["busy_us"] + summary["idle_us"]  # type: ignore[operator]
+    device_wall = summary["device_wall_us"]
+    assert isinstance(device_wall, float)
 
     def share(key: str) -> str:
         value = summary[key]
         assert isinstance(value, float)
-        return fmt_eff(value / device_time if device_time > 0 else None)
+        return fmt_eff(value / device_wall if device_wall > 0 else None)
 
-    median = summary["step_us"]
-    assert isinstance(median, float)
+    median, skew = summary["step_us"], summary["skew_us"]
+    assert isinstance(median, float) and isinstance(skew, float)
+    at_bound = summary["step_bound_us"]
+    step_speedup = report.step_speedup
+    first = (
+        f"step: {fmt_us(median)} wall (median of {len(steps)}, {steps[0].source})"
+        + (f", device start skew {fmt_us(skew)}" if report.devices > 1 else "")
+        + (
+            f"; with every op at its bound {fmt_us(at_bound)}: step speedup "
+            f"{step_speedup:.2f}x"
+            if isinstance(at_bound, float) and step_speedup
+            else ""
+        )
+    )
+    lines = [
+        first,
+        f"each device's step time: {share('at_bound_us')} at the roofline bound, "
+        f"{share('lost_in_ops_us')} lost in ops, {share('idle_us')} idle; exposed: "
+        f"collectives {share('exposed_comm_us')}, host transfers {share('exposed_host_us')}",
+    ]
+    rate = report.flops_per_s
+    if rate:
+        hfu, dtype, mfu = report.hfu, report.flops_dtype, report.mfu
+        text = f"achieved {fmt_si(rate, 'FLOP/s')} per device"
+        if hfu is not None and dtype:
+            text += f", HFU {fmt_util(hfu)} of {dtype}"
+        if mfu is not None:
+            text += f", MFU {fmt_util(mfu)}"
+        lines.append(text)
+    return lines
+
+
+def fmt_util(value: float) -> str:
+    """A utilisation: one decimal below 10% (0.4% is not 0%)."""
+    return f"{value:.1%}" if value < 0.1 else f"{value:.0%}"
+
+
+def steps_overview(report: AuditReport) -> list[str]:
+    """What `--steps` prints before its table: how many steps, how long (wall time: median,
+    p10, p90), the slowest step and its slowest device, and the drift from first to last."""
+    steps = report.steps
+    if not steps:
+        return ["steps: none found (no step annotation, no module execution to count)"]
+    walls = sorted(s.wall_us for s in steps)
+
+    def quantile(q: float) -> float:
+        return walls[min(int(q * len(walls)), len(walls) - 1)]
+
+    slowest = max(steps, key=lambda s: s.wall_us)
+    first, last = steps[0].wall_us, steps[-1].wall_us
+    drift = f" ({(last - first) / first:+.1%})" if first > 0 else ""
+    device = (
+        f", slowest device {slowest.slowest_device}"
+        if slowest.slowest_device is not None and report.devices > 1
+        else ""
+    )
     return [
-        f"steps: {len(steps)} ({steps[0].source}), median {fmt_us(median)}; "
-        f"devices idle {share('idle_us')} of step time, exposed communication "
-        f"{share('exposed_comm_us')}",
-        f"step time: {share('at_bound_us')} at the roofline bound, {share('lost_in_ops_us')} "
-        f"lost in ops, {share('idle_us')} idle",
+        f"steps: {len(steps)} ({steps[0].source}); wall time: median "
+        f"{fmt_us(statistics.median(walls))}, p10 {fmt_us(quantile(0.1))}, "
+        f"p90 {fmt_us(quantile(0.9))}",
+        f"slowest: step {slowest.step}, {fmt_us(slowest.wall_us)}{device}; drift: first step "
+        f"{fmt_us(first)} -> last {fmt_us(last)}{drift}",
+        "columns: wall, at bound (the step with every op at its bound), skew (latest device "
+        "start - earliest): wall time; idle, coll, host: share of the devices' own step time "
+        "idle, in exposed collectives, in exposed host transfers; dev: the device with the "
+        "longest own step",
     ]
 
 

@@ -101,6 +101,7 @@ def op_rows(
                 bytes=cost.hbm_bytes * runs,
                 comm_bytes=cost.comm_bytes * runs,
                 transcendentals=cost.transcendentals * runs,
+                dtype=(cost.matrix_dtype or cost.vector_dtype or "") if cost.flops else "",
                 t_compute_us=per_run.t_compute_s * 1e6 * runs,
                 t_memory_us=per_run.t_memory_s * 1e6 * runs,
                 t_comm_us=per_run.t_comm_s * 1e6 * runs,
@@ -137,10 +138,10 @@ def _host_waits(
 ) -> dict[int, tuple[Bound, float, str]]:
     """(bound, bound in us, hint) of each done (by op) that waits for a host transfer.
 
-    The start only issues the transfer; the device waits for it at the done. No schedule can
-    make a wait shorter than the transfer's time on the host link minus the time the schedule
-    left between start and done, execution by execution (`wait_bound_s`). Transfers in flight
-    together share the link: the hint says what the link carried in all.
+    The start only issues the transfer; the device waits for it at the done. Each transfer's
+    bound is its own bytes over the host link at full rate, never more than the wait it
+    caused (`wait_bound_s`). Transfers in flight together share the link: the hint says how
+    many did and what the link carried in all.
     """
     if not chip.host_bw:
         return {}
@@ -193,10 +194,33 @@ def _host_waits(
         link_rate[direction] = moved / (in_flight_ps * 1e-12) if in_flight_ps else 0.0
     out: dict[int, tuple[Bound, float, str]] = {}
     for done, t in transfers.items():
-        bound_us = wait_bound_s(t.start, t.pairs.window_ps * 1e-12) * 1e6
+        bound_us = wait_bound_s(t.start, t.pairs.wait_ps * 1e-12) * 1e6
         per_run = Bound(0.0, 0.0, 0.0, "host", t_host_s=t.start.t_host_s)
+        sharing = sum(
+            1
+            for other, u in transfers.items()
+            if other != done and u.to_device == t.to_device and _overlap(t.pairs, u.pairs)
+        )
         hint = host_wait_hint(
-            t.host_bytes, t.pairs.span_ps * 1e-12, link_rate.get(t.to_device, 0.0), chip
+            t.host_bytes,
+            t.pairs.span_ps * 1e-12,
+            link_rate.get(t.to_device, 0.0),
+            chip,
+            sharing,
         )
         out[done] = (per_run, bound_us, hint)
     return out
+
+
+def _overlap(a: AsyncPairs, b: AsyncPairs) -> bool:
+    """Whether a transfer of `a` was in flight on a device while one of `b` was."""
+    for d in devices_in(a.device):
+        b_start, b_end = merged_intervals(b.begin_ps[b.device == d], b.end_ps[b.device == d])
+        if not len(b_start):
+            continue
+        mine = a.device == d
+        after = np.searchsorted(b_end, a.begin_ps[mine], side="right")  # first b ending after
+        hit = after < len(b_start)
+        if (b_start[np.minimum(after, len(b_start) - 1)][hit] < a.end_ps[mine][hit]).any():
+            return True
+    return False

@@ -74,7 +74,7 @@ def _step_skew(
         return []
     per_step_host = np.zeros((len(steps), len(names)))
     for k, host_totals in enumerate(totals):
-        per_step_host[:, of_name[k]] += host_totals.measured_ps / 1e6
+        per_step_host[:, of_name[k]] += host_totals.measured_ps.sum(axis=0) / 1e6
     everyone = np.arange(len(names))
     return [
         {"step": step.step, **_slowest(names, everyone, per_step_host[k])}

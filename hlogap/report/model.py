@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal, TypeVar, get_args
@@ -17,8 +18,9 @@ from hlogap.errors import InputError
 from hlogap.source import regular_file
 from hlogap.trace.model import Backend, StepSource
 
-SCHEMA = "hlogap.audit/2"
-READABLE_SCHEMAS = ("hlogap.audit/1", SCHEMA)  # version 2 adds the timeline (steps, op paths)
+SCHEMA = "hlogap.audit/3"
+# Version 2 added the timeline (steps, op paths); 3 puts steps per device, in wall time.
+READABLE_SCHEMAS = ("hlogap.audit/1", "hlogap.audit/2", SCHEMA)
 SortKey = Literal["gap", "measured", "efficiency"]
 SORT_KEYS: tuple[SortKey, ...] = get_args(SortKey)
 ChipSource = Literal["detected", "user", "calibrated", "report"]
@@ -63,6 +65,9 @@ class OpRow(Totals):
     bytes: float = 0.0  # HBM bytes per occurrence
     comm_bytes: float = 0.0  # per occurrence
     transcendentals: float = 0.0
+    # The element type whose peak bounds the op's FLOPs (its matrix work's, else its vector
+    # work's); "" when it does none.
+    dtype: str = ""
     t_compute_us: float = 0.0  # per occurrence
     t_memory_us: float = 0.0
     t_comm_us: float = 0.0
@@ -79,7 +84,7 @@ class OpRow(Totals):
     def per_occurrence(self, total_us: float) -> float:
         return total_us / self.occurrences if self.occurrences > 0 else total_us
 
-    def to_dict(self, rank: int) -> dict[str, object]:
+    def to_dict(self, rank: int, share: float | None = None, cum_share: float | None = None) -> dict[str, object]:
         return {
             "rank": rank,
             "module": self.module,
@@ -96,8 +101,11 @@ class OpRow(Totals):
             "bound_us": self.bound_us,
             "gap_us": self.gap_us,
             "efficiency": self.efficiency,
+            "share": share,
+            "cum_share": cum_share,
             "bound_by": self.bound_by,
             "flops": self.flops,
+            "dtype": self.dtype,
             "bytes": self.bytes,
             "comm_bytes": self.comm_bytes,
             "intensity": self.intensity,
@@ -145,20 +153,74 @@ class OpRow(Totals):
 
 
 @dataclass(frozen=True)
-class StepRow:
-    step: int
-    source: StepSource
-    start_us: float  # from the profile's first op event
-    wall_us: float
-    devices: int
-    busy_us: float  # summed over devices: time when at least one op ran
-    measured_us: float  # the op executions that started in the step, as in `ops`
-    bound_us: float
-    exposed_comm_us: float  # summed over devices: only collectives / async transfers ran
+class DeviceStep:
+    """One device's part of a step (wall time on that device unless said otherwise)."""
+
+    device: int  # index into the run's devices (hosts in order, each host's devices in order)
+    start_us: float  # its first op start, from the profile's first op event
+    wall_us: float  # its first op start to its last op end in the step
+    busy_us: float  # time when at least one of its ops ran
+    exposed_comm_us: float  # time when a collective ran and no compute op did
+    exposed_host_us: float  # time when only host transfers ran
+    measured_us: float  # self time of its op events that started in the step (device time)
+    bound_us: float  # the roofline bound of its occurrences that started in the step
+    bound_wall_us: float  # its wall with every op at its bound (concurrency and gaps kept)
 
     @property
     def idle_us(self) -> float:
-        return max(self.wall_us * self.devices - self.busy_us, 0.0)
+        return max(self.wall_us - self.busy_us, 0.0)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "device": self.device,
+            "start_us": self.start_us,
+            "wall_us": self.wall_us,
+            "busy_us": self.busy_us,
+            "idle_us": self.idle_us,
+            "exposed_comm_us": self.exposed_comm_us,
+            "exposed_host_us": self.exposed_host_us,
+            "measured_us": self.measured_us,
+            "bound_us": self.bound_us,
+            "bound_wall_us": self.bound_wall_us,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: object, where: str) -> DeviceStep:
+        if not isinstance(raw, dict):
+            raise ValueError(f"{where} is not an object")
+        values = {
+            f.name: _number(raw.get(f.name, 0.0), f"{where}.{f.name}")
+            for f in fields(cls)
+            if f.name != "device"
+        }
+        return cls(device=int(_number(raw["device"], f"{where}.device")), **values)
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """A step: `wall_us`, `skew_us`, `bound_wall_us` are wall time; the other times are summed
+    over the step's devices (device time)."""
+
+    step: int
+    source: StepSource
+    start_us: float  # from the profile's first op event
+    wall_us: float  # earliest device start to latest device end (the step's window)
+    devices: int
+    busy_us: float  # device time: when at least one op ran on the device
+    measured_us: float  # the op executions that started in the step, as in `ops`
+    bound_us: float
+    exposed_comm_us: float  # device time: a collective ran and no compute op did
+    exposed_host_us: float = 0.0  # device time: only host transfers ran
+    # Device time: each device's own idle (its wall - busy); skew between devices is not idle.
+    idle_us: float = 0.0
+    device_wall_us: float = 0.0  # the devices' own walls summed (busy + idle)
+    skew_us: float = 0.0  # latest device start - earliest
+    slowest_device: int | None = None  # the device with the longest own wall
+    # The step's wall if every op ran at its bound, each device keeping its start, its idle
+    # gaps and what ran at once (None: a report saved before it existed).
+    bound_wall_us: float | None = None
+    flops: float = 0.0  # device time: FLOPs of the occurrences that started in the step
+    per_device: tuple[DeviceStep, ...] = ()
 
     @property
     def gap_us(self) -> float:
@@ -180,11 +242,31 @@ class StepRow:
             k: _number(raw[k], f"{where}.{k}")
             for k in ("start_us", "wall_us", "busy_us", "measured_us", "bound_us")
         }
+        devices = int(_number(raw["devices"], f"{where}.devices"))
+        # Reports of version 2 lack the per-device keys: their devices spanned the whole step.
+        device_wall = raw.get("device_wall_us", values["wall_us"] * devices)
+        idle = raw.get("idle_us", values["wall_us"] * devices - values["busy_us"])
+        slowest = raw.get("slowest_device")
+        bound_wall = raw.get("bound_wall_us")
+        per_device = raw.get("per_device", [])
+        if not isinstance(per_device, list):
+            raise ValueError(f"{where}.per_device is not a list")
         return cls(
             step=int(_number(raw["step"], f"{where}.step")),
             source=source,
-            devices=int(_number(raw["devices"], f"{where}.devices")),
+            devices=devices,
             exposed_comm_us=_number(raw.get("exposed_comm_us", 0.0), f"{where}.exposed_comm_us"),
+            exposed_host_us=_number(raw.get("exposed_host_us", 0.0), f"{where}.exposed_host_us"),
+            idle_us=_number(max(idle, 0.0) if isinstance(idle, (int, float)) else idle, where),
+            device_wall_us=_number(device_wall, f"{where}.device_wall_us"),
+            skew_us=_number(raw.get("skew_us", 0.0), f"{where}.skew_us"),
+            slowest_device=None if slowest is None else int(_number(slowest, where)),
+            bound_wall_us=None if bound_wall is None else _number(bound_wall, where),
+            flops=_number(raw.get("flops", 0.0), f"{where}.flops"),
+            per_device=tuple(
+                DeviceStep.from_dict(d, f"{where}.per_device[{i}]")
+                for i, d in enumerate(per_device)
+            ),
             **values,
         )
 
@@ -194,27 +276,49 @@ class StepRow:
             "source": self.source,
             "start_us": self.start_us,
             "wall_us": self.wall_us,
+            "skew_us": self.skew_us,
+            "slowest_device": self.slowest_device,
+            "bound_wall_us": self.bound_wall_us,
             "devices": self.devices,
+            "device_wall_us": self.device_wall_us,
             "busy_us": self.busy_us,
             "idle_us": self.idle_us,
+            "exposed_comm_us": self.exposed_comm_us,
+            "exposed_host_us": self.exposed_host_us,
             "measured_us": self.measured_us,
             "bound_us": self.bound_us,
             "gap_us": self.gap_us,
-            "exposed_comm_us": self.exposed_comm_us,
+            "flops": self.flops,
+            "per_device": [d.to_dict() for d in self.per_device],
         }
 
 
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
 def steps_summary(steps: list[StepRow]) -> dict[str, object]:
-    """The summary's step keys: counts, median step, and the devices' time over the steps split
-    into time at the roofline bound, time lost inside ops, and idle time (they add up)."""
+    """The summary's step keys (docs/json.md): the median step (wall time), and the devices' own
+    step time (device time) split into time at the roofline bound, time lost inside ops and
+    idle time (they add up to `device_wall_us`)."""
     busy = sum(s.busy_us for s in steps)
     at_bound = sum(s.at_bound_us for s in steps)
+    device_wall = sum(s.device_wall_us for s in steps)
+    idle = sum(s.idle_us for s in steps)
+    step_us = _median([s.wall_us for s in steps])
+    bound_walls = [s.bound_wall_us for s in steps if s.bound_wall_us is not None]
+    step_bound_us = _median(bound_walls) if len(bound_walls) == len(steps) else None
     return {
         "steps": len(steps),
-        "step_us": statistics.median(s.wall_us for s in steps) if steps else None,
+        "step_us": step_us,
+        "skew_us": _median([s.skew_us for s in steps]),
+        "step_bound_us": step_bound_us,
+        "device_wall_us": device_wall,
         "busy_us": busy,
-        "idle_us": sum(s.idle_us for s in steps),
+        "idle_us": idle,
+        "idle_fraction": idle / device_wall if device_wall > 0 else None,
         "exposed_comm_us": sum(s.exposed_comm_us for s in steps),
+        "exposed_host_us": sum(s.exposed_host_us for s in steps),
         "at_bound_us": at_bound,
         "lost_in_ops_us": busy - at_bound,
     }
@@ -230,7 +334,7 @@ class GroupRow(Totals):
     measured_us: float
     bound_us: float
 
-    def to_dict(self, rank: int) -> dict[str, object]:
+    def to_dict(self, rank: int, share: float | None = None, cum_share: float | None = None) -> dict[str, object]:
         return {
             "rank": rank,
             "name": self.name,
@@ -240,6 +344,8 @@ class GroupRow(Totals):
             "bound_us": self.bound_us,
             "gap_us": self.gap_us,
             "efficiency": self.efficiency,
+            "share": share,
+            "cum_share": cum_share,
         }
 
 
@@ -276,6 +382,8 @@ class AuditReport:
     cross_check: dict[str, object] | None = None
     # Several hosts: the slowest against the median, in all and op by op (hlogap.report.hosts).
     host_skew: dict[str, object] | None = None
+    # `--model-flops`: the model's FLOPs per step, whole program (for `summary.mfu`).
+    model_flops: float | None = None
 
     @property
     def total_ops(self) -> int:
@@ -315,6 +423,66 @@ class AuditReport:
         floor = sum(r.bound_us if r.bound_by != "unmodeled" else r.measured_us for r in self.ops)
         return self.measured_us / floor if floor > 0 else None
 
+    @property
+    def step_speedup(self) -> float | None:
+        """Median step wall now over the median step wall with every op at its bound (idle,
+        skew and what runs at once kept). Never more than the op-time `speedup`: a step cannot
+        gain more than its ops' time can (the two differ only where ops overlap)."""
+        summary = steps_summary(self.steps)
+        now, at_bound = summary["step_us"], summary["step_bound_us"]
+        if not isinstance(now, float) or not isinstance(at_bound, float) or at_bound <= 0:
+            return None
+        op_time = self.speedup
+        return min(now / at_bound, op_time) if op_time is not None else now / at_bound
+
+    @property
+    def flops_per_s(self) -> float | None:
+        """FLOP/s per device over the steps: the FLOPs of the ops that ran in them, over the
+        steps' wall time and devices."""
+        device_seconds = sum(s.wall_us * s.devices for s in self.steps) * 1e-6
+        flops = sum(s.flops for s in self.steps)
+        return flops / device_seconds if device_seconds > 0 and flops > 0 else None
+
+    @property
+    def flops_dtype(self) -> str | None:
+        """The element type that carries most of the ops' FLOPs."""
+        by_dtype: dict[str, float] = {}
+        for r in self.ops:
+            if r.dtype and r.flops:
+                by_dtype[r.dtype] = by_dtype.get(r.dtype, 0.0) + r.flops * r.occurrences
+        return max(by_dtype, key=lambda d: by_dtype[d]) if by_dtype else None
+
+    def _of_peak(self, flops_per_s: float | None) -> float | None:
+        dtype = self.flops_dtype
+        if flops_per_s is None or dtype is None or self.chip is None:
+            return None
+        return flops_per_s / self.chip.matrix_peak(dtype)
+
+    @property
+    def hfu(self) -> float | None:
+        """Hardware FLOPs utilisation: `flops_per_s` over the peak of `flops_dtype`."""
+        return self._of_peak(self.flops_per_s)
+
+    @property
+    def mfu(self) -> float | None:
+        """Model FLOPs utilisation: `--model-flops` per median step, per device, over the peak."""
+        step_us = steps_summary(self.steps)["step_us"]
+        if not self.model_flops or not isinstance(step_us, float) or step_us <= 0:
+            return None
+        return self._of_peak(self.model_flops / (step_us * 1e-6) / max(self.devices, 1))
+
+    def shares(self, rows: Sequence[Totals]) -> list[tuple[float | None, float | None]]:
+        """(share, cum_share) of each row's measured time in the report's, in the rows' order."""
+        total = self.measured_us
+        if total <= 0:
+            return [(None, None)] * len(rows)
+        out: list[tuple[float | None, float | None]] = []
+        running = 0.0
+        for r in rows:
+            running += r.measured_us
+            out.append((r.measured_us / total, running / total))
+        return out
+
     def summary_dict(self) -> dict[str, object]:
         return {
             "devices": self.devices,
@@ -330,6 +498,12 @@ class AuditReport:
             "upper_bound_us": sum(r.upper_bound_us for r in self.ops),
             "speedup": self.speedup,
             **steps_summary(self.steps),
+            "step_speedup": self.step_speedup,
+            "flops_per_s": self.flops_per_s,
+            "flops_dtype": self.flops_dtype,
+            "hfu": self.hfu,
+            "model_flops": self.model_flops,
+            "mfu": self.mfu,
         }
 
     def chip_dict(self) -> dict[str, object]:
@@ -363,12 +537,20 @@ class AuditReport:
             "chip": self.chip_dict(),
             "summary": self.summary_dict(),
             "sort": self.sort,
-            "ops": [r.to_dict(i + 1) for i, r in enumerate(rows)],
+            "ops": [
+                r.to_dict(i + 1, *share)
+                for i, (r, share) in enumerate(zip(rows, self.shares(rows), strict=True))
+            ],
             "steps": [s.to_dict() for s in self.steps],
             **(
                 {
                     "group_by": self.group_by,
-                    "groups": [g.to_dict(i + 1) for i, g in enumerate(self.groups)],
+                    "groups": [
+                        g.to_dict(i + 1, *share)
+                        for i, (g, share) in enumerate(
+                            zip(self.groups, self.shares(self.groups), strict=True)
+                        )
+                    ],
                 }
                 if self.group_by
                 else {}
@@ -417,6 +599,7 @@ class AuditReport:
             kind="report",
             unlisted=unlisted if unlisted.ops else Unlisted(),
             steps=[StepRow.from_dict(r, f"steps[{i}]") for i, r in enumerate(raw_steps)],
+            model_flops=_optional_number(summary.get("model_flops"), "summary.model_flops"),
         )
 
     def only_modules(self, keep: list[OpRow]) -> AuditReport:
@@ -472,6 +655,10 @@ def _number(value: object, what: str) -> float:
     return number
 
 
+def _optional_number(value: object, what: str) -> float | None:
+    return None if value is None else _number(value, what)
+
+
 def _text(value: object, what: str) -> str:
     if not isinstance(value, str):
         raise ValueError(f"{what} is {value!r}, not a string")
@@ -509,7 +696,8 @@ Ranked = TypeVar("Ranked", OpRow, GroupRow)
 
 
 def sort_rows(rows: list[Ranked], key: SortKey) -> list[Ranked]:
-    """Largest first for every key, as the contract says; unmeasured rows go last."""
+    """Largest gap or measured time first; for efficiency the least efficient first (the ops
+    furthest from their bound); unmeasured rows go last."""
     if key == "gap":
         return sorted(rows, key=lambda r: (-r.gap_us, -r.measured_us, r.name))
     if key == "measured":
@@ -517,7 +705,8 @@ def sort_rows(rows: list[Ranked], key: SortKey) -> list[Ranked]:
     return sorted(
         rows,
         key=lambda r: (
-            -(r.efficiency if r.efficiency is not None else -1.0),
+            r.efficiency is None,
+            r.efficiency if r.efficiency is not None else 0.0,
             -r.measured_us,
             r.name,
         ),

@@ -10,7 +10,7 @@ and occurrences that start in the step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -18,7 +18,8 @@ from hlogap.trace.model import OpKey, Step, TraceData, devices_in
 from hlogap.trace.summary import Selection
 from hlogap.trace.timing import blocks, merged_intervals, take
 
-Spans = list[tuple[np.ndarray, np.ndarray]]  # per device: sorted (first start, last end) arrays
+# Per device of a host (its index): sorted (first start, last end) arrays of its executions.
+Spans = dict[int, tuple[np.ndarray, np.ndarray]]
 
 
 def module_spans(trace: TraceData, selection: Selection, module: str) -> Spans:
@@ -26,7 +27,7 @@ def module_spans(trace: TraceData, selection: Selection, module: str) -> Spans:
     in_module = np.array([o.key.module == module for o in trace.ops], dtype=bool)
     selected = selection.events(trace)
     if not trace.num_events or not in_module.any():
-        return []
+        return {}
     # Executions are dense per file: (device, execution) keys span a small table.
     executions = max(int(trace.execution.max()) + 1, 1)
     first = np.full(len(trace.devices) * executions, np.iinfo(np.int64).max)
@@ -39,15 +40,15 @@ def module_spans(trace: TraceData, selection: Selection, module: str) -> Spans:
         np.minimum.at(first, key, start)
         np.maximum.at(last, key, start + trace.duration_ps[part][mine])
     ran = np.flatnonzero(last > np.iinfo(np.int64).min)
-    spans: Spans = []
+    spans: Spans = {}
     for d in devices_in(ran // executions):
         at = ran[ran // executions == d]
         order = np.lexsort((last[at], first[at]))
-        spans.append((first[at][order], last[at][order]))
+        spans[d] = (first[at][order], last[at][order])
     return spans
 
 
-def module_steps(spans: Spans) -> list[Step]:
+def module_steps(spans: list[tuple[np.ndarray, np.ndarray]]) -> list[Step]:
     """Step k from the k-th execution of every device (all hosts' `module_spans`)."""
     if not spans:
         return []
@@ -64,42 +65,75 @@ def module_steps(spans: Spans) -> list[Step]:
     ]
 
 
+@dataclass(frozen=True)
+class OpStepCosts:
+    """What the per-host step pass needs to know of each op (by key), from the costed rows."""
+
+    bound_us: dict[OpKey, float]  # the op's roofline bound of one occurrence
+    flops: dict[OpKey, float]  # FLOPs of one occurrence
+    # The fraction of its measured time the op would take at its bound (bound / measured, at
+    # most 1; 1 for an op hlogap cannot cost: its time is kept, never claimed as saved).
+    at_bound: dict[OpKey, float]
+    collective: frozenset[OpKey]  # data in flight between devices
+    host: frozenset[OpKey]  # data in flight to or from host memory
+
+
 @dataclass
 class StepTotals:
-    """Per step (the run's windows), what one host's devices did; hosts' totals add up."""
+    """Per device of one host (rows: the host's devices in order) and step (columns, the run's
+    windows), what that device did. Hosts' tables stack in host order: a row is a device of the
+    run."""
 
-    busy_ps: np.ndarray  # float64: summed over devices
-    compute_ps: np.ndarray  # float64: busy outside communication, summed over devices
+    first_ps: np.ndarray  # int64: the device's first op start in the step (FIRST_NONE: none)
+    last_ps: np.ndarray  # int64: its last op end (clipped to the step's window)
+    busy_ps: np.ndarray  # float64: time in [first, last) when at least one op ran
+    compute_ps: np.ndarray  # float64: ... when an op other than a collective or transfer ran
+    no_host_ps: np.ndarray  # float64: ... when a compute op or a collective ran
     measured_ps: np.ndarray  # float64: self time of events starting in the step
     bound_us: np.ndarray  # float64: bound of occurrences starting in the step
+    flops: np.ndarray  # float64: FLOPs of occurrences starting in the step
+    # float64: how much shorter [first, last) would be with every op at its bound, the
+    # device's concurrency, idle gaps and order kept (`_saving`).
+    saving_ps: np.ndarray
 
-    def __add__(self, other: StepTotals) -> StepTotals:
+    @property
+    def ran(self) -> np.ndarray:
+        """Bool per (device, step): the device ran an op that started in the step."""
+        ran: np.ndarray = self.first_ps != FIRST_NONE
+        return ran
+
+    def stacked(self, other: StepTotals) -> StepTotals:
         return StepTotals(
-            self.busy_ps + other.busy_ps,
-            self.compute_ps + other.compute_ps,
-            self.measured_ps + other.measured_ps,
-            self.bound_us + other.bound_us,
+            *(np.vstack([getattr(self, f.name), getattr(other, f.name)]) for f in fields(self))
         )
+
+
+FIRST_NONE = np.iinfo(np.int64).max
 
 
 def step_totals(
     trace: TraceData,
     selection: Selection,
     windows: list[tuple[int, int]],
-    bound_per_occurrence: dict[OpKey, float],
-    communication: frozenset[OpKey],
+    costs: OpStepCosts,
+    module: str | None = None,
 ) -> StepTotals:
-    """One host's `StepTotals` over the selected events. `bound_per_occurrence` (us) and
-    `communication` (ops whose time is data in flight) are the run's, by op key."""
-    steps = len(windows)
+    """One host's `StepTotals` over the selected events, a device at a time. With `module`
+    (steps that are executions of that module), a device's step k is its own k-th execution
+    of it: devices that run apart (skew) never share a window."""
+    steps, n_dev = len(windows), len(trace.devices)
+    first = np.full((n_dev, steps), FIRST_NONE, dtype=np.int64)
+    last = np.full((n_dev, steps), FIRST_NONE, dtype=np.int64)
+    sums = {name: np.zeros((n_dev, steps)) for name in _SUMS}
     selected = selection.events(trace)
-    busy, compute = np.zeros(steps), np.zeros(steps)
     if not steps or not selected.any():
-        return StepTotals(busy, compute, np.zeros(steps), np.zeros(steps))
+        return StepTotals(first, last, **sums)
     window_start = np.array([a for a, _ in windows], dtype=np.int64)
     window_end = np.array([b for _, b in windows], dtype=np.int64)
-    per_occurrence = np.array([bound_per_occurrence.get(o.key, 0.0) for o in trace.ops])
-    is_comm = np.array([o.key in communication for o in trace.ops], dtype=bool)
+    keys = [o.key for o in trace.ops]
+    at_bound = np.array([min(max(costs.at_bound.get(k, 1.0), 0.0), 1.0) for k in keys])
+    is_collective = np.array([k in costs.collective for k in keys], dtype=bool)
+    is_host = np.array([k in costs.host for k in keys], dtype=bool)
     # Views of the trace's columns where everything is selected (`take`), and one device's
     # events at a time: the temporaries of a pass over every event were the post-read peak.
     op = take(trace.op_index, selected)
@@ -107,37 +141,126 @@ def step_totals(
     start = take(trace.start_ps, selected)
     duration = take(trace.duration_ps, selected)
     self_ps = take(trace.self_ps, selected)
-    any_communicating = bool(is_comm.any()) and bool(is_comm[op].any())
-    measured = np.zeros(steps)
+    executions = module_spans(trace, selection, module) if module else {}
+    occurrences = trace.occurrence_first[selected[trace.occurrence_first]]
+    occurrence_device = trace.device_index[occurrences]
+    per_bound = np.array([costs.bound_us.get(k, 0.0) for k in keys])
+    per_flops = np.array([costs.flops.get(k, 0.0) for k in keys])
     for d in devices_in(device):
+        if module:
+            # Executions past the device's last are empty windows at the end: still sorted.
+            window_start = np.full(steps, np.iinfo(np.int64).max)
+            window_end = window_start.copy()
+            own_start, own_end = executions.get(d, (window_start[:0], window_end[:0]))
+            window_start[: len(own_start)] = own_start[:steps]
+            window_end[: len(own_end)] = own_end[:steps]
         mine = device == d
-        mine_start = start[mine]
-        mine_end = mine_start + duration[mine]
-        covered = _covered(*merged_intervals(mine_start, mine_end), window_start, window_end)
-        busy += covered
-        if any_communicating:
-            work = ~is_comm[op[mine]]
-            covered = _covered(
-                *merged_intervals(mine_start[work], mine_end[work]), window_start, window_end
-            )
-        compute += covered  # without communication, the busy time is all compute
-        del mine_end
+        d_op, d_start = op[mine], start[mine]
+        d_end = d_start + duration[mine]
         # Each event counts in the step it starts in (sums of int64 ps below 2**53: exact in
-        # float64 in any order).
-        step_of, inside = _step_of(mine_start, window_start, window_end)
-        measured += np.bincount(step_of[inside], weights=self_ps[mine][inside], minlength=steps)
-    # Each occurrence counts in the step its first event starts in.
-    bound = np.zeros(steps)
-    for part in blocks(len(trace.occurrence_first)):
-        first = trace.occurrence_first[part]
-        first = first[selected[first]]
-        first_step, first_inside = _step_of(trace.start_ps[first], window_start, window_end)
-        bound += np.bincount(
-            first_step[first_inside],
-            weights=per_occurrence[trace.op_index[first[first_inside]]],
-            minlength=steps,
+        # float64 in any order); the device's span in a step runs from the first of them to
+        # start to the last to end, within the step's window.
+        step_of, inside = _step_of(d_start, window_start, window_end)
+        k = step_of[inside]
+        np.minimum.at(first[d], k, d_start[inside])
+        ends = np.full(steps, np.iinfo(np.int64).min)
+        np.maximum.at(ends, k, d_end[inside])
+        ran = first[d] != FIRST_NONE
+        last[d] = np.where(ran, np.minimum(ends, window_end), FIRST_NONE)
+        # A step the device did not run in is an empty span at its window's start: the
+        # spans stay in window order for the searches below.
+        lo = np.where(ran, first[d], window_start)
+        hi = np.where(ran, last[d], window_start)
+        covered = _covered(*merged_intervals(d_start, d_end), lo, hi)
+        sums["busy_ps"][d] = covered
+        sums["compute_ps"][d] = sums["no_host_ps"][d] = covered
+        d_collective, d_host = is_collective[d_op], is_host[d_op]
+        if d_collective.any() or d_host.any():
+            work = ~(d_collective | d_host)
+            sums["compute_ps"][d] = _covered(*merged_intervals(d_start[work], d_end[work]), lo, hi)
+            if d_host.any():
+                no_host = ~d_host
+                sums["no_host_ps"][d] = _covered(
+                    *merged_intervals(d_start[no_host], d_end[no_host]), lo, hi
+                )
+            else:
+                sums["no_host_ps"][d] = covered
+        sums["measured_ps"][d] = np.bincount(k, weights=self_ps[mine][inside], minlength=steps)
+        leaf = self_ps[mine] == duration[mine]  # nothing nests inside it
+        sums["saving_ps"][d] = _saving(
+            d_start[leaf], d_end[leaf], at_bound[d_op[leaf]], lo, hi
         )
-    return StepTotals(busy, compute, measured, bound)
+        # Each occurrence counts in the step its first event starts in.
+        at = occurrences[occurrence_device == d]
+        step, inside = _step_of(trace.start_ps[at], window_start, window_end)
+        at_op = trace.op_index[at[inside]]
+        sums["bound_us"][d] = np.bincount(step[inside], weights=per_bound[at_op], minlength=steps)
+        sums["flops"][d] = np.bincount(step[inside], weights=per_flops[at_op], minlength=steps)
+        del mine, d_end
+    return StepTotals(first, last, **sums)
+
+
+_SUMS = (
+    "busy_ps",
+    "compute_ps",
+    "no_host_ps",
+    "measured_ps",
+    "bound_us",
+    "flops",
+    "saving_ps",
+)
+# An event spanning more elementary segments than this is folded in with a slice of its own
+# (a long async op on XLA:CPU): the index expansion below would grow with its length.
+LONG_EVENT_SEGMENTS = 64
+
+
+def _saving(
+    start: np.ndarray, end: np.ndarray, at_bound: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> np.ndarray:
+    """Per window [lo, hi) of one device: how much shorter the device's busy time in it would
+    be if every op ran at its bound, keeping what ran at once, idle gaps and order.
+
+    The time is cut at every event edge into segments; in each, the ops running are each
+    shortened to `at_bound` of their time, so the segment can shrink no further than its
+    slowest op allows: it takes `max(at_bound)` of its length. Time when only an enclosing op
+    (a while loop's own time) runs is kept whole. `at_bound` <= 1, so no segment grows.
+    """
+    saving = np.zeros(len(lo))
+    if not len(start):
+        return saving
+    order = np.argsort(start, kind="stable")
+    start, end, at_bound = start[order], end[order], at_bound[order]
+    reach = np.maximum.accumulate(end)
+    if (start[1:] >= reach[:-1]).all():
+        # Nothing overlaps (a GPU stream, a TPU op line): each event is its own segment.
+        step, inside = _step_of(start, lo, hi)
+        cut = np.minimum(end, hi[np.maximum(step, 0)]) - start
+        found: np.ndarray = np.bincount(
+            step[inside], weights=(cut * (1.0 - at_bound))[inside], minlength=len(lo)
+        )
+        return found
+    edges = np.unique(np.concatenate([start, end, lo, hi]))
+    first_seg = np.searchsorted(edges, start)
+    last_seg = np.searchsorted(edges, end)  # segments first_seg .. last_seg - 1
+    span = last_seg - first_seg
+    slowest = np.full(max(len(edges) - 1, 0), -1.0)  # -1: no leaf event runs in the segment
+    long_events = span > LONG_EVENT_SEGMENTS
+    for i in np.flatnonzero(long_events):
+        view = slowest[first_seg[i] : last_seg[i]]
+        np.maximum(view, at_bound[i], out=view)
+    short = ~long_events
+    count = span[short]
+    offsets = np.repeat(np.cumsum(count) - count, count)
+    segment = np.repeat(first_seg[short], count) + (np.arange(int(count.sum())) - offsets)
+    np.maximum.at(slowest, segment, np.repeat(at_bound[short], count))
+    ran = slowest >= 0
+    seg_start = edges[:-1][ran]
+    length = (edges[1:] - edges[:-1])[ran]
+    step, inside = _step_of(seg_start, lo, hi)
+    found = np.bincount(
+        step[inside], weights=(length * (1.0 - slowest[ran]))[inside], minlength=len(lo)
+    )
+    return found
 
 
 def _step_of(

@@ -164,7 +164,7 @@ def transfer_pairs(
     return [
         async_pairs(trace, selected, op_ids[start], op_ids[done])
         if start in op_ids and done in op_ids
-        else AsyncPairs(empty.astype(np.int32), empty, empty, empty)
+        else AsyncPairs(empty.astype(np.int32), empty, empty, empty, empty)
         for start, done in pairs
     ]
 

@@ -108,6 +108,7 @@ class AsyncPairs:
     begin_ps: np.ndarray  # int64: the start's begin
     end_ps: np.ndarray  # int64: the done's end
     window_ps: np.ndarray  # int64: from the start's end to the done's begin (>= 0)
+    wait_ps: np.ndarray  # int64: the done's own duration (the device waiting for the data)
 
     @property
     def span_ps(self) -> np.ndarray:
@@ -136,13 +137,14 @@ def async_pairs(trace: TraceData, selected: np.ndarray, start_op: int, done_op: 
                 trace.start_ps[s],
                 trace.start_ps[d] + trace.duration_ps[d],
                 np.maximum(trace.start_ps[d] - s_end, 0),
+                trace.duration_ps[d],
             )
         )
     if not columns:
         empty = np.zeros(0, dtype=np.int64)
-        return AsyncPairs(empty.astype(np.int32), empty, empty, empty)
-    device, begin, end, window = (np.concatenate(c) for c in zip(*columns, strict=True))
-    return AsyncPairs(device, begin, end, window)
+        return AsyncPairs(empty.astype(np.int32), empty, empty, empty, empty)
+    device, begin, end, window, wait = (np.concatenate(c) for c in zip(*columns, strict=True))
+    return AsyncPairs(device, begin, end, window, wait)
 
 
 def merged_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

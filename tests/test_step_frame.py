@@ -1,0 +1,260 @@
+"""Steps in the user's frame: each device's own step (wall, busy, idle) counted from the trace's
+events, skew kept out of idle, and a step speedup a user can bank."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hlogap import audit
+from hlogap.proto import xplane_pb2
+from hlogap.report.model import AuditReport
+from hlogap.trace.model import TraceData
+from hlogap.trace.reading import read_trace
+from hlogap.trace.steps import OpStepCosts, step_totals
+from hlogap.trace.summary import Selection
+from tests.conftest import AMD_FILES, FIXTURES, SAMPLE, SHARED, cpu_fixtures
+from tests.test_steps import _union_in
+
+V6E = SHARED / "tpu-v6e-offload" / "tpu_inference_2.xplane.pb"
+
+Events = dict[int, list[tuple[int, int, str]]]  # device -> (start, end, module) in ps
+
+
+def _gpu_events(path: Path) -> Events:
+    """Oracle: every kernel event naming an `hlo_op` (on itself or its metadata) on each
+    `/device:GPU:N` plane, with its `hlo_module`."""
+    space = xplane_pb2.XSpace.FromString(path.read_bytes())
+    found: Events = defaultdict(list)
+    for plane in space.planes:
+        if not plane.name.startswith("/device:GPU:"):
+            continue
+        device = int(plane.name.rsplit(":", 1)[1])
+        names = {k: v.name for k, v in plane.stat_metadata.items()}
+        for line in plane.lines:
+            for ev in line.events:
+                stats = [*plane.event_metadata[ev.metadata_id].stats, *ev.stats]
+                named = {names.get(s.metadata_id): s for s in stats}
+                if "hlo_op" not in named:
+                    continue
+                module = named["hlo_module"]
+                start = line.timestamp_ns * 1000 + ev.offset_ps
+                text = names.get(module.ref_value, "") if module.ref_value else module.str_value
+                found[device].append((start, start + ev.duration_ps, text))
+    return found
+
+
+def _tpu_events(path: Path) -> Events:
+    """Oracle: every `XLA Ops` event of each TensorCore plane, on the device's own clock
+    (`device_offset_ps`, `device_duration_ps`, the way xprof times TPU ops), with the module
+    of the `XLA Modules` event that encloses it on the host clock."""
+    space = xplane_pb2.XSpace.FromString(path.read_bytes())
+    found: Events = defaultdict(list)
+    for plane in space.planes:
+        if not plane.name.startswith("/device:TPU:") or "SparseCore" in plane.name:
+            continue
+        device = int(plane.name.rsplit(":", 1)[1])
+        names = {k: v.name for k, v in plane.stat_metadata.items()}
+        lines = {line.name: line for line in plane.lines}
+        modules_line = lines["XLA Modules"]
+        modules = sorted(
+            (
+                modules_line.timestamp_ns * 1000 + ev.offset_ps,
+                modules_line.timestamp_ns * 1000 + ev.offset_ps + ev.duration_ps,
+                plane.event_metadata[ev.metadata_id].name.split("(")[0],
+            )
+            for ev in modules_line.events
+        )
+        ops = lines["XLA Ops"]
+        for ev in ops.events:
+            stats = {names.get(s.metadata_id): s for s in ev.stats}
+            host = ops.timestamp_ns * 1000 + ev.offset_ps
+            module = next((m for a, b, m in modules if a <= host < b), "")
+            offset, duration = stats["device_offset_ps"], stats["device_duration_ps"]
+            start = offset.int64_value or offset.uint64_value
+            found[device].append((start, start + (duration.int64_value or duration.uint64_value), module))
+    return found
+
+
+def _check_devices(report: AuditReport, events: Events, module: str) -> None:
+    """Each device's part of each step, counted with plain Python from its events. Steps here
+    are executions of `module`: a device's part of step k holds exactly its k-th execution
+    (each holds some of the module's events, all of them are in some step, parts are in
+    order on each device); it runs from the first event starting in it to the last end, and
+    its busy time is the union of the device's events over that span."""
+    origin = min(a for spans in events.values() for a, _, _ in spans)
+    parts: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    assert report.steps and {s.source for s in report.steps} == {"module"}
+    for step in report.steps:
+        firsts, lasts, idle_sum = [], [], 0.0
+        for part in step.per_device:
+            lo = origin + round(part.start_us * 1e6)
+            hi = lo + round(part.wall_us * 1e6)
+            parts[part.device].append((lo, hi))
+            inside = [(a, b) for a, b, _ in events[part.device] if lo <= a < hi]
+            assert min(a for a, _ in inside) == lo and max(b for _, b in inside) == hi
+            busy = _union_in([(a, b) for a, b, _ in events[part.device]], lo, hi)
+            assert part.busy_us == pytest.approx(busy / 1e6, abs=1e-6)
+            assert part.idle_us == pytest.approx((hi - lo - busy) / 1e6, abs=1e-6)
+            firsts.append(lo)
+            lasts.append(hi)
+            idle_sum += (hi - lo - busy) / 1e6
+        # The step runs from its earliest device start to its latest device end; skew is the
+        # spread of the starts, and the step's idle is its devices' own idle: never the skew.
+        assert step.wall_us == pytest.approx((max(lasts) - min(firsts)) / 1e6, abs=1e-6)
+        assert step.skew_us == pytest.approx((max(firsts) - min(firsts)) / 1e6, abs=1e-6)
+        assert step.idle_us == pytest.approx(idle_sum, abs=1e-5)
+    for device, spans in parts.items():
+        assert all(b <= c for (_, b), (c, _) in zip(spans, spans[1:]))
+        of_module = [a for a, _, m in events[device] if m == module]
+        counts = [sum(lo <= a < hi for a in of_module) for lo, hi in spans]
+        # (The MI300X trace lost one kernel of one execution: counts may differ, never be 0.)
+        assert sum(counts) == len(of_module) and min(counts) > 0
+
+
+def test_mi300x_devices_step_by_step() -> None:
+    path = AMD_FILES["mi300x"]
+    if not path.is_file():
+        pytest.skip(f"{path} absent (../shared not beside the project)")
+    report = audit(path)
+    _check_devices(report, _gpu_events(path), "jit_forward_3d_conv")
+    # Step 0's devices start up to 21.9 ms apart, each running ~1 ms: that is skew, not idle.
+    first = report.steps[0]
+    assert first.skew_us > 20_000
+    assert first.idle_us < 0.5 * first.device_wall_us
+    summary = report.summary_dict()
+    assert isinstance(summary["idle_fraction"], float) and summary["idle_fraction"] < 0.5
+
+
+def test_v6e_devices_step_by_step() -> None:
+    if not V6E.is_file():
+        pytest.skip(f"{V6E} absent (../shared not beside the project)")
+    report = audit(V6E)
+    _check_devices(report, _tpu_events(V6E), "jit_f")
+    # The host-offload waits are host transfers, not collectives.
+    summary = report.summary_dict()
+    assert isinstance(summary["exposed_host_us"], float)
+    assert summary["exposed_host_us"] > 0.9 * summary["busy_us"]  # type: ignore[operator]
+    assert summary["exposed_comm_us"] < 0.05 * summary["busy_us"]  # type: ignore[operator]
+    # Each host transfer has its own bound: its bytes over the host link.
+    for name in ("copy-done.2", "copy-done.4"):
+        row = next(r for r in report.ops if r.name == name)
+        assert row.bound_by == "host" and row.bound_us > 0
+        assert row.efficiency is not None and 0.3 <= row.efficiency <= 1.0
+
+
+def _all_profiles() -> list[tuple[str, Path]]:
+    found = [(p.name, p) for p in cpu_fixtures()] + [("sample", SAMPLE)]
+    found += [(name, path) for name, path in AMD_FILES.items()] + [("v6e", V6E)]
+    return found
+
+
+@pytest.mark.parametrize(("name", "path"), _all_profiles(), ids=lambda v: str(v))
+def test_step_speedup_never_exceeds_the_op_time_speedup(
+    name: str, path: Path, cpu_chip_file: Path
+) -> None:
+    if not path.exists():
+        pytest.skip(f"{path} absent (../shared not beside the project)")
+    cpu = path.is_relative_to(FIXTURES) or path == SAMPLE
+    report = audit(path, str(cpu_chip_file) if cpu else None)
+    summary = report.summary_dict()
+    step_speedup, speedup = summary["step_speedup"], summary["speedup"]
+    assert isinstance(step_speedup, float) and isinstance(speedup, float)
+    assert 1.0 <= step_speedup <= speedup + 1e-12
+    for step in report.steps:
+        assert step.bound_wall_us is not None and 0 < step.bound_wall_us <= step.wall_us + 1e-9
+        for part in step.per_device:
+            assert 0 <= part.bound_wall_us <= part.wall_us + 1e-9
+
+
+def _costs(trace: TraceData, at_bound: dict[int, float]) -> OpStepCosts:
+    """Costs where only the ops in `at_bound` (by index) lose time against their bound."""
+    keys = [o.key for o in trace.ops]
+    return OpStepCosts(
+        bound_us={k: 0.0 for k in keys},
+        flops={k: 0.0 for k in keys},
+        at_bound={k: at_bound.get(i, 1.0) for i, k in enumerate(keys)},
+        collective=frozenset(),
+        host=frozenset(),
+    )
+
+
+def _isolated_op(trace: TraceData, device: int, lo: int, hi: int) -> int:
+    """An op of `device` whose events in [lo, hi) run with nothing else beside them."""
+    on = np.flatnonzero((trace.device_index == device) & (trace.start_ps >= lo) & (trace.start_ps < hi))
+    start, end = trace.start_ps[on], trace.start_ps[on] + trace.duration_ps[on]
+    alone: dict[int, bool] = {}
+    for i in range(len(on)):
+        overlaps = ((start < end[i]) & (end > start[i])).sum() > 1
+        op = int(trace.op_index[on[i]])
+        alone[op] = alone.get(op, True) and not overlaps and end[i] > start[i]
+    candidates = [op for op, ok in alone.items() if ok]
+    assert candidates, "no op runs alone in the step"
+    # The longest such op: its events' total time.
+    return max(candidates, key=lambda op: int(trace.duration_ps[on][trace.op_index[on] == op].sum()))
+
+
+def test_removing_one_ops_gap_shortens_the_step_by_its_critical_path_saving() -> None:
+    """A CPU step (mlp_train, XLA:CPU's thread pool: ops overlap): edit the timeline so one op
+    that runs alone takes half its time, moving everything after it earlier; the step's wall
+    shrinks by exactly what the critical path predicted, and its wall at the bound stays."""
+    path = next((FIXTURES / "mlp_train").rglob("*.xplane.pb"))
+    trace = read_trace(path, "vm")
+    assert trace.steps
+    windows = [(s.start_ps, s.end_ps) for s in trace.steps]
+    device = 0
+    lo, hi = windows[0]
+    op = _isolated_op(trace, device, lo, hi)
+    before = step_totals(trace, Selection(), windows, _costs(trace, {op: 0.5}))
+    predicted = before.saving_ps[device, 0]
+    on_op = (trace.device_index == device) & (trace.op_index == op)
+    in_step = on_op & (trace.start_ps >= lo) & (trace.start_ps < hi)
+    assert predicted == pytest.approx(trace.duration_ps[in_step].sum() / 2)
+    # The edit: each of the op's events in the step loses half its time, and every later
+    # event of the device starts that much earlier.
+    start = trace.start_ps.copy()
+    duration = trace.duration_ps.copy()
+    self_ps = trace.self_ps.copy()
+    for i in sorted(np.flatnonzero(in_step), key=lambda i: -int(trace.start_ps[i])):
+        cut = int(duration[i]) // 2
+        end = trace.start_ps[i] + trace.duration_ps[i]
+        later = (trace.device_index == device) & (trace.start_ps >= end)
+        start[later] -= cut
+        duration[i] -= cut
+        self_ps[i] -= cut
+    edited = dataclasses.replace(
+        trace, start_ps=start, duration_ps=duration, self_ps=self_ps, selected={}
+    )
+    after = step_totals(edited, Selection(), windows, _costs(edited, {}))
+    wall_before = before.last_ps[device, 0] - before.first_ps[device, 0]
+    wall_after = after.last_ps[device, 0] - after.first_ps[device, 0]
+    assert wall_before - wall_after == pytest.approx(predicted, abs=len(np.flatnonzero(in_step)))
+    # Nothing is left to save once the op runs at its bound.
+    assert after.saving_ps[device, 0] == 0
+    assert wall_after == pytest.approx(wall_before - predicted, abs=len(np.flatnonzero(in_step)))
+
+
+def test_concurrent_ops_shrink_no_further_than_the_slowest_of_them() -> None:
+    """The critical path of overlapping ops, against a plain-Python sweep of the segments."""
+    from hlogap.trace.steps import _saving
+
+    rng = np.random.default_rng(7)
+    start = np.sort(rng.integers(0, 10_000, 300)).astype(np.int64)
+    end = start + rng.integers(1, 400, 300)
+    end[5] = start[5] + 9_000  # a long event spanning many segments
+    ratio = rng.random(300)
+    lo = np.array([0, 3_000, 7_000], dtype=np.int64)
+    hi = np.array([3_000, 7_000, 11_000], dtype=np.int64)
+    got = _saving(start, end, ratio, lo, hi)
+    edges = sorted(set(start.tolist()) | set(end.tolist()) | set(lo.tolist()) | set(hi.tolist()))
+    expected = [0.0, 0.0, 0.0]
+    for a, b in zip(edges, edges[1:]):
+        running = [ratio[i] for i in range(300) if start[i] <= a and end[i] >= b]
+        window = [k for k in range(3) if lo[k] <= a < hi[k]]
+        if running and window:
+            expected[window[0]] += (b - a) * (1 - max(running))
+    assert got.tolist() == pytest.approx(expected)

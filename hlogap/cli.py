@@ -249,7 +249,19 @@ def audit(
     depth: Annotated[
         int, typer.Option("--depth", help="Components of the op path a scope keeps.")
     ] = 3,
-    steps: Annotated[bool, typer.Option("--steps", help="Also print the per-step table.")] = False,
+    steps: Annotated[
+        bool,
+        typer.Option("--steps", help="Also print the steps: a summary, then --top rows."),
+    ] = False,
+    model_flops: Annotated[
+        float | None,
+        typer.Option(
+            "--model-flops",
+            metavar="N",
+            help="The model's FLOPs per step, whole program (e.g. 6 x params x tokens): "
+            "gives MFU.",
+        ),
+    ] = None,
     wide: WideOpt = False,
     skip_bad_hosts: Annotated[
         bool,
@@ -316,6 +328,7 @@ def audit(
             cross_check=cross_check,
             skip_bad_hosts=skip_bad_hosts,
             cluster=cluster,
+            model_flops=model_flops,
         )
     from hlogap.source import refuse_to_overwrite
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,10 +68,12 @@ def audit(
     cross_check: bool = False,
     skip_bad_hosts: bool = False,
     cluster: str | None = None,
+    model_flops: float | None = None,
 ) -> AuditReport:
     """Audit a profile (logdir, run directory or .xplane.pb) and return the report; `progress`
     hears what is being done (a line at a time). `cluster` (a Dask scheduler address or
-    `local[:N]`) reads and reduces the hosts on a Dask cluster instead of local processes."""
+    `local[:N]`) reads and reduces the hosts on a Dask cluster instead of local processes.
+    `model_flops` (the model's FLOPs per step, whole program) gives `summary.mfu`."""
     sort_key = next((k for k in SORT_KEYS if k == sort), None)
     if sort_key is None:
         raise UsageError(f"unknown sort key '{sort}' (use one of: {', '.join(SORT_KEYS)})")
@@ -79,6 +82,8 @@ def audit(
         raise UsageError(f"unknown --group-by '{group_by}' (use one of: {', '.join(GROUP_KEYS)})")
     if depth < 1:
         raise UsageError(f"--depth must be at least 1, not {depth}")
+    if model_flops is not None and not (model_flops > 0 and math.isfinite(model_flops)):
+        raise UsageError(f"--model-flops must be a positive number, not {model_flops}")
     selection = Selection(device, module)
     module_pattern(module)  # a bad pattern fails before anything is read
     dump_dir = Path(hlo_dump) if hlo_dump else None
@@ -98,6 +103,7 @@ def audit(
     ) as hosts:
         report = _audit_hosts(hosts, selection, source, chosen, dump_dir, progress)
     report.ops, report.sort = sort_rows(report.ops, sort_key), sort_key
+    report.model_flops = model_flops
     if group_key:
         report.group_by = group_key
         report.groups = group_rows(report.ops, group_key, depth, sort_key)
@@ -177,9 +183,7 @@ def _audit_hosts(
         )
     windows = [(s.start_ps, s.end_ps) for s in steps]
     totals = (
-        hosts.each(step_totals, selection, windows, op_step_costs(rows), dominant)
-        if steps
-        else []
+        hosts.each(step_totals, selection, windows, op_step_costs(rows), dominant) if steps else []
     )
     hosts.close()  # the last task is done: the events are freed before the report is built
     step_table = step_rows(run, steps, totals)

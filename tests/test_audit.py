@@ -95,7 +95,7 @@ def test_cpu_report_is_the_thunk_events(program: str, cpu_chip_file: Path) -> No
 
 def test_json_follows_the_contract(amd_file: Path) -> None:
     doc = json.loads(render(api.audit(amd_file), "json", RenderOptions(top=2)))
-    assert doc["schema"] == "hlogap.audit/2"
+    assert doc["schema"] == "hlogap.audit/3"
     assert {"path", "run", "files", "hosts"} <= set(doc["source"])
     assert {"name", "display", "vendor", "source", "peak_flops", "hbm_bw"} <= set(doc["chip"])
     assert set(doc["summary"]) >= CONTRACT_SUMMARY_KEYS
@@ -120,7 +120,7 @@ def test_cli_json_pipes_into_json_tool(amd_file: Path, tmp_path: Path) -> None:
         text=True,
         check=True,
     )
-    assert json.loads(tool.stdout)["schema"] == "hlogap.audit/2"
+    assert json.loads(tool.stdout)["schema"] == "hlogap.audit/3"
     assert out.stderr == ""
     assert _tree(amd_file.parent) == before  # never writes into the profile directory
 

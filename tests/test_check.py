@@ -118,7 +118,7 @@ def test_faster_baseline_fails_and_names_the_ops(
     [
         (None, "baseline not found"),
         ("{truncated", "is not JSON"),
-        ('{"schema": "hlogap.audit/3", "ops": []}', "is not an hlogap audit report"),
+        ('{"schema": "hlogap.audit/9", "ops": []}', "is not an hlogap audit report"),
         ('{"schema": "hlogap.audit/1", "ops": [{}], "summary": {}}', "corrupt"),
     ],
 )
@@ -329,14 +329,16 @@ def test_a_straggler_does_not_fail_the_per_op_gate_when_medians_are_there(
 
 
 def _steps_scaled(report: dict[str, Any], wall: float, idle_pt: float = 0.0) -> dict:
-    """The report with every step `wall` times as long, its idle share `idle_pt` points lower."""
+    """The report with every step `wall` times as long, its idle share `idle_pt` points higher
+    (the devices' own step time: busy + idle)."""
     out = copy.deepcopy(report)
     for step in out["steps"]:
-        device_time = step["wall_us"] * step["devices"]
-        step["busy_us"] = min(step["busy_us"] + idle_pt / 100 * device_time, device_time)
+        device_time = step["device_wall_us"]
+        step["busy_us"] = max(step["busy_us"] - idle_pt / 100 * device_time, 0.0)
         step["wall_us"] *= wall
+        step["device_wall_us"] *= wall
         step["busy_us"] *= wall
-        step["idle_us"] = step["wall_us"] * step["devices"] - step["busy_us"]
+        step["idle_us"] = step["device_wall_us"] - step["busy_us"]
     return out
 
 
@@ -352,11 +354,13 @@ def test_step_time_gate(mlp_report: dict, cpu_chip_file: Path, tmp_path: Path) -
 
 
 def test_idle_gate(mlp_report: dict, cpu_chip_file: Path, tmp_path: Path) -> None:
-    busier = _save(tmp_path, _steps_scaled(mlp_report, wall=1.0, idle_pt=20), "busy.json")
-    out = _gate(busier, cpu_chip_file, "--max-idle-regression", "10", cwd=tmp_path)
+    # NEW: the same run whose devices sit idle 20 points more of their own step time.
+    base = _save(tmp_path, mlp_report, "base.json")
+    idler = _save(tmp_path, _steps_scaled(mlp_report, wall=1.0, idle_pt=20), "idle.json")
+    out = _check(str(idler), "--baseline", str(base), "--max-idle-regression", "10", cwd=tmp_path)
     assert out.returncode == 1, out.stdout
     assert "idle +20.0 pt (limit +10 pt)" in out.stdout.splitlines()[0]
-    ok = _gate(busier, cpu_chip_file, "--max-idle-regression", "30", cwd=tmp_path)
+    ok = _check(str(idler), "--baseline", str(base), "--max-idle-regression", "30", cwd=tmp_path)
     assert ok.returncode == 0, ok.stdout
 
 

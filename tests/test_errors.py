@@ -418,7 +418,7 @@ def test_output_never_lands_in_the_profile(
     # Beside the logdir (not in its plugins/ tree) is the user's to write.
     beside = logdir / "report.json"
     code, _, err = run_cli([*args, "-o", str(beside)], capsys)
-    assert code == 0 and json.loads(beside.read_text())["schema"] == "hlogap.audit/2"
+    assert code == 0 and json.loads(beside.read_text())["schema"] == "hlogap.audit/3"
 
 
 @pytest.mark.parametrize("encoding", ["latin-1", "ascii"])

@@ -4,6 +4,7 @@ events, skew kept out of idle, and a step speedup a user can bank."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections import defaultdict
 from pathlib import Path
 
@@ -76,7 +77,9 @@ def _tpu_events(path: Path) -> Events:
             module = next((m for a, b, m in modules if a <= host < b), "")
             offset, duration = stats["device_offset_ps"], stats["device_duration_ps"]
             start = offset.int64_value or offset.uint64_value
-            found[device].append((start, start + (duration.int64_value or duration.uint64_value), module))
+            found[device].append(
+                (start, start + (duration.int64_value or duration.uint64_value), module)
+            )
     return found
 
 
@@ -109,7 +112,7 @@ def _check_devices(report: AuditReport, events: Events, module: str) -> None:
         assert step.skew_us == pytest.approx((max(firsts) - min(firsts)) / 1e6, abs=1e-6)
         assert step.idle_us == pytest.approx(idle_sum, abs=1e-5)
     for device, spans in parts.items():
-        assert all(b <= c for (_, b), (c, _) in zip(spans, spans[1:]))
+        assert all(b <= c for (_, b), (c, _) in itertools.pairwise(spans))
         of_module = [a for a, _, m in events[device] if m == module]
         counts = [sum(lo <= a < hi for a in of_module) for lo, hi in spans]
         # (The MI300X trace lost one kernel of one execution: counts may differ, never be 0.)
@@ -185,7 +188,9 @@ def _costs(trace: TraceData, at_bound: dict[int, float]) -> OpStepCosts:
 
 def _isolated_op(trace: TraceData, device: int, lo: int, hi: int) -> int:
     """An op of `device` whose events in [lo, hi) run with nothing else beside them."""
-    on = np.flatnonzero((trace.device_index == device) & (trace.start_ps >= lo) & (trace.start_ps < hi))
+    on = np.flatnonzero(
+        (trace.device_index == device) & (trace.start_ps >= lo) & (trace.start_ps < hi)
+    )
     start, end = trace.start_ps[on], trace.start_ps[on] + trace.duration_ps[on]
     alone: dict[int, bool] = {}
     for i in range(len(on)):
@@ -195,7 +200,9 @@ def _isolated_op(trace: TraceData, device: int, lo: int, hi: int) -> int:
     candidates = [op for op, ok in alone.items() if ok]
     assert candidates, "no op runs alone in the step"
     # The longest such op: its events' total time.
-    return max(candidates, key=lambda op: int(trace.duration_ps[on][trace.op_index[on] == op].sum()))
+    return max(
+        candidates, key=lambda op: int(trace.duration_ps[on][trace.op_index[on] == op].sum())
+    )
 
 
 def test_removing_one_ops_gap_shortens_the_step_by_its_critical_path_saving() -> None:
@@ -252,7 +259,7 @@ def test_concurrent_ops_shrink_no_further_than_the_slowest_of_them() -> None:
     got = _saving(start, end, ratio, lo, hi)
     edges = sorted(set(start.tolist()) | set(end.tolist()) | set(lo.tolist()) | set(hi.tolist()))
     expected = [0.0, 0.0, 0.0]
-    for a, b in zip(edges, edges[1:]):
+    for a, b in itertools.pairwise(edges):
         running = [ratio[i] for i in range(300) if start[i] <= a and end[i] >= b]
         window = [k for k in range(3) if lo[k] <= a < hi[k]]
         if running and window:

@@ -17,6 +17,8 @@ COLUMNS = (
     "category",
     "occurrences",
     "measured_us",
+    "share",
+    "cum_share",
     "bound_us",
     "gap_us",
     "efficiency",
@@ -42,8 +44,9 @@ class CsvRenderer:
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(COLUMNS)
         rows = document.ops if options.top <= 0 else document.ops[: options.top]
-        for rank, row in enumerate(rows, 1):
-            values = row.to_dict(rank)
+        shares = document.shares(rows)
+        for rank, (row, share) in enumerate(zip(rows, shares, strict=True), 1):
+            values = row.to_dict(rank, *share)
             values["hints"] = "; ".join(row.hints)
             writer.writerow(["" if values[c] is None else values[c] for c in COLUMNS])
         return out.getvalue()

@@ -13,7 +13,7 @@ import json
 from html import escape
 
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
-from hlogap.render.text import header_lines
+from hlogap.render.text import header_lines, steps_overview
 from hlogap.report.model import AuditReport
 
 _STYLE = """
@@ -67,6 +67,7 @@ const COLUMNS = [
   ["category", "category", (o) => o.category, (o) => o.category, false],
   ["occurrences", "n", (o) => o.occurrences, (o) => String(o.occurrences), true],
   ["measured_us", "measured", (o) => o.measured_us, (o) => fmtUs(o.measured_us), true],
+  ["share", "time", (o) => o.share, (o) => pct(o.share), true],
   ["bound_us", "bound", (o) => o.bound_us, (o) => fmtUs(o.bound_us), true],
   ["gap_us", "gap", (o) => o.gap_us, (o) => fmtUs(o.gap_us), true],
   ["efficiency", "eff", (o) => o.efficiency, (o) => pct(o.efficiency), true],
@@ -229,6 +230,81 @@ function renderScopes() {
 function renderSteps() {
   const table = document.getElementById("steps");
   if (!R.steps || !R.steps.length) { table.replaceWith(el("p", {class: "muted"}, "No steps in this profile.")); return; }
+  // Times are wall time; shares are of the devices' own step time (their walls summed).
+  const share = (s, v) => pct(s.device_wall_us > 0 ? v / s.device_wall_us : null);
+  const cols = [["step", (s) => String(s.step)], ["wall", (s) => fmtUs(s.wall_us)],
+    ["at bound", (s) => s.bound_wall_us == null ? "-" : fmtUs(s.bound_wall_us)], ["skew", (s) => fmtUs(s.skew_us)],
+    ["idle", (s) => share(s, s.idle_us)], ["exposed coll", (s) => share(s, s.exposed_comm_us)],
+    ["exposed host", (s) => share(s, s.exposed_host_us)],
+    ["slowest device", (s) => s.slowest_device == null ? "-" : String(s.slowest_device)]];
+  const dcols = [["device", (d) => String(d.device)], ["start", (d) => fmtUs(d.start_us)], ["wall", (d) => fmtUs(d.wall_us)],
+    ["at bound", (d) => fmtUs(d.bound_wall_us)], ["busy", (d) => fmtUs(d.busy_us)], ["idle", (d) => fmtUs(d.idle_us)],
+    ["exposed coll", (d) => fmtUs(d.exposed_comm_us)], ["exposed host", (d) => fmtUs(d.exposed_host_us)],
+    ["measured", (d) => fmtUs(d.measured_us)], ["bound", (d) => fmtUs(d.bound_us)]];
+  const head = el("tr");
+  for (const [h] of cols) head.appendChild(el("th", {}, h));
+  table.appendChild(head);
+  for (const s of R.steps) {
+    const tr = el("tr", {class: "op"});
+    for (const [, f] of cols) tr.appendChild(el("td", {class: "num"}, f(s)));
+    tr.addEventListener("click", () => {
+      const next = tr.nextElementSibling;
+      if (next && next.classList.contains("detail")) { next.remove(); return; }
+      const row = el("tr", {class: "detail"});
+      const td = el("td", {colspan: String(cols.length)});
+      const inner = el("table");
+      const ihead = el("tr");
+      for (const [h] of dcols) ihead.appendChild(el("th", {}, h));
+      inner.appendChild(ihead);
+      for (const d of s.per_device || []) {
+        const dr = el("tr");
+        for (const [, f] of dcols) dr.appendChild(el("td", {class: "num"}, f(d)));
+        inner.appendChild(dr);
+      }
+      td.appendChild(inner);
+      row.appendChild(td);
+      tr.after(row);
+    });
+    table.appendChild(tr);
+  }
+}
+
+document.getElementById("filter").value = ""; renderOps();
+      const row = document.getElementById("op-" + p.o.rank);
+      document.querySelectorAll("tr.found").forEach((e) => e.classList.remove("found"));
+      row.classList.add("found");
+      row.scrollIntoView({block: "center"});
+    });
+  }
+  box.appendChild(svg);
+  box.appendChild(el("p", {class: "muted"}, pts.length + " ops with FLOPs and bytes; area = time lost against the bound; hover for numbers, click to find the op."));
+}
+
+// --- scopes and steps ------------------------------------------------------------------
+function renderScopes() {
+  const groups = new Map();
+  for (const o of R.ops) {
+    const scope = (o.op_name || "(no op_name)").split("/").slice(0, 3).join("/");
+    const g = groups.get(scope) || {ops: 0, measured: 0, bound: 0, gap: 0};
+    g.ops += 1; g.measured += o.measured_us; g.bound += o.bound_us; g.gap += o.gap_us;
+    groups.set(scope, g);
+  }
+  const table = document.getElementById("scopes");
+  const head = el("tr");
+  for (const h of ["scope", "ops", "measured", "bound", "gap", "eff"]) head.appendChild(el("th", {}, h));
+  table.appendChild(head);
+  for (const [scope, g] of [...groups.entries()].sort((a, b) => b[1].gap - a[1].gap)) {
+    const tr = el("tr");
+    tr.appendChild(el("td", {}, scope));
+    for (const v of [String(g.ops), fmtUs(g.measured), fmtUs(g.bound), fmtUs(g.gap), pct(g.measured ? g.bound / g.measured : null)])
+      tr.appendChild(el("td", {class: "num"}, v));
+    table.appendChild(tr);
+  }
+}
+
+function renderSteps() {
+  const table = document.getElementById("steps");
+  if (!R.steps || !R.steps.length) { table.replaceWith(el("p", {class: "muted"}, "No steps in this profile.")); return; }
   const cols = [["step", (s) => String(s.step)], ["wall", (s) => fmtUs(s.wall_us)], ["busy", (s) => fmtUs(s.busy_us)],
     ["idle", (s) => fmtUs(s.idle_us)], ["measured", (s) => fmtUs(s.measured_us)], ["bound", (s) => fmtUs(s.bound_us)],
     ["exposed comm", (s) => fmtUs(s.exposed_comm_us)]];
@@ -268,6 +344,7 @@ class HtmlRenderer:
         data = document.to_dict(options.top)
         title = f"hlogap audit: {escape(document.path)}"
         header = escape("\n".join(header_lines(document)))
+        steps = escape("\n".join(steps_overview(document)[:2]))
         return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -283,6 +360,8 @@ class HtmlRenderer:
 <h2>By scope (op_name, 3 levels)</h2>
 <table id="scopes"></table>
 <h2>Steps</h2>
+<div class="header">{steps}</div>
+<p class="muted">Wall time, per step; idle and exposed time as shares of the devices' own step time. Click a step for its devices.</p>
 <table id="steps"></table>
 <script type="application/json" id="report">{_json_for_script(data)}</script>
 <script>{_SCRIPT}</script>

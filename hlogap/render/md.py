@@ -9,12 +9,15 @@ from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.render.text import (
     CHECK_ROWS,
     DIFF_COLUMNS,
+    STEP_COLUMNS,
     check_notes,
     diff_cells,
     diff_header,
     header_lines,
     more_line,
     multi_module,
+    step_cells,
+    steps_overview,
 )
 from hlogap.report.compare import Diff, DiffRow
 from hlogap.report.gate import CheckResult
@@ -29,7 +32,7 @@ class MarkdownRenderer:
 
     def render(self, document: Document, options: RenderOptions) -> str:
         if isinstance(document, AuditReport):
-            return _audit(document, options.top)
+            return _audit(document, options.top, options.steps)
         if isinstance(document, Diff):
             return "\n".join(["## hlogap diff", "", *_diff(document, options.top)]) + "\n"
         if isinstance(document, CheckResult):
@@ -44,7 +47,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _audit(report: AuditReport, top: int) -> str:
+def _audit(report: AuditReport, top: int, steps: bool) -> str:
     lines = ["## hlogap audit", ""]
     lines += [f"- {_cell(line)}" for line in header_lines(report)]
     if report.group_by:
@@ -62,17 +65,25 @@ def _audit(report: AuditReport, top: int) -> str:
         return "\n".join(lines) + "\n"
     lines += [
         "",
-        "| # | op | category | n | measured | bound | gap | eff | bound by | hint |",
-        "|---:|---|---|---:|---:|---:|---:|---:|---|---|",
+        "| # | op | category | n | measured | time | bound | gap | eff | bound by | hint |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     rows = report.ops if top <= 0 else report.ops[:top]
-    for rank, r in enumerate(rows, 1):
+    for rank, (r, (share, _)) in enumerate(zip(rows, report.shares(rows), strict=True), 1):
         hint = r.hints[0] if r.hints else ""
         lines.append(
             f"| {rank} | `{_cell(r.name)}` | {_cell(r.category)} | {r.occurrences} | "
-            f"{fmt_us(r.measured_us)} | {fmt_us(r.bound_us)} | {fmt_us(r.gap_us)} | "
-            f"{fmt_eff(r.efficiency)} | {r.bound_by} | {_cell(hint)} |"
+            f"{fmt_us(r.measured_us)} | {fmt_eff(share)} | {fmt_us(r.bound_us)} | "
+            f"{fmt_us(r.gap_us)} | {fmt_eff(r.efficiency)} | {r.bound_by} | {_cell(hint)} |"
         )
+    if steps:
+        lines += ["", *(f"- {_cell(line)}" for line in steps_overview(report)), ""]
+        lines += ["| " + " | ".join(STEP_COLUMNS) + " |", "|" + "---:|" * len(STEP_COLUMNS)]
+        shown = report.steps if top <= 0 else report.steps[:top]
+        for step in shown:
+            cells = step_cells(step)
+            lines.append("| " + " | ".join(cells[c] for c in STEP_COLUMNS) + " |")
+        lines += more_line(len(shown), len(report.steps), "--top 0 shows all", "steps")
     return "\n".join(lines) + "\n"
 
 

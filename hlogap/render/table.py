@@ -12,6 +12,7 @@ from hlogap.render.text import (
     CHECK_ROWS,
     DIFF_COLUMNS,
     DIFF_LEGEND,
+    STEP_COLUMNS,
     check_notes,
     cross_check_lines,
     diff_cells,
@@ -19,11 +20,12 @@ from hlogap.render.text import (
     header_lines,
     more_line,
     multi_module,
+    step_cells,
     steps_overview,
 )
 from hlogap.report.compare import Diff, DiffRow
 from hlogap.report.gate import CheckResult
-from hlogap.report.model import AuditReport, StepRow
+from hlogap.report.model import AuditReport
 from hlogap.units import fmt_eff, fmt_si, fmt_us
 
 if TYPE_CHECKING:  # Rich is imported on use: JSON output never loads its table machinery
@@ -271,28 +273,6 @@ def _groups(report: AuditReport, top: int) -> tuple[Table, list[str]]:
             fmt_eff(g.efficiency),
         )
     return table, more_line(len(rows), len(report.groups), "--top 0 shows all", "groups")
-
-
-STEP_COLUMNS = ("step", "start", "wall", "at bound", "skew", "idle", "coll", "host", "dev")
-
-
-def step_cells(s: StepRow) -> dict[str, str]:
-    """A step's cells: times are wall time, shares are of the devices' own step time."""
-
-    def share(value: float) -> str:
-        return fmt_eff(value / s.device_wall_us if s.device_wall_us > 0 else None)
-
-    return {
-        "step": str(s.step),
-        "start": fmt_us(s.start_us),
-        "wall": fmt_us(s.wall_us),
-        "at bound": "-" if s.bound_wall_us is None else fmt_us(s.bound_wall_us),
-        "skew": fmt_us(s.skew_us),
-        "idle": share(s.idle_us),
-        "coll": share(s.exposed_comm_us),
-        "host": share(s.exposed_host_us),
-        "dev": "-" if s.slowest_device is None else str(s.slowest_device),
-    }
 
 
 def _steps(report: AuditReport, top: int, width: int | None) -> tuple[Table, list[str]]:

@@ -6,7 +6,7 @@ import statistics
 
 from hlogap.report.compare import MATCH_METHODS, Diff, DiffRow
 from hlogap.report.gate import CheckResult
-from hlogap.report.model import AuditReport, steps_summary
+from hlogap.report.model import AuditReport, StepRow, steps_summary
 from hlogap.units import fmt_eff, fmt_si, fmt_us
 
 
@@ -106,8 +106,7 @@ def step_lines(report: AuditReport) -> list[str]:
         f"step: {fmt_us(median)} wall (median of {len(steps)}, {steps[0].source})"
         + (f", device start skew {fmt_us(skew)}" if report.devices > 1 else "")
         + (
-            f"; with every op at its bound {fmt_us(at_bound)}: step speedup "
-            f"{step_speedup:.2f}x"
+            f"; with every op at its bound {fmt_us(at_bound)}: step speedup {step_speedup:.2f}x"
             if isinstance(at_bound, float) and step_speedup
             else ""
         )
@@ -165,6 +164,28 @@ def steps_overview(report: AuditReport) -> list[str]:
         "idle, in exposed collectives, in exposed host transfers; dev: the device with the "
         "longest own step",
     ]
+
+
+STEP_COLUMNS = ("step", "start", "wall", "at bound", "skew", "idle", "coll", "host", "dev")
+
+
+def step_cells(s: StepRow) -> dict[str, str]:
+    """A step's cells: times are wall time, shares are of the devices' own step time."""
+
+    def share(value: float) -> str:
+        return fmt_eff(value / s.device_wall_us if s.device_wall_us > 0 else None)
+
+    return {
+        "step": str(s.step),
+        "start": fmt_us(s.start_us),
+        "wall": fmt_us(s.wall_us),
+        "at bound": "-" if s.bound_wall_us is None else fmt_us(s.bound_wall_us),
+        "skew": fmt_us(s.skew_us),
+        "idle": share(s.idle_us),
+        "coll": share(s.exposed_comm_us),
+        "host": share(s.exposed_host_us),
+        "dev": "-" if s.slowest_device is None else str(s.slowest_device),
+    }
 
 
 CHECK_ROWS = 15  # failing ops listed by `check` (one screen); JSON lists them all

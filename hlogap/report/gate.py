@@ -305,7 +305,8 @@ def run_check(diff: Diff, t: Thresholds) -> CheckResult:
 
 
 def _idle_share(report: AuditReport) -> float | None:
-    device_time = sum(s.wall_us * s.devices for s in report.steps)
+    """Percent of the devices' own step time spent idle (skew between devices is not idle)."""
+    device_time = sum(s.device_wall_us for s in report.steps)
     return sum(s.idle_us for s in report.steps) / device_time * 100 if device_time > 0 else None
 
 

@@ -84,7 +84,9 @@ class OpRow(Totals):
     def per_occurrence(self, total_us: float) -> float:
         return total_us / self.occurrences if self.occurrences > 0 else total_us
 
-    def to_dict(self, rank: int, share: float | None = None, cum_share: float | None = None) -> dict[str, object]:
+    def to_dict(
+        self, rank: int, share: float | None = None, cum_share: float | None = None
+    ) -> dict[str, object]:
         return {
             "rank": rank,
             "module": self.module,
@@ -334,7 +336,9 @@ class GroupRow(Totals):
     measured_us: float
     bound_us: float
 
-    def to_dict(self, rank: int, share: float | None = None, cum_share: float | None = None) -> dict[str, object]:
+    def to_dict(
+        self, rank: int, share: float | None = None, cum_share: float | None = None
+    ) -> dict[str, object]:
         return {
             "rank": rank,
             "name": self.name,

@@ -187,9 +187,7 @@ def step_totals(
                 sums["no_host_ps"][d] = covered
         sums["measured_ps"][d] = np.bincount(k, weights=self_ps[mine][inside], minlength=steps)
         leaf = self_ps[mine] == duration[mine]  # nothing nests inside it
-        sums["saving_ps"][d] = _saving(
-            d_start[leaf], d_end[leaf], at_bound[d_op[leaf]], lo, hi
-        )
+        sums["saving_ps"][d] = _saving(d_start[leaf], d_end[leaf], at_bound[d_op[leaf]], lo, hi)
         # Each occurrence counts in the step its first event starts in.
         at = occurrences[occurrence_device == d]
         step, inside = _step_of(trace.start_ps[at], window_start, window_end)

@@ -258,8 +258,7 @@ def audit(
         typer.Option(
             "--model-flops",
             metavar="N",
-            help="The model's FLOPs per step, whole program (e.g. 6 x params x tokens): "
-            "gives MFU.",
+            help="The model's FLOPs per step, whole program (e.g. 6 x params x tokens): gives MFU.",
         ),
     ] = None,
     wide: WideOpt = False,

@@ -162,43 +162,30 @@ class DeviceStep:
     start_us: float  # its first op start, from the profile's first op event
     wall_us: float  # its first op start to its last op end in the step
     busy_us: float  # time when at least one of its ops ran
+    idle_us: float  # wall_us - busy_us: waiting inside its own step
     exposed_comm_us: float  # time when a collective ran and no compute op did
     exposed_host_us: float  # time when only host transfers ran
     measured_us: float  # self time of its op events that started in the step (device time)
     bound_us: float  # the roofline bound of its occurrences that started in the step
     bound_wall_us: float  # its wall with every op at its bound (concurrency and gaps kept)
 
-    @property
-    def idle_us(self) -> float:
-        return max(self.wall_us - self.busy_us, 0.0)
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "device": self.device,
-            "start_us": self.start_us,
-            "wall_us": self.wall_us,
-            "busy_us": self.busy_us,
-            "idle_us": self.idle_us,
-            "exposed_comm_us": self.exposed_comm_us,
-            "exposed_host_us": self.exposed_host_us,
-            "measured_us": self.measured_us,
-            "bound_us": self.bound_us,
-            "bound_wall_us": self.bound_wall_us,
-        }
-
-    @classmethod
-    def from_dict(cls, raw: object, where: str) -> DeviceStep:
-        if not isinstance(raw, dict):
-            raise ValueError(f"{where} is not an object")
-        values = {
-            f.name: _number(raw.get(f.name, 0.0), f"{where}.{f.name}")
-            for f in fields(cls)
-            if f.name != "device"
-        }
-        return cls(device=int(_number(raw["device"], f"{where}.device")), **values)
+# A device's part of a step as the report keeps it: a tuple of these values (40 k steps on 4
+# devices are 160 k parts: objects and dicts are made only when asked for).
+DEVICE_STEP_KEYS = tuple(f.name for f in fields(DeviceStep))
+DeviceRow = tuple[float, ...]
 
 
-@dataclass(frozen=True)
+def _device_row(raw: object, where: str) -> DeviceRow:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where} is not an object")
+    return tuple(
+        int(_number(raw[k], f"{where}.{k}")) if k == "device" else _number(raw[k], f"{where}.{k}")
+        for k in DEVICE_STEP_KEYS
+    )
+
+
+@dataclass(slots=True)  # not frozen: its init sets 18 fields, for each of 40 k steps
 class StepRow:
     """A step: `wall_us`, `skew_us`, `bound_wall_us` are wall time; the other times are summed
     over the step's devices (device time)."""
@@ -222,7 +209,11 @@ class StepRow:
     # gaps and what ran at once (None: a report saved before it existed).
     bound_wall_us: float | None = None
     flops: float = 0.0  # device time: FLOPs of the occurrences that started in the step
-    per_device: tuple[DeviceStep, ...] = ()
+    device_rows: tuple[DeviceRow, ...] = ()  # per device: the values of DEVICE_STEP_KEYS
+
+    @property
+    def per_device(self) -> list[DeviceStep]:
+        return [DeviceStep(int(r[0]), *r[1:]) for r in self.device_rows]
 
     @property
     def gap_us(self) -> float:
@@ -265,9 +256,8 @@ class StepRow:
             slowest_device=None if slowest is None else int(_number(slowest, where)),
             bound_wall_us=None if bound_wall is None else _number(bound_wall, where),
             flops=_number(raw.get("flops", 0.0), f"{where}.flops"),
-            per_device=tuple(
-                DeviceStep.from_dict(d, f"{where}.per_device[{i}]")
-                for i, d in enumerate(per_device)
+            device_rows=tuple(
+                _device_row(d, f"{where}.per_device[{i}]") for i, d in enumerate(per_device)
             ),
             **values,
         )
@@ -291,7 +281,7 @@ class StepRow:
             "bound_us": self.bound_us,
             "gap_us": self.gap_us,
             "flops": self.flops,
-            "per_device": [d.to_dict() for d in self.per_device],
+            "per_device": [dict(zip(DEVICE_STEP_KEYS, r)) for r in self.device_rows],
         }
 
 
@@ -432,9 +422,14 @@ class AuditReport:
         """Median step wall now over the median step wall with every op at its bound (idle,
         skew and what runs at once kept). Never more than the op-time `speedup`: a step cannot
         gain more than its ops' time can (the two differ only where ops overlap)."""
-        summary = steps_summary(self.steps)
-        now, at_bound = summary["step_us"], summary["step_bound_us"]
-        if not isinstance(now, float) or not isinstance(at_bound, float) or at_bound <= 0:
+        bound_walls = [s.bound_wall_us for s in self.steps if s.bound_wall_us is not None]
+        if not self.steps or len(bound_walls) < len(self.steps):
+            return None
+        now, at_bound = (
+            statistics.median(s.wall_us for s in self.steps),
+            statistics.median(bound_walls),
+        )
+        if at_bound <= 0:
             return None
         op_time = self.speedup
         return min(now / at_bound, op_time) if op_time is not None else now / at_bound
@@ -470,8 +465,8 @@ class AuditReport:
     @property
     def mfu(self) -> float | None:
         """Model FLOPs utilisation: `--model-flops` per median step, per device, over the peak."""
-        step_us = steps_summary(self.steps)["step_us"]
-        if not self.model_flops or not isinstance(step_us, float) or step_us <= 0:
+        step_us = _median([s.wall_us for s in self.steps])
+        if not self.model_flops or step_us is None or step_us <= 0:
             return None
         return self._of_peak(self.model_flops / (step_us * 1e-6) / max(self.devices, 1))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from hlogap.hlo.opcodes import is_transfer
-from hlogap.report.model import DeviceStep, OpRow, StepRow
+from hlogap.report.model import OpRow, StepRow
 from hlogap.trace.model import OpKey, Step
 from hlogap.trace.steps import FIRST_NONE, OpStepCosts, StepTotals
 from hlogap.trace.summary import RunSummary
@@ -41,63 +41,115 @@ def op_step_costs(rows: list[OpRow]) -> OpStepCosts:
 
 def step_rows(run: RunSummary, steps: list[Step], totals: list[StepTotals]) -> list[StepRow]:
     """One row per step from every host's `StepTotals` (stacked in host order: a row of the
-    stack is a device of the run)."""
+    stack is a device of the run). Whole columns at a time: 40 k steps on 4 devices are 160 k
+    device parts."""
     if not steps or not totals or run.origin_ps is None or not run.times.devices:
         return []
     t = totals[0]
     for more in totals[1:]:
         t = t.stacked(more)
     origin = min(run.origin_ps, min(s.start_ps for s in steps))  # the profile's first event
-    rows: list[StepRow] = []
-    for k, s in enumerate(steps):
-        ran = np.flatnonzero(t.first_ps[:, k] != FIRST_NONE)
-        first, last = t.first_ps[ran, k], t.last_ps[ran, k]
-        wall = (last - first) / 1e6
-        busy = t.busy_ps[ran, k] / 1e6
-        compute, no_host = t.compute_ps[ran, k] / 1e6, t.no_host_ps[ran, k] / 1e6
-        bound_wall = np.maximum(wall - t.saving_ps[ran, k] / 1e6, 0.0)
-        per_device = tuple(
-            DeviceStep(
-                device=int(d),
-                start_us=(int(first[i]) - origin) / 1e6,
-                wall_us=float(wall[i]),
-                busy_us=float(busy[i]),
-                exposed_comm_us=float(no_host[i] - compute[i]),
-                exposed_host_us=float(busy[i] - no_host[i]),
-                measured_us=float(t.measured_ps[d, k]) / 1e6,
-                bound_us=float(t.bound_us[d, k]),
-                bound_wall_us=float(bound_wall[i]),
-            )
-            for i, d in enumerate(ran.tolist())
+    ran = t.first_ps != FIRST_NONE  # (devices, steps)
+    first = np.where(ran, t.first_ps, 0)
+    wall = np.where(ran, t.last_ps - first, 0) / 1e6
+    busy = np.where(ran, t.busy_ps, 0.0) / 1e6
+    no_host, compute = t.no_host_ps / 1e6, t.compute_ps / 1e6
+    exposed_comm = np.where(ran, no_host - compute, 0.0)
+    exposed_host = np.where(ran, busy - no_host, 0.0)
+    idle = np.maximum(wall - busy, 0.0)
+    bound_wall = np.where(ran, np.maximum(wall - t.saving_ps / 1e6, 0.0), 0.0)
+    step_start = np.array([s.start_ps for s in steps], dtype=np.int64)
+    step_wall = np.array([s.end_ps - s.start_ps for s in steps], dtype=np.float64) / 1e6
+    # The step ends with its last device: at the bound, each device's own end moves earlier by
+    # what it saves (time in the window after every device is kept).
+    offset = (first - step_start) / 1e6
+    none = np.where(ran, 0.0, -np.inf)
+    ends_now, ends_at_bound = (
+        (offset + wall + none).max(axis=0),
+        (offset + bound_wall + none).max(axis=0),
+    )
+    any_ran = ran.any(axis=0)
+    step_bound = np.where(any_ran, step_wall - (ends_now - ends_at_bound), step_wall)
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    skew = np.where(
+        any_ran, np.where(ran, first, small).max(axis=0) - np.where(ran, first, big).min(axis=0), 0
+    )
+    slowest = np.where(ran, wall, -1.0).argmax(axis=0)
+    # Each device part as one row of values (DEVICE_STEP_KEYS), steps in order, devices in
+    # order within a step: rows zipped from whole columns, then cut per step.
+    step_of, device_of = np.nonzero(ran.T)
+    rows = list(
+        zip(
+            device_of.tolist(),
+            ((first[device_of, step_of] - origin) / 1e6).tolist(),
+            *(
+                column[device_of, step_of].tolist()
+                for column in (
+                    wall,
+                    busy,
+                    idle,
+                    exposed_comm,
+                    exposed_host,
+                    t.measured_ps / 1e6,
+                    t.bound_us,
+                    bound_wall,
+                )
+            ),
+            strict=True,
         )
-        step_wall = (s.end_ps - s.start_ps) / 1e6
-        if len(ran):
-            # The step ends with its last device: at the bound, with each device's own end
-            # moved earlier by what it saves (time in the window after every device is kept).
-            ends_now = (first - s.start_ps) / 1e6 + wall
-            ends_at_bound = (first - s.start_ps) / 1e6 + bound_wall
-            step_bound = step_wall - (float(ends_now.max()) - float(ends_at_bound.max()))
-        else:
-            step_bound = step_wall
-        rows.append(
-            StepRow(
-                step=s.number,
-                source=s.source,
-                start_us=(s.start_ps - origin) / 1e6,
-                wall_us=step_wall,
-                devices=len(ran),
-                busy_us=float(busy.sum()),
-                measured_us=float(t.measured_ps[:, k].sum()) / 1e6,
-                bound_us=float(t.bound_us[:, k].sum()),
-                exposed_comm_us=sum(d.exposed_comm_us for d in per_device),
-                exposed_host_us=sum(d.exposed_host_us for d in per_device),
-                idle_us=sum(d.idle_us for d in per_device),
-                device_wall_us=float(wall.sum()),
-                skew_us=float(first.max() - first.min()) / 1e6 if len(ran) else 0.0,
-                slowest_device=int(ran[int(np.argmax(wall))]) if len(ran) else None,
-                bound_wall_us=max(step_bound, 0.0),
-                flops=float(t.flops[:, k].sum()),
-                per_device=per_device,
-            )
+    )
+    cut = np.concatenate([[0], np.cumsum(ran.sum(axis=0))]).tolist()
+    columns = zip(
+        steps,
+        step_wall.tolist(),
+        ran.sum(axis=0).tolist(),
+        busy.sum(axis=0).tolist(),
+        (t.measured_ps.sum(axis=0) / 1e6).tolist(),
+        t.bound_us.sum(axis=0).tolist(),
+        exposed_comm.sum(axis=0).tolist(),
+        exposed_host.sum(axis=0).tolist(),
+        idle.sum(axis=0).tolist(),
+        wall.sum(axis=0).tolist(),
+        (skew / 1e6).tolist(),
+        np.where(any_ran, slowest, -1).tolist(),
+        np.maximum(step_bound, 0.0).tolist(),
+        t.flops.sum(axis=0).tolist(),
+        strict=True,
+    )
+    return [
+        StepRow(
+            step=s.number,
+            source=s.source,
+            start_us=(s.start_ps - origin) / 1e6,
+            wall_us=step_wall_us,
+            devices=n,
+            busy_us=busy_us,
+            measured_us=measured_us,
+            bound_us=bound_us,
+            exposed_comm_us=comm_us,
+            exposed_host_us=host_us,
+            idle_us=idle_us,
+            device_wall_us=device_wall_us,
+            skew_us=skew_us,
+            slowest_device=device if device >= 0 else None,
+            bound_wall_us=bound_wall_us,
+            flops=flops,
+            device_rows=tuple(rows[cut[k] : cut[k + 1]]),
         )
-    return rows
+        for k, (
+            s,
+            step_wall_us,
+            n,
+            busy_us,
+            measured_us,
+            bound_us,
+            comm_us,
+            host_us,
+            idle_us,
+            device_wall_us,
+            skew_us,
+            device,
+            bound_wall_us,
+            flops,
+        ) in enumerate(columns)
+    ]

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Capture what a person sees: audit, diff and check in a real terminal (tmux) at 80 and 200
+# Capture what a person sees: audit, audit --steps, diff and check in a real terminal (tmux) at 80 and 200
 # columns, written to tests/terminal/<command>-<columns>.txt (tests/test_terminal.py reads them).
 # Needs tmux (apt-get install tmux) and the project's .venv.
 set -e
@@ -12,9 +12,10 @@ printf 'name = "testcpu"\n[peak_flops]\nf32 = 1.0e11\nbf16 = 1.0e11\n[memory]\nh
 BASE=$(mktemp --suffix=.json)
 .venv/bin/hlogap audit tests/fixtures/mlp --chip "$CHIP" --format json --top 0 -o "$BASE"
 for cols in 80 200; do
-  for cmd in audit diff check; do
+  for cmd in audit steps diff check; do
     case $cmd in
       audit) args="audit tests/fixtures/mlp_train --chip $CHIP --top 8" ;;
+      steps) args="audit tests/fixtures/sharded_train --chip $CHIP --top 4 --steps" ;;
       diff) args="diff tests/fixtures/mlp tests/fixtures/mlp_shifted --chip $CHIP" ;;
       check) args="check tests/fixtures/mlp_rerun --baseline $BASE --chip $CHIP" ;;
     esac

@@ -15,7 +15,7 @@ from tests.conftest import FIXTURES
 CAPTURES = Path(__file__).parent / "terminal"
 
 
-@pytest.mark.parametrize("command", ["audit", "diff", "check"])
+@pytest.mark.parametrize("command", ["audit", "steps", "diff", "check"])
 @pytest.mark.parametrize("columns", [80, 200])
 def test_every_op_is_one_line_that_fits(command: str, columns: int) -> None:
     lines = (CAPTURES / f"{command}-{columns}.txt").read_text().splitlines()

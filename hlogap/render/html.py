@@ -26,7 +26,7 @@ th { text-align: left; background: #f4f4f4; position: sticky; top: 0; cursor: po
      user-select: none; white-space: nowrap; }
 th.sorted::after { content: attr(data-dir); color: #888; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-tr.op:hover { background: #f7f9ff; } tr.op { cursor: pointer; }
+tr.op:hover, tr.step:hover { background: #f7f9ff; } tr.op, tr.step { cursor: pointer; }
 tr.found { background: #fff3c4; }
 tr.detail td { background: #fafafa; font-size: 12.5px; }
 tr.detail pre { white-space: pre-wrap; margin: 0.4em 0; max-width: 110em; }
@@ -245,7 +245,7 @@ function renderSteps() {
   for (const [h] of cols) head.appendChild(el("th", {}, h));
   table.appendChild(head);
   for (const s of R.steps) {
-    const tr = el("tr", {class: "op"});
+    const tr = el("tr", {class: "step"});
     for (const [, f] of cols) tr.appendChild(el("td", {class: "num"}, f(s)));
     tr.addEventListener("click", () => {
       const next = tr.nextElementSibling;
@@ -265,55 +265,6 @@ function renderSteps() {
       row.appendChild(td);
       tr.after(row);
     });
-    table.appendChild(tr);
-  }
-}
-
-document.getElementById("filter").value = ""; renderOps();
-      const row = document.getElementById("op-" + p.o.rank);
-      document.querySelectorAll("tr.found").forEach((e) => e.classList.remove("found"));
-      row.classList.add("found");
-      row.scrollIntoView({block: "center"});
-    });
-  }
-  box.appendChild(svg);
-  box.appendChild(el("p", {class: "muted"}, pts.length + " ops with FLOPs and bytes; area = time lost against the bound; hover for numbers, click to find the op."));
-}
-
-// --- scopes and steps ------------------------------------------------------------------
-function renderScopes() {
-  const groups = new Map();
-  for (const o of R.ops) {
-    const scope = (o.op_name || "(no op_name)").split("/").slice(0, 3).join("/");
-    const g = groups.get(scope) || {ops: 0, measured: 0, bound: 0, gap: 0};
-    g.ops += 1; g.measured += o.measured_us; g.bound += o.bound_us; g.gap += o.gap_us;
-    groups.set(scope, g);
-  }
-  const table = document.getElementById("scopes");
-  const head = el("tr");
-  for (const h of ["scope", "ops", "measured", "bound", "gap", "eff"]) head.appendChild(el("th", {}, h));
-  table.appendChild(head);
-  for (const [scope, g] of [...groups.entries()].sort((a, b) => b[1].gap - a[1].gap)) {
-    const tr = el("tr");
-    tr.appendChild(el("td", {}, scope));
-    for (const v of [String(g.ops), fmtUs(g.measured), fmtUs(g.bound), fmtUs(g.gap), pct(g.measured ? g.bound / g.measured : null)])
-      tr.appendChild(el("td", {class: "num"}, v));
-    table.appendChild(tr);
-  }
-}
-
-function renderSteps() {
-  const table = document.getElementById("steps");
-  if (!R.steps || !R.steps.length) { table.replaceWith(el("p", {class: "muted"}, "No steps in this profile.")); return; }
-  const cols = [["step", (s) => String(s.step)], ["wall", (s) => fmtUs(s.wall_us)], ["busy", (s) => fmtUs(s.busy_us)],
-    ["idle", (s) => fmtUs(s.idle_us)], ["measured", (s) => fmtUs(s.measured_us)], ["bound", (s) => fmtUs(s.bound_us)],
-    ["exposed comm", (s) => fmtUs(s.exposed_comm_us)]];
-  const head = el("tr");
-  for (const [h] of cols) head.appendChild(el("th", {}, h));
-  table.appendChild(head);
-  for (const s of R.steps) {
-    const tr = el("tr");
-    for (const [, f] of cols) tr.appendChild(el("td", {class: "num"}, f(s)));
     table.appendChild(tr);
   }
 }
@@ -361,7 +312,7 @@ class HtmlRenderer:
 <table id="scopes"></table>
 <h2>Steps</h2>
 <div class="header">{steps}</div>
-<p class="muted">Wall time, per step; idle and exposed time as shares of the devices' own step time. Click a step for its devices.</p>
+<p class="muted">Wall time per step; idle and exposed time as shares of the devices' own step time. Click a step for its devices.</p>
 <table id="steps"></table>
 <script type="application/json" id="report">{_json_for_script(data)}</script>
 <script>{_SCRIPT}</script>

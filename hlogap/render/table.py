@@ -140,7 +140,7 @@ OP_COLUMNS: tuple[tuple[str, str], ...] = (
     ("why", "left"),
 )
 # Dropped in this order when the terminal is too narrow for every column.
-DROP_FIRST = ("category", "bound", "n", "bound by")
+DROP_FIRST = ("category", "bound", "n", "bound by", "time")
 MIN_OP, MIN_WHY = 16, 24
 
 

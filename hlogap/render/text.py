@@ -102,9 +102,15 @@ def step_lines(report: AuditReport) -> list[str]:
     assert isinstance(median, float) and isinstance(skew, float)
     at_bound = summary["step_bound_us"]
     step_speedup = report.step_speedup
+    span = summary["device_span_fraction"]
     first = (
         f"step: {fmt_us(median)} wall (median of {len(steps)}, {steps[0].source})"
         + (f", device start skew {fmt_us(skew)}" if report.devices > 1 else "")
+        + (
+            f", devices run ops over {fmt_eff(span)} of it"
+            if isinstance(span, float) and span < 0.995
+            else ""
+        )
         + (
             f"; with every op at its bound {fmt_us(at_bound)}: step speedup {step_speedup:.2f}x"
             if isinstance(at_bound, float) and step_speedup
@@ -113,7 +119,9 @@ def step_lines(report: AuditReport) -> list[str]:
     )
     lines = [
         first,
-        f"each device's step time: {share('at_bound_us')} at the roofline bound, "
+        f"each device's step time: {share('at_bound_us')} at the roofline bound"
+        + (" or unmodeled" if (report.modeled_fraction or 0.0) < 0.995 else "")
+        + ", "
         f"{share('lost_in_ops_us')} lost in ops, {share('idle_us')} idle; exposed: "
         f"collectives {share('exposed_comm_us')}, host transfers {share('exposed_host_us')}",
     ]

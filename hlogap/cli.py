@@ -228,7 +228,9 @@ def audit(
     host: Annotated[str | None, typer.Option(help="Only this host's file.")] = None,
     device: Annotated[int | None, typer.Option(help="Only this device ordinal.")] = None,
     module: Annotated[str | None, typer.Option(help="Only modules matching REGEX.")] = None,
-    sort: Annotated[str, typer.Option(help="gap, measured or efficiency.")] = "gap",
+    sort: Annotated[
+        str, typer.Option(help="gap, measured (largest first) or efficiency (lowest first).")
+    ] = "gap",
     hlo_dump: Annotated[
         Path | None,
         typer.Option("--hlo-dump", help="Directory of XLA HLO text dumps (--xla_dump_to)."),

@@ -265,3 +265,67 @@ def test_concurrent_ops_shrink_no_further_than_the_slowest_of_them() -> None:
         if running and window:
             expected[window[0]] += (b - a) * (1 - max(running))
     assert got.tolist() == pytest.approx(expected)
+
+
+def test_utilisation_shares_and_sort(cpu_chip_file: Path, tmp_path: Path) -> None:
+    """HFU is the ops' FLOPs over the steps' wall time, devices and the peak; MFU takes the
+    user's model FLOPs; shares add up in the rows' order; `--sort efficiency` starts with the
+    least efficient op."""
+    report = audit(FIXTURES / "mlp", str(cpu_chip_file), model_flops=2e8, sort="efficiency")
+    # Every op of the mlp fixture runs inside a step: the steps' FLOPs are the ops' own.
+    flops = sum(r.flops * r.occurrences for r in report.ops)
+    assert sum(s.flops for s in report.steps) == pytest.approx(flops)
+    device_seconds = sum(s.wall_us * s.devices for s in report.steps) * 1e-6
+    summary = report.summary_dict()
+    assert summary["flops_per_s"] == pytest.approx(flops / device_seconds)
+    assert summary["flops_dtype"] == "f32"
+    assert summary["hfu"] == pytest.approx(flops / device_seconds / 1e11)  # the test chip's f32
+    step_s = summary["step_us"] * 1e-6  # type: ignore[operator]
+    assert summary["mfu"] == pytest.approx(2e8 / step_s / 1e11)
+    effs = [r.efficiency for r in report.ops]
+    assert effs == sorted(effs)  # type: ignore[type-var]
+    doc = report.to_dict(0)
+    rows = doc["ops"]
+    assert isinstance(rows, list)
+    assert sum(r["share"] for r in rows) == pytest.approx(1.0)
+    running = 0.0
+    for r in rows:
+        running += r["share"]
+        assert r["cum_share"] == pytest.approx(running)
+
+
+def test_a_saved_report_keeps_the_devices_and_a_version_2_one_still_reads(
+    cpu_chip_file: Path, tmp_path: Path
+) -> None:
+    import json
+
+    from hlogap import load_report
+
+    report = audit(FIXTURES / "sharded_train", str(cpu_chip_file))
+    saved = tmp_path / "r.json"
+    saved.write_text(json.dumps(report.to_dict(0)))
+    loaded = load_report(saved)
+    assert loaded.steps == report.steps
+    assert loaded.steps[0].per_device == report.steps[0].per_device
+    assert len(loaded.steps[0].per_device) == 8
+    assert loaded.summary_dict() == pytest.approx(report.summary_dict())
+    # A version-2 report: no device parts; its idle was `wall * devices - busy`.
+    old = report.to_dict(0)
+    old["schema"] = "hlogap.audit/2"
+    for step in old["steps"]:  # type: ignore[union-attr]
+        for key in ("per_device", "device_wall_us", "skew_us", "slowest_device", "bound_wall_us"):
+            del step[key]
+        step["idle_us"] = step["wall_us"] * step["devices"] - step["busy_us"]
+    saved.write_text(json.dumps(old))
+    v2 = load_report(saved)
+    first = v2.steps[0]
+    assert first.per_device == [] and first.bound_wall_us is None
+    assert first.device_wall_us == pytest.approx(first.wall_us * first.devices)
+    assert v2.step_speedup is None
+
+
+def test_model_flops_must_be_positive(cpu_chip_file: Path) -> None:
+    from hlogap.errors import UsageError
+
+    with pytest.raises(UsageError, match="--model-flops"):
+        audit(FIXTURES / "mlp", str(cpu_chip_file), model_flops=-1.0)

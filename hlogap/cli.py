@@ -454,6 +454,54 @@ def bound(
 
 
 @app.command()
+def memory(
+    path: Annotated[
+        str,
+        typer.Argument(
+            metavar="PATH", help="TensorBoard logdir, run directory, .xplane.pb, or a URL."
+        ),
+    ],
+    chip: ChipOpt = None,
+    top: TopOpt = 20,
+    fmt: PlainFormat = None,
+    output: OutputOpt = None,
+    run: Annotated[str | None, typer.Option(help="Run name; default: newest.")] = None,
+    host: Annotated[str | None, typer.Option(help="Only this host's file.")] = None,
+    device: Annotated[int | None, typer.Option(help="Only this device ordinal.")] = None,
+    module: Annotated[str | None, typer.Option(help="Only modules matching REGEX.")] = None,
+    wide: WideOpt = False,
+) -> None:
+    """What holds each program's memory at its peak: arguments, outputs, temporaries, donated
+    buffers, the buffers live at the peak, and the headroom on the device (docs/memory.md).
+
+    \b
+    Examples:
+      hlogap memory /tmp/tensorboard --top 10
+      hlogap memory run_dir/ --format json | jq '.memory.modules[0].peak_bytes'
+    """
+    from hlogap.pipeline import audit as run_audit
+    from hlogap.render.base import MemoryView, choose_format
+
+    choose_format("memory", fmt, output)
+    target = _file_target(output)
+    if target is not None:
+        from hlogap.files import check_output
+
+        check_output(target)
+    with _Progress() as progress:
+        report = run_audit(
+            path, chip, run=run, host=host, device=device, module=module, progress=progress
+        )
+    if target is not None:
+        from hlogap.source import refuse_to_overwrite
+
+        refuse_to_overwrite(
+            target, [*report.files, *([chip] if chip and Path(chip).is_file() else [])]
+        )
+    _write(MemoryView(report), "memory", fmt, output, top, False, wide)
+
+
+@app.command()
 def chips(fmt: PlainFormat = None) -> None:
     """The chips hlogap knows: peaks, bandwidths, ridge points, and where each figure comes from.
 

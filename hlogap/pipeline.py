@@ -10,6 +10,7 @@ import numpy as np
 
 from hlogap.chips import Chip, detect_chip, load_chip
 from hlogap.errors import InputError, UsageError
+from hlogap.memory.static import memory_section
 from hlogap.report.groups import DEFAULT_DEPTH, GROUP_KEYS, group_rows
 from hlogap.report.model import SORT_KEYS, AuditReport, ChipSource, load_json, sort_rows
 from hlogap.source import ProfileSource, find_profile, is_url, regular_file
@@ -174,6 +175,8 @@ def _audit_hosts(
         ]
 
     rows = op_rows(run, modules, the_chip, dump_dir, pairs_on_hosts)
+    ran = {(o.key.module, o.key.program_id) for o, n in zip(run.ops, run.times.events) if n > 0}
+    memory, memory_warnings = memory_section(modules, ran, the_chip.hbm_bytes)
     steps = run.steps
     dominant: str | None = None
     if not steps and run.module_ps:
@@ -200,7 +203,8 @@ def _audit_hosts(
         devices=run.times.devices,
         events=int(run.times.events.sum()),
         ops=rows,
-        warnings=list(run.warnings),
+        warnings=[*run.warnings, *memory_warnings],
+        memory=memory,
     )
     report.host_skew = host_skew(run, rows, step_table, totals) or None
     return report

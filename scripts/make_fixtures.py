@@ -9,7 +9,7 @@ Layout written per program (the directory is replaced wholesale on every run)::
 
     tests/fixtures/<program>/plugins/profile/<RUN_NAME>/<host>.xplane.pb  (trace.json.gz deleted)
     tests/fixtures/<program>/oracle.json       jax version, XLA_FLAGS, iterations, devices; per
-                                               module: name, program_id, cost_analysis, executions
+                                               module: name, program_id, cost_analysis, memory_analysis, executions
     tests/fixtures/<program>/<module>.hlo.txt  compiled.as_text(): the optimized HLO
     tests/fixtures/<program>/dump/*after_optimizations.txt  (DUMP_PROGRAMS only; --xla_dump_to)
 
@@ -100,6 +100,9 @@ DUMP_PLACEHOLDER = "<dump_dir>"
 
 # A module to run: (python function, example arguments). jit'd and compiled in the child.
 Module = tuple[Callable[..., Any], tuple[Any, ...]]
+# Arguments each program donates (`jax.jit(..., donate_argnums=...)`), by function name: a donated
+# input's buffer becomes an output's, and every call gets fresh copies of its inputs.
+DONATED: dict[str, tuple[int, ...]] = {"mem_donate": (0,)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -574,6 +577,55 @@ def build_point_scatter() -> list[Module]:
     return [(point_scatter, (_f32(rng, 1024, 256), rows, _f32(rng, 4, 256)))]
 
 
+def build_mem_donate() -> list[Module]:
+    """A training step that donates its parameters: XLA writes the new ones in place."""
+    import jax
+    import jax.numpy as jnp
+
+    def mem_donate(params: Any, x: Any, y: Any) -> Any:
+        def loss(p: Any) -> Any:
+            w1, b1, w2, b2 = p
+            h = jax.nn.gelu(x @ w1 + b1, approximate=True)
+            return jnp.mean((h @ w2 + b2 - y) ** 2)
+
+        value, grads = jax.value_and_grad(loss)(params)
+        return tuple(p - 0.01 * g for p, g in zip(params, grads, strict=True)), value
+
+    rng = _rng()
+    return [(mem_donate, (_mlp_params(rng), _f32(rng, 64, 512), _f32(rng, 64, 512)))]
+
+
+def build_mem_remat() -> list[Module]:
+    """The gradient of a scanned stack of layers whose activations are recomputed (remat)."""
+    import jax
+    import jax.numpy as jnp
+
+    def mem_remat(ws: Any, x: Any) -> Any:
+        @jax.checkpoint
+        def layer(h: Any, w: Any) -> Any:
+            return jnp.tanh(h @ w), None
+
+        def loss(ws: Any) -> Any:
+            h, _ = jax.lax.scan(layer, x, ws)
+            return jnp.sum(h**2)
+
+        return jax.grad(loss)(ws)
+
+    rng = _rng()
+    return [(mem_remat, (_f32(rng, 8, 256, 256, scale=0.05), _f32(rng, 128, 256)))]
+
+
+def build_mem_temp() -> list[Module]:
+    """A large temporary: a 2048 x 2048 product that only a column reduction keeps."""
+
+    def mem_temp(a: Any, b: Any) -> Any:
+        y = a @ b
+        return (y * y).sum(axis=0) + y.max(axis=0)
+
+    rng = _rng()
+    return [(mem_temp, (_f32(rng, 2048, 128), _f32(rng, 128, 2048)))]
+
+
 PROGRAMS: dict[str, Callable[[], list[Module]]] = {
     "mlp": build_mlp,
     "mlp_rerun": build_mlp,
@@ -601,6 +653,9 @@ PROGRAMS: dict[str, Callable[[], list[Module]]] = {
     "sort_multi": build_sort_multi,
     "segment_sum": build_segment_sum,
     "point_scatter": build_point_scatter,
+    "mem_donate": build_mem_donate,
+    "mem_remat": build_mem_remat,
+    "mem_temp": build_mem_temp,
 }
 
 
@@ -653,16 +708,47 @@ def scalar_costs(raw: Any) -> dict[str, float]:
     }
 
 
+MEMORY_KEYS = (
+    "argument_size_in_bytes",
+    "output_size_in_bytes",
+    "alias_size_in_bytes",
+    "temp_size_in_bytes",
+    "generated_code_size_in_bytes",
+    "peak_memory_in_bytes",
+)
+
+
+def memory_stats(stats: Any) -> dict[str, int]:
+    """``memory_analysis()`` (XLA's CompiledMemoryStats) as a dict of its byte counts."""
+    return {k: int(getattr(stats, k)) for k in MEMORY_KEYS if hasattr(stats, k)}
+
+
 def run_program(name: str, out_root: Path, dump_dir: Path | None) -> None:
     import jax
+    import numpy as np
 
     modules = PROGRAMS[name]()
-    compiled = [jax.jit(fn).lower(*args).compile() for fn, args in modules]
-    jitted = [jax.jit(fn) for fn, _ in modules]
+
+    def options(fn: Callable[..., Any]) -> dict[str, Any]:
+        donated = DONATED.get(fn.__name__)
+        return {"donate_argnums": donated} if donated else {}
+
+    compiled = [jax.jit(fn, **options(fn)).lower(*args).compile() for fn, args in modules]
+    jitted = [jax.jit(fn, **options(fn)) for fn, _ in modules]
+
+    def inputs(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, ...]:
+        # A donated input is consumed by its call: each call gets copies (through numpy, so no
+        # helper module is compiled), made before the trace starts.
+        if not options(fn):
+            return args
+        fresh: tuple[Any, ...] = jax.tree.map(lambda a: jax.device_put(np.asarray(a)), args)
+        return fresh
+
+    calls = [[inputs(fn, args) for _ in range(ITERATIONS + 1)] for fn, args in modules]
     # Warm up outside the trace and wait, so no execution straddles the trace start. Calling the
     # jitted function reuses the executable compiled above (one module per function in the trace).
-    for fn, (_, args) in zip(jitted, modules, strict=True):
-        jax.block_until_ready(fn(*args))
+    for fn, per_call in zip(jitted, calls, strict=True):
+        jax.block_until_ready(fn(*per_call[ITERATIONS]))
 
     target = out_root / name
     options = jax.profiler.ProfileOptions()
@@ -673,8 +759,8 @@ def run_program(name: str, out_root: Path, dump_dir: Path | None) -> None:
             # launch (the device idles through it), so steps and idle time have real data.
             with jax.profiler.StepTraceAnnotation("train", step_num=step):
                 time.sleep(HOST_GAP_S)
-                for fn, (_, args) in zip(jitted, modules, strict=True):
-                    jax.block_until_ready(fn(*args))
+                for fn, per_call in zip(jitted, calls, strict=True):
+                    jax.block_until_ready(fn(*per_call[step]))
 
     for derived in target.glob("plugins/profile/*/*.trace.json.gz"):
         derived.unlink()
@@ -690,6 +776,7 @@ def run_program(name: str, out_root: Path, dump_dir: Path | None) -> None:
                 "module": module,
                 "program_id": hlo_module_id(hlo_module.as_serialized_hlo_module_proto()),
                 "cost_analysis": scalar_costs(exe.cost_analysis()),
+                "memory_analysis": memory_stats(exe.memory_analysis()),
                 "executions": ITERATIONS,
                 "hlo_text": f"{module}.hlo.txt",
             }

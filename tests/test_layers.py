@@ -28,6 +28,7 @@ STAGES = [
     {"trace"},
     {"executors"},  # where hosts' timelines are read and reduced: this machine or a cluster
     {"hlo"},
+    {"memory"},  # a module's buffers (its buffer assignment), beside its costs
     {"cost"},
     {"chips"},
     {"bounds"},

@@ -20,7 +20,7 @@ from hlogap.report.compare import Diff
 from hlogap.report.gate import CheckResult
 from hlogap.report.model import AuditReport
 
-DocumentKind = Literal["audit", "diff", "check", "chips", "bound"]
+DocumentKind = Literal["audit", "diff", "check", "chips", "bound", "memory"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,24 @@ class ChipList:
         return {"schema": "hlogap.chips/1", "chips": [c.to_dict() for c in self.chips]}
 
 
-Document = AuditReport | Diff | CheckResult | ChipList | InstructionBound
+@dataclass(frozen=True)
+class MemoryView:
+    """`hlogap memory`: the memory of an audited profile, as a document of its own."""
+
+    report: AuditReport
+
+    def to_dict(self, top: int = 0) -> dict[str, object]:
+        r = self.report
+        return {
+            "schema": "hlogap.memory/1",
+            "source": {"path": r.path, "run": r.run, "files": r.files, "hosts": r.hosts},
+            "chip": r.chip_dict(),
+            "memory": r.memory.to_dict(top) if r.memory else None,
+            "warnings": [w for w in r.warnings if w.startswith("memory:")],
+        }
+
+
+Document = AuditReport | Diff | CheckResult | ChipList | InstructionBound | MemoryView
 
 
 def kind_of(document: Document) -> DocumentKind:
@@ -45,6 +62,8 @@ def kind_of(document: Document) -> DocumentKind:
         return "check"
     if isinstance(document, ChipList):
         return "chips"
+    if isinstance(document, MemoryView):
+        return "memory"
     return "bound"
 
 

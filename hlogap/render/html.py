@@ -269,11 +269,57 @@ function renderSteps() {
   }
 }
 
+// --- memory: each module's static peak, its live temporaries over program order ------------
+function renderMemory() {
+  const box = document.getElementById("memory");
+  const M = R.memory;
+  if (!M || !M.modules || !M.modules.length) { box.appendChild(el("p", {class: "muted"}, "No buffer assignment in this profile.")); return; }
+  const NS = "http://www.w3.org/2000/svg";
+  for (const m of [...M.modules].sort((a, b) => b.peak_bytes - a.peak_bytes)) {
+    const cap = M.capacity_bytes ? `, ${pct(m.peak_bytes / M.capacity_bytes)} of ${si(M.capacity_bytes, "B")}` : "";
+    box.appendChild(el("h3", {}, `${m.module}: static peak ${si(m.peak_bytes, "B")}${cap}`));
+    box.appendChild(el("p", {class: "muted"}, `arguments ${si(m.arguments_bytes, "B")} + outputs ${si(m.outputs_bytes, "B")} + temporaries ${si(m.temporaries_bytes, "B")} - aliased (donated) ${si(m.aliased_bytes, "B")}`));
+    const curve = m.live_curve || [];
+    if (curve.length > 1) {
+      const W = 700, H = 140, L = 70, B = 20, top = Math.max(...curve) || 1;
+      const svg = document.createElementNS(NS, "svg");
+      svg.setAttribute("width", W); svg.setAttribute("height", H); svg.setAttribute("class", "memory-curve");
+      const line = document.createElementNS(NS, "polyline");
+      line.setAttribute("points", curve.map((v, i) => `${(L + (W - L - 10) * i / (curve.length - 1)).toFixed(1)},${(H - B - (H - B - 10) * v / top).toFixed(1)}`).join(" "));
+      line.setAttribute("fill", "none"); line.setAttribute("stroke", "#d8572a"); line.setAttribute("stroke-width", "1.5");
+      svg.appendChild(line);
+      for (const [y, text] of [[10, si(top, "B")], [H - B, "0 B"]]) {
+        const t = document.createElementNS(NS, "text");
+        t.setAttribute("x", 4); t.setAttribute("y", y + 4); t.setAttribute("font-size", "11"); t.textContent = text;
+        svg.appendChild(t);
+      }
+      const t = document.createElementNS(NS, "text");
+      t.setAttribute("x", L); t.setAttribute("y", H - 4); t.setAttribute("font-size", "11");
+      t.textContent = "live temporaries over the program (heap simulator events, in order)";
+      svg.appendChild(t);
+      box.appendChild(svg);
+    }
+    const table = el("table");
+    const head = el("tr");
+    for (const h of ["#", "buffer", "kind", "bytes", "share", "shape", "source"]) head.appendChild(el("th", {}, h));
+    table.appendChild(head);
+    m.at_peak.slice(0, 10).forEach((b, i) => {
+      const tr = el("tr");
+      for (const [v, num] of [[String(i + 1), true], [b.instruction || "?", false], [b.kind, false], [si(b.bytes, "B"), true],
+        [pct(m.peak_bytes ? b.bytes / m.peak_bytes : null), true], [b.shape, false], [b.source || b.op_name, false]])
+        tr.appendChild(el("td", num ? {class: "num"} : {}, v));
+      table.appendChild(tr);
+    });
+    box.appendChild(table);
+  }
+}
+
 document.getElementById("filter").addEventListener("input", (e) => { filterText = e.target.value; renderOps(); });
 renderOps();
 renderChart();
 renderScopes();
 renderSteps();
+renderMemory();
 document.body.setAttribute("data-ready", "1");
 """
 
@@ -314,6 +360,8 @@ class HtmlRenderer:
 <div class="header">{steps}</div>
 <p class="muted">Wall time per step; idle and exposed time as shares of the devices' own step time. Click a step for its devices.</p>
 <table id="steps"></table>
+<h2>Memory</h2>
+<div id="memory"></div>
 <script type="application/json" id="report">{_json_for_script(data)}</script>
 <script>{_SCRIPT}</script>
 </body></html>

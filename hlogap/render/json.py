@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from hlogap.render.base import Document, DocumentKind, RenderOptions, register
+from hlogap.render.base import Document, DocumentKind, MemoryView, RenderOptions, register
 from hlogap.report.compare import Diff
 from hlogap.report.model import AuditReport
 
@@ -18,10 +18,12 @@ OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_N
 class JsonRenderer:
     name = "json"
     extensions: tuple[str, ...] = (".json",)
-    kinds: frozenset[DocumentKind] = frozenset({"audit", "diff", "check", "chips", "bound"})
+    kinds: frozenset[DocumentKind] = frozenset(
+        {"audit", "diff", "check", "chips", "bound", "memory"}
+    )
 
     def render(self, document: Document, options: RenderOptions) -> str:
-        if isinstance(document, (AuditReport, Diff)):
+        if isinstance(document, (AuditReport, Diff, MemoryView)):
             data = document.to_dict(options.top)
         else:
             data = document.to_dict()

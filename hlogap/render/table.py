@@ -7,7 +7,14 @@ from typing import TYPE_CHECKING
 
 from hlogap.bounds.instruction import InstructionBound
 from hlogap.chips import Chip
-from hlogap.render.base import ChipList, Document, DocumentKind, RenderOptions, register
+from hlogap.render.base import (
+    ChipList,
+    Document,
+    DocumentKind,
+    MemoryView,
+    RenderOptions,
+    register,
+)
 from hlogap.render.text import (
     CHECK_ROWS,
     DIFF_COLUMNS,
@@ -37,7 +44,9 @@ DIFF_WIDTH = 140
 class TableRenderer:
     name = "table"
     extensions: tuple[str, ...] = (".txt",)
-    kinds: frozenset[DocumentKind] = frozenset({"audit", "diff", "check", "chips", "bound"})
+    kinds: frozenset[DocumentKind] = frozenset(
+        {"audit", "diff", "check", "chips", "bound", "memory"}
+    )
 
     def render(self, document: Document, options: RenderOptions) -> str:
         if isinstance(document, AuditReport):
@@ -48,6 +57,8 @@ class TableRenderer:
             return _check(document, options.width)
         if isinstance(document, ChipList):
             return _chips(document.chips)
+        if isinstance(document, MemoryView):
+            return _memory(document.report, options.top, options.width)
         return _bound(document)
 
 
@@ -328,6 +339,57 @@ def _check(result: CheckResult, width: int | None) -> str:
     table, dropped = _diff_table(rows, multi_module(diff.rows), width)
     after = [*more, *dropped, DIFF_LEGEND, "", *notes]
     return _print([*lines, "", title], table, after, width=width or WIDE)
+
+
+def _memory(report: AuditReport, top: int, width: int | None) -> str:
+    """Per module: what makes up its static peak, then the buffers held at it, largest first."""
+    memory = report.memory
+    warnings = [f"warning: {w}" for w in report.warnings if w.startswith("memory:")]
+    if memory is None:
+        return _print(warnings or ["memory: none in this profile"], width=width or WIDE)
+    text = ""
+    modules = sorted(memory.modules, key=lambda m: -m.peak_bytes)
+    for m in modules:
+        lines = [
+            f"{m.module} (program {m.program_id}): static peak {fmt_si(m.peak_bytes, 'B')} per "
+            f"device = arguments {fmt_si(m.arguments_bytes, 'B')} + outputs "
+            f"{fmt_si(m.outputs_bytes, 'B')} + temporaries {fmt_si(m.temporaries_bytes, 'B')} - "
+            f"aliased (donated) {fmt_si(m.aliased_bytes, 'B')}"
+            + (f"; in host memory: {fmt_si(m.host_bytes, 'B')}" if m.host_bytes else ""),
+        ]
+        if memory.capacity_bytes:
+            free = memory.capacity_bytes - m.peak_bytes
+            lines.append(
+                f"{m.peak_bytes / memory.capacity_bytes:.0%} of the device's "
+                f"{fmt_si(memory.capacity_bytes, 'B')}: {fmt_si(free, 'B')} free"
+            )
+        held = m.at_peak if top <= 0 else m.at_peak[:top]
+        table = _new_table()
+        _columns(
+            table,
+            (
+                ("#", "right"),
+                ("buffer", "left"),
+                ("kind", "left"),
+                ("bytes", "right"),
+                ("share", "right"),
+                ("shape", "left"),
+                ("source", "left"),
+            ),
+        )
+        for rank, b in enumerate(held, 1):
+            table.add_row(
+                str(rank),
+                b.instruction or "?",
+                b.kind,
+                fmt_si(b.bytes, "B"),
+                fmt_eff(b.bytes / m.peak_bytes if m.peak_bytes else None),
+                b.shape,
+                b.source or b.op_name,
+            )
+        more = more_line(len(held), len(m.at_peak), "--top 0 shows all", "buffers")
+        text += _print([*lines, ""], table, [*more, ""], width=width or WIDE)
+    return text + (_print(warnings, width=width or WIDE) if warnings else "")
 
 
 def _chips(chips: list[Chip]) -> str:

@@ -27,12 +27,40 @@ def header_lines(report: AuditReport) -> list[str]:
         f"peak {fmt_si(bf16, 'FLOP/s')}, HBM {fmt_si(chip.hbm_bw, 'B/s')}",
         f"devices: {report.devices}, ops: {len(report.ops)}, events: {report.events}",
         *step_lines(report),
+        *memory_lines(report),
         f"ops, device-time{summed}: measured {fmt_us(report.measured_us)}, "
         f"bound {fmt_us(report.bound_us)}, gap {fmt_us(report.gap_us)}, "
         f"efficiency {fmt_eff(report.efficiency)}, modeled {fmt_eff(modeled)} of time"
         + (f", op-time speedup {speedup:.2f}x" if speedup else ""),
         *skew_lines(report),
     ]
+
+
+def memory_lines(report: AuditReport) -> list[str]:
+    """The static memory peak of the module that needs most, what makes it up, the largest
+    buffer held at it, and the headroom on the device."""
+    memory = report.memory
+    peak = memory.peak if memory else None
+    if memory is None or peak is None:
+        return []
+    line = (
+        f"memory: static peak {fmt_si(peak.peak_bytes, 'B')} per device ({peak.module}: "
+        f"arguments {fmt_si(peak.arguments_bytes, 'B')} + outputs {fmt_si(peak.outputs_bytes, 'B')}"
+        f" + temporaries {fmt_si(peak.temporaries_bytes, 'B')} - aliased "
+        f"{fmt_si(peak.aliased_bytes, 'B')})"
+    )
+    headroom, capacity = memory.headroom_bytes, memory.capacity_bytes
+    if headroom is not None and capacity:
+        line += (
+            f", {peak.peak_bytes / capacity:.0%} of {fmt_si(capacity, 'B')}"
+            f": {fmt_si(headroom, 'B')} free"
+        )
+    if peak.host_bytes:
+        line += f"; in host memory: {fmt_si(peak.host_bytes, 'B')}"
+    if peak.at_peak:
+        top = peak.at_peak[0]
+        line += f"; largest held: {top.instruction or '?'} ({top.kind}, {fmt_si(top.bytes, 'B')})"
+    return [line]
 
 
 SKEW_WORTH_PCT = 1.0  # an op slower by less than this on its slowest host is not named

@@ -15,6 +15,7 @@ from hlogap._version import __version__
 from hlogap.bounds.roofline import BoundBy
 from hlogap.chips import Chip
 from hlogap.errors import InputError
+from hlogap.memory.static import MemorySection
 from hlogap.source import regular_file
 from hlogap.trace.model import Backend, StepSource
 
@@ -395,6 +396,8 @@ class AuditReport:
     host_skew: dict[str, object] | None = None
     # `--model-flops`: the model's FLOPs per step, whole program (for `summary.mfu`).
     model_flops: float | None = None
+    # Each module's static memory (its buffer assignment) and the headroom (hlogap.memory).
+    memory: MemorySection | None = None
 
     @property
     def total_ops(self) -> int:
@@ -571,6 +574,7 @@ class AuditReport:
                 if self.group_by
                 else {}
             ),
+            "memory": self.memory.to_dict() if self.memory else None,
             **({"hosts": self.host_skew} if self.host_skew else {}),
             **({"cross_check": self.cross_check} if self.cross_check else {}),
             "warnings": self.warnings,
@@ -616,6 +620,7 @@ class AuditReport:
             unlisted=unlisted if unlisted.ops else Unlisted(),
             steps=[StepRow.from_dict(r, f"steps[{i}]") for i, r in enumerate(raw_steps)],
             model_flops=_optional_number(summary.get("model_flops"), "summary.model_flops"),
+            memory=MemorySection.from_dict(data.get("memory")),
         )
 
     def only_modules(self, keep: list[OpRow]) -> AuditReport:

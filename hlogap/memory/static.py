@@ -1,0 +1,390 @@
+"""A module's memory from its buffer assignment (`BufferAssignmentProto`, carried beside the
+module in the trace's `Hlo Proto` stat).
+
+XLA sizes a program's memory in allocations: entry parameters (arguments), live-out ones
+(outputs), parameters that are also live out (aliased: donated inputs written in place),
+constants, thread-local ones, and the rest (temporaries). Their sums are what
+`compiled.memory_analysis()` reports (`argument_size_in_bytes`, `output_size_in_bytes`,
+`alias_size_in_bytes`, `temp_size_in_bytes`); the static peak is arguments + outputs +
+temporaries - aliased. Which buffers hold the peak comes from the heap simulator's trace of the
+temporary allocations: logical buffers allocated, freed and shared in program order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from hlogap.hlo.ir import Module, Shape
+from hlogap.hlo.printer import print_shape
+from hlogap.proto import hlo_pb2
+
+# XLA's memory space ("color") of host memory: `S(5)` in TPU layouts.
+HOST_MEMORY_SPACE = 5
+# Heap simulator event kinds (xla/service/hlo.proto, HeapSimulatorTrace.Event.Kind).
+ALLOC, FREE, SHARE_WITH = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class HeldBuffer:
+    """A buffer live at the module's peak."""
+
+    instruction: str  # the HLO instruction that defines it ("" where the module lacks it)
+    shape: str  # its HLO shape
+    kind: str  # parameter, aliased (a parameter donated to an output), output, temporary, constant
+    bytes: int
+    op_name: str = ""
+    source: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "instruction": self.instruction,
+            "shape": self.shape,
+            "kind": self.kind,
+            "bytes": self.bytes,
+            "op_name": self.op_name,
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True)
+class ModuleMemory:
+    """One module's static memory on one device (bytes)."""
+
+    module: str
+    program_id: str
+    peak_bytes: int  # arguments + outputs + temporaries - aliased
+    arguments_bytes: int
+    outputs_bytes: int
+    temporaries_bytes: int
+    aliased_bytes: int
+    constants_bytes: int
+    at_peak: tuple[HeldBuffer, ...]  # largest first
+    # Live temporary bytes after each heap event, in program order (the HTML curve).
+    live_curve: tuple[int, ...] = ()
+    # (memory space, bytes) of allocations outside device memory (XLA's `color`; TPU S(5) is
+    # host memory): not in the sums above.
+    other_spaces: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def host_bytes(self) -> int:
+        return sum(size for space, size in self.other_spaces if space == HOST_MEMORY_SPACE)
+
+    def to_dict(self, buffers: int = 0) -> dict[str, object]:
+        held = self.at_peak if buffers <= 0 else self.at_peak[:buffers]
+        return {
+            "module": self.module,
+            "program_id": self.program_id,
+            "peak_bytes": self.peak_bytes,
+            "arguments_bytes": self.arguments_bytes,
+            "outputs_bytes": self.outputs_bytes,
+            "temporaries_bytes": self.temporaries_bytes,
+            "aliased_bytes": self.aliased_bytes,
+            "constants_bytes": self.constants_bytes,
+            "other_memory_spaces": {str(space): size for space, size in self.other_spaces},
+            "at_peak": [b.to_dict() for b in held],
+            "live_curve": list(self.live_curve),
+        }
+
+
+@dataclass(frozen=True)
+class _Defined:
+    name: str
+    shape: Shape | None
+    op_name: str
+    source: str
+
+
+def module_memory(
+    name: str, program_id: str, hlo_proto: bytes, module: Module | None
+) -> ModuleMemory | None:
+    """The module's memory from its serialized `HloProto`; None when it has no buffer
+    assignment (an HLO dump, a trace that did not keep it). `module` (the decoded IR) names
+    the buffers' instructions, shapes and source lines."""
+    try:
+        assignment = hlo_pb2.HloProtoBufferAssignment.FromString(hlo_proto).buffer_assignment
+        ids = _instruction_ids(hlo_proto)
+    except DecodeError:
+        return None
+    if not assignment.buffer_allocations:
+        return None
+    defined = _definitions(ids, module)
+    sizes = {b.id: b.size for b in assignment.logical_buffers}
+    where = {
+        b.id: (b.defined_at.instruction_id, tuple(b.defined_at.shape_index))
+        for b in assignment.logical_buffers
+    }
+    arguments = outputs = aliased = temporaries = constants = 0
+    held: list[HeldBuffer] = []
+    temporary_buffers: set[int] = set()
+    other: dict[int, int] = {}
+    for a in assignment.buffer_allocations:
+        if a.color != 0:
+            # Another memory space (TPU: 1 VMEM, 2 SMEM, 5 host memory): not the device's HBM.
+            other[a.color] = other.get(a.color, 0) + a.size
+            continue
+        kind = _kind(a)
+        if a.is_entry_computation_parameter:
+            arguments += a.size
+        if a.maybe_live_out:
+            outputs += a.size
+        if kind == "aliased":
+            aliased += a.size
+        if kind == "constant":
+            constants += a.size
+        if kind == "temporary":
+            temporaries += a.size
+            temporary_buffers.update(x.logical_buffer_id for x in a.assigned)
+            continue
+        if kind == "thread-local" or not a.size:
+            continue
+        # A whole allocation is live for the whole program: named by its largest buffer.
+        largest = max(a.assigned, key=lambda x: x.size, default=None)
+        at = where.get(largest.logical_buffer_id) if largest else None
+        held.append(_held(defined, at, kind, a.size))
+    peak_live, curve = _heap_peak(assignment, temporary_buffers, sizes)
+    held += [_held(defined, where.get(b), "temporary", sizes.get(b, 0)) for b in peak_live]
+    held.sort(key=lambda b: (-b.bytes, b.instruction))
+    return ModuleMemory(
+        module=name,
+        program_id=program_id,
+        peak_bytes=arguments + outputs + temporaries - aliased,
+        arguments_bytes=arguments,
+        outputs_bytes=outputs,
+        temporaries_bytes=temporaries,
+        aliased_bytes=aliased,
+        constants_bytes=constants,
+        at_peak=tuple(held),
+        live_curve=tuple(curve),
+        other_spaces=tuple(sorted(other.items())),
+    )
+
+
+def _kind(a: hlo_pb2.BufferAllocationProto) -> str:
+    if a.is_entry_computation_parameter:
+        return "aliased" if a.maybe_live_out else "parameter"
+    if a.maybe_live_out:
+        return "output"
+    if a.is_constant:
+        return "constant"
+    if a.is_thread_local:
+        return "thread-local"
+    return "temporary"
+
+
+def _held(
+    defined: dict[int, _Defined], at: tuple[int, tuple[int, ...]] | None, kind: str, size: int
+) -> HeldBuffer:
+    """A held buffer, named by the instruction that defines it and the shape at its index
+    (a tuple's element: `copy-start`'s destination buffer, not the whole tuple)."""
+    found = defined.get(at[0]) if at is not None else None
+    if found is None or at is None:
+        return HeldBuffer("", "", kind, size)
+    shape = found.shape
+    for i in at[1]:
+        if shape is None or not shape.is_tuple or i >= len(shape.tuple_shapes):
+            break
+        shape = shape.tuple_shapes[i]
+    text = print_shape(shape) if shape is not None else ""
+    return HeldBuffer(found.name, text, kind, size, found.op_name, found.source)
+
+
+def _instruction_ids(hlo_proto: bytes) -> dict[int, str]:
+    """Instruction id -> name (buffers name their defining instruction by id)."""
+    proto = hlo_pb2.HloProto.FromString(hlo_proto)
+    return {
+        inst.id: inst.name for comp in proto.hlo_module.computations for inst in comp.instructions
+    }
+
+
+def _definitions(ids: dict[int, str], module: Module | None) -> dict[int, _Defined]:
+    instructions = module.instructions() if module is not None else {}
+    found: dict[int, _Defined] = {}
+    for ident, name in ids.items():
+        inst = instructions.get(name)
+        found[ident] = _Defined(
+            name,
+            inst.shape if inst else None,
+            (inst.op_name or "") if inst else "",
+            (inst.source or "") if inst else "",
+        )
+    return found
+
+
+def _heap_peak(
+    assignment: hlo_pb2.BufferAssignmentProto, temporaries: set[int], sizes: dict[int, int]
+) -> tuple[list[int], list[int]]:
+    """The logical buffers live at the peak of each heap simulator trace of temporaries (heaps
+    coexist, so each has its own peak), and the live bytes after each event of the longest.
+    A trace is told by its buffers, not its `buffer_allocation_index` (XLA:CPU's names another
+    allocation than the one its buffers are assigned to)."""
+    held: list[int] = []
+    curve: list[int] = []
+    for trace in assignment.heap_simulator_traces:
+        if not any(e.buffer_id in temporaries for e in trace.events):
+            continue
+        at_peak, live_curve = _simulate(trace, sizes)
+        held += at_peak
+        if len(live_curve) > len(curve):
+            curve = live_curve
+    return held, curve
+
+
+def _simulate(
+    trace: hlo_pb2.HeapSimulatorTrace, sizes: dict[int, int]
+) -> tuple[list[int], list[int]]:
+    """One heap: the buffers live at its peak and the live bytes after each event.
+
+    A buffer shared with a canonical one (SHARE_WITH) takes no memory of its own while the
+    canonical region is live, and keeps the region live until every sharer is freed; XLA may
+    record the canonical's free before the share, so a share of a freed region makes it live
+    again."""
+    region_of: dict[int, int] = {}  # buffer -> its region (the canonical buffer)
+    users: dict[int, set[int]] = {}  # region -> buffers live in it
+    live, peak = 0, -1
+    at_peak: list[int] = []
+    curve: list[int] = []
+    for event in trace.events:
+        buffer = event.buffer_id
+        if event.kind in (ALLOC, SHARE_WITH):
+            region = event.share_with_canonical_id if event.kind == SHARE_WITH else buffer
+            region = region_of.get(region, region)
+            region_of[buffer] = region
+            if not users.get(region):
+                live += sizes.get(region, 0)
+            users.setdefault(region, set()).add(buffer)
+        elif event.kind == FREE:
+            region = region_of.pop(buffer, buffer)
+            holders = users.get(region, set())
+            holders.discard(buffer)
+            if not holders:
+                live -= sizes.get(region, 0)
+                users.pop(region, None)
+        curve.append(live)
+        if live > peak:
+            peak, at_peak = live, list(users)
+    return at_peak, curve
+
+
+@dataclass(frozen=True)
+class MemorySection:
+    """The report's `memory`: each module's static memory, and the headroom on the device."""
+
+    modules: tuple[ModuleMemory, ...]
+    capacity_bytes: float | None  # the device's memory (the chip's `hbm_bytes`), when known
+
+    @property
+    def peak(self) -> ModuleMemory | None:
+        """The module that needs the most memory."""
+        return max(self.modules, key=lambda m: m.peak_bytes, default=None)
+
+    @property
+    def headroom_bytes(self) -> float | None:
+        """Capacity left at the largest module's static peak (modules run one at a time)."""
+        peak = self.peak
+        if peak is None or not self.capacity_bytes:
+            return None
+        return self.capacity_bytes - peak.peak_bytes
+
+    def to_dict(self, buffers: int = 0) -> dict[str, object]:
+        return {
+            "modules": [m.to_dict(buffers) for m in self.modules],
+            "allocators": None,
+            "capacity_bytes": self.capacity_bytes,
+            "headroom_bytes": self.headroom_bytes,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: object) -> MemorySection | None:
+        """A saved report's section (None when absent); ValueError when malformed."""
+        if raw is None:
+            return None
+        if not isinstance(raw, dict) or not isinstance(raw.get("modules"), list):
+            raise ValueError("'memory' is not an object with a 'modules' list")
+        capacity = raw.get("capacity_bytes")
+        return cls(
+            modules=tuple(
+                _module_from_dict(m, f"memory.modules[{i}]") for i, m in enumerate(raw["modules"])
+            ),
+            capacity_bytes=float(capacity) if isinstance(capacity, (int, float)) else None,
+        )
+
+
+def _module_from_dict(raw: object, where: str) -> ModuleMemory:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where} is not an object")
+
+    def count(key: str) -> int:
+        value = raw.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"{where}.{key} is {value!r}, not a byte count")
+        return int(value)
+
+    held = raw.get("at_peak", [])
+    spaces = raw.get("other_memory_spaces", {})
+    if not isinstance(held, list) or not isinstance(spaces, dict):
+        raise ValueError(f"{where}.at_peak or other_memory_spaces is malformed")
+    return ModuleMemory(
+        module=str(raw.get("module", "")),
+        program_id=str(raw.get("program_id", "")),
+        peak_bytes=count("peak_bytes"),
+        arguments_bytes=count("arguments_bytes"),
+        outputs_bytes=count("outputs_bytes"),
+        temporaries_bytes=count("temporaries_bytes"),
+        aliased_bytes=count("aliased_bytes"),
+        constants_bytes=count("constants_bytes"),
+        at_peak=tuple(
+            HeldBuffer(
+                str(b.get("instruction", "")),
+                str(b.get("shape", "")),
+                str(b.get("kind", "")),
+                int(b.get("bytes", 0)),
+                str(b.get("op_name", "")),
+                str(b.get("source", "")),
+            )
+            for b in held
+            if isinstance(b, dict)
+        ),
+        other_spaces=tuple(
+            (int(k), int(v)) for k, v in spaces.items() if str(k).isdigit() and isinstance(v, int)
+        ),
+    )
+
+
+# A static peak above this share of the device's memory is worth a warning.
+OOM_RISK_FRACTION = 0.9
+
+
+def memory_section(
+    modules: dict[tuple[str, str], bytes], ran: set[tuple[str, str]], capacity: float | None
+) -> tuple[MemorySection | None, list[str]]:
+    """The memory of the modules that ran (`ran`: (name, program id)), from their serialized
+    `HloProto`s, and warnings for what is missing or at risk."""
+    from hlogap.hlo.decode import HloDecodeError, decode_hlo_proto
+
+    found: list[ModuleMemory] = []
+    for (name, program_id), data in sorted(modules.items()):
+        if (name, program_id) not in ran:
+            continue
+        try:
+            module: Module | None = decode_hlo_proto(data)
+        except HloDecodeError:
+            module = None
+        memory = module_memory(name, program_id, data, module)
+        if memory is not None:
+            found.append(memory)
+    if not found:
+        return None, [
+            "memory: no module that ran carries a buffer assignment in this profile "
+            "(static memory unavailable)"
+        ]
+    section = MemorySection(tuple(found), capacity)
+    warnings: list[str] = []
+    peak = section.peak
+    if peak is not None and capacity and peak.peak_bytes > OOM_RISK_FRACTION * capacity:
+        warnings.append(
+            f"memory: {peak.module} needs {peak.peak_bytes / capacity:.0%} of the device's "
+            f"{capacity / 1e9:.1f} GB at its static peak: close to running out"
+        )
+    return section, warnings

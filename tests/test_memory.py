@@ -1,0 +1,110 @@
+"""Memory: each module's static peak from its buffer assignment, against XLA's own
+`compiled.memory_analysis()` of the same executable (the fixtures' oracles)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hlogap import audit, load_report
+from hlogap.memory.static import MemorySection
+from tests.conftest import FIXTURES, SHARED, oracle
+
+MEMORY_PROGRAMS = ["mem_donate", "mem_remat", "mem_temp"]
+V6E = SHARED / "tpu-v6e-offload" / "tpu_inference_2.xplane.pb"
+
+
+@pytest.mark.parametrize("program", MEMORY_PROGRAMS)
+def test_static_memory_is_xlas_memory_analysis(program: str, cpu_chip_file: Path) -> None:
+    report = audit(FIXTURES / program, str(cpu_chip_file))
+    assert report.memory is not None
+    for entry in oracle(FIXTURES / program)["modules"]:
+        xla = entry["memory_analysis"]
+        (found,) = [
+            m
+            for m in report.memory.modules
+            if (m.module, m.program_id) == (entry["module"], str(entry["program_id"]))
+        ]
+        assert found.arguments_bytes == xla["argument_size_in_bytes"]
+        assert found.outputs_bytes == xla["output_size_in_bytes"]
+        assert found.aliased_bytes == xla["alias_size_in_bytes"]
+        assert found.temporaries_bytes == xla["temp_size_in_bytes"]
+        # The static peak as XLA defines its parts: arguments + outputs + temporaries - aliased.
+        expected = (
+            xla["argument_size_in_bytes"]
+            + xla["output_size_in_bytes"]
+            + xla["temp_size_in_bytes"]
+            - xla["alias_size_in_bytes"]
+        )
+        assert found.peak_bytes == pytest.approx(expected, rel=0.01)
+        # The buffers held at the peak: the largest first, never more than the peak in all
+        # (with the constants, which XLA leaves out of these sums).
+        sizes = [b.bytes for b in found.at_peak]
+        assert sizes == sorted(sizes, reverse=True)
+        assert sum(sizes) <= found.peak_bytes + found.constants_bytes
+        # The heap simulation of the temporaries peaks at their allocation's size (or just below
+        # it: thread-local scalars sit in the allocation but not in the heap).
+        assert max(found.live_curve) == pytest.approx(found.temporaries_bytes, rel=0.01)
+
+
+def test_the_large_temporary_is_named(cpu_chip_file: Path) -> None:
+    report = audit(FIXTURES / "mem_temp", str(cpu_chip_file))
+    assert report.memory is not None
+    (module,) = report.memory.modules
+    top = module.at_peak[0]
+    # mem_temp's 2048 x 2048 f32 product: 16 MiB, from the dot at make_fixtures.py's line.
+    assert (top.kind, top.bytes, top.shape) == ("temporary", 2048 * 2048 * 4, "f32[2048,2048]{1,0}")
+    assert top.op_name.endswith("dot_general") and "make_fixtures.py" in top.source
+
+
+def test_donated_parameters_are_aliased(cpu_chip_file: Path) -> None:
+    donated = audit(FIXTURES / "mem_donate", str(cpu_chip_file)).memory
+    kept = audit(FIXTURES / "mlp_train", str(cpu_chip_file)).memory
+    assert donated is not None and kept is not None
+    # The same training step, with and without donating the parameters (4.2 MB of them).
+    params = 2 * 512 * 1024 * 4 + 1024 * 4 + 512 * 4
+    assert donated.modules[0].aliased_bytes == params and kept.modules[0].aliased_bytes == 0
+    aliased = [b for b in donated.modules[0].at_peak if b.kind == "aliased"]
+    assert {b.instruction for b in aliased} >= {"params_0_.1", "params_2_.1"}
+    # Donation saves memory (XLA copies some parameters to update them in place: not all of it).
+    assert kept.modules[0].peak_bytes > donated.modules[0].peak_bytes
+
+
+def test_host_memory_is_not_device_memory() -> None:
+    if not V6E.is_file():
+        pytest.skip(f"{V6E} absent (../shared not beside the project)")
+    memory = audit(V6E).memory
+    assert memory is not None
+    jit_f = next(m for m in memory.modules if m.module == "jit_f")
+    # Three f32[5,1024,1024,256] buffers (5.37 GB each) live in host memory, S(5): apart.
+    assert jit_f.host_bytes == 3 * 5 * 1024 * 1024 * 256 * 4
+    assert memory.capacity_bytes == 3.2e10 and memory.headroom_bytes is not None
+    assert 0 < jit_f.peak_bytes < memory.capacity_bytes
+
+
+def test_memory_survives_a_saved_report_and_prints(cpu_chip_file: Path, tmp_path: Path) -> None:
+    report = audit(FIXTURES / "mem_donate", str(cpu_chip_file))
+    saved = tmp_path / "r.json"
+    saved.write_text(json.dumps(report.to_dict(0)))
+    loaded = load_report(saved)
+    assert loaded.memory is not None and report.memory is not None
+    assert [m.peak_bytes for m in loaded.memory.modules] == [
+        m.peak_bytes for m in report.memory.modules
+    ]
+    assert loaded.memory.modules[0].at_peak == report.memory.modules[0].at_peak
+    with pytest.raises(ValueError):
+        MemorySection.from_dict({"modules": [{"peak_bytes": -1}]})
+    cmd = [sys.executable, "-m", "hlogap", "memory", str(FIXTURES / "mem_temp")]
+    out = subprocess.run(
+        [*cmd, "--chip", str(cpu_chip_file), "--format", "json"], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["schema"] == "hlogap.memory/1"
+    assert doc["memory"]["modules"][0]["at_peak"][0]["instruction"] == "ynn_fusion.2"
+    table = subprocess.run([*cmd, "--chip", str(cpu_chip_file)], capture_output=True, text=True)
+    assert table.returncode == 0 and "static peak 18.9 MB" in table.stdout

@@ -9,7 +9,8 @@ Layout written per program (the directory is replaced wholesale on every run)::
 
     tests/fixtures/<program>/plugins/profile/<RUN_NAME>/<host>.xplane.pb  (trace.json.gz deleted)
     tests/fixtures/<program>/oracle.json       jax version, XLA_FLAGS, iterations, devices; per
-                                               module: name, program_id, cost_analysis, memory_analysis, executions
+                                               module: name, program_id, cost_analysis,
+                                               memory_analysis, executions
     tests/fixtures/<program>/<module>.hlo.txt  compiled.as_text(): the optimized HLO
     tests/fixtures/<program>/dump/*after_optimizations.txt  (DUMP_PROGRAMS only; --xla_dump_to)
 

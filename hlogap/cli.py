@@ -176,6 +176,27 @@ def _load_pair(
         return load_pair(base, new, **selection, progress=progress)
 
 
+def _emit_bytes(data: bytes, output: Path | None) -> None:
+    """UTF-8 `data` to stdout (its buffer: the bytes as they are), or to `output` as `_emit`."""
+    target = _file_target(output)
+    if target is None:
+        if sys.stdout is None:
+            raise HlogapError("cannot write the output: stdout is closed")
+        try:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(0) from None
+        except OSError as exc:
+            raise HlogapError(f"cannot write the output to stdout: {exc.strerror or exc}") from exc
+        return
+    from hlogap.files import write_bytes
+
+    write_bytes(target, data)
+
+
 def _emit(text: str, output: Path | None) -> None:
     """To stdout, or to `output` whole or not at all (hlogap.files)."""
     target = _file_target(output)
@@ -208,6 +229,11 @@ def _write(
     # Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org).
     color = terminal and not os.environ.get("NO_COLOR")
     options = RenderOptions(top=top, color=color, steps=steps, width=width)
+    if chosen == "json":  # bytes as the encoder writes them: no text copy of a large report
+        from hlogap.render.json import JsonRenderer
+
+        _emit_bytes(JsonRenderer().render_bytes(document, options), output)
+        return
     _emit(render(document, chosen, options), output)
 
 

@@ -616,6 +616,15 @@ def check(
             help="Fail if the devices' idle share of step time grows more than PT points.",
         ),
     ] = None,
+    max_peak_hbm: Annotated[
+        str | None,
+        typer.Option(
+            "--max-peak-hbm",
+            metavar="BYTES|PCT%",
+            help="Fail if the static memory peak exceeds BYTES (16GB, 15.5GiB) or grows more "
+            "than PCT% over the baseline's (docs/memory.md).",
+        ),
+    ] = None,
     chip: ChipOpt = None,
     run: Annotated[str | None, typer.Option(help="Run name; default: newest.")] = None,
     host: Annotated[str | None, typer.Option(help="Only this host's file.")] = None,
@@ -636,9 +645,10 @@ def check(
     from hlogap.render.base import choose_format
     from hlogap.render.md import append_step_summary
     from hlogap.report.compare import compare
-    from hlogap.report.gate import resolve_thresholds, run_check
+    from hlogap.report.gate import parse_peak_limit, resolve_thresholds, run_check
 
     choose_format("check", fmt, None)
+    peak_bytes, peak_growth = parse_peak_limit(max_peak_hbm) if max_peak_hbm else (None, None)
     thresholds = resolve_thresholds(
         {
             "max_regression": max_regression,
@@ -648,6 +658,8 @@ def check(
             "min_op_share": min_op_share,
             "max_step_regression": max_step_regression,
             "max_idle_regression": max_idle_regression,
+            "max_peak_bytes": peak_bytes,
+            "max_peak_regression": peak_growth,
         },
         Path.cwd(),
     )

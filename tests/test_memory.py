@@ -108,3 +108,33 @@ def test_memory_survives_a_saved_report_and_prints(cpu_chip_file: Path, tmp_path
     assert doc["memory"]["modules"][0]["at_peak"][0]["instruction"] == "ynn_fusion.2"
     table = subprocess.run([*cmd, "--chip", str(cpu_chip_file)], capture_output=True, text=True)
     assert table.returncode == 0 and "static peak 18.9 MB" in table.stdout
+
+
+def test_check_gates_the_memory_peak(cpu_chip_file: Path, tmp_path: Path) -> None:
+    """`check --max-peak-hbm`: a byte limit on NEW's static peak, or a growth limit over BASE's;
+    a side without memory fails closed."""
+    report = audit(FIXTURES / "mlp_train", str(cpu_chip_file)).to_dict(0)
+    peak = report["memory"]["modules"][0]["peak_bytes"]  # type: ignore[index]
+
+    def check(baseline: dict[str, object], limit: str) -> subprocess.CompletedProcess[str]:
+        path = tmp_path / "base.json"
+        path.write_text(json.dumps(baseline))
+        cmd = [sys.executable, "-m", "hlogap", "check", str(FIXTURES / "mlp_train")]
+        cmd += ["--baseline", str(path), "--chip", str(cpu_chip_file), "--max-peak-hbm", limit]
+        return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+
+    assert check(report, f"{peak}").returncode == 0
+    over = check(report, f"{peak - 1}")
+    assert over.returncode == 1 and "FAIL  static memory peak" in over.stdout
+    assert check(report, "1GiB").returncode == 0
+    smaller = json.loads(json.dumps(report))
+    smaller["memory"]["modules"][0]["peak_bytes"] = peak // 2
+    grown = check(smaller, "10%")
+    assert grown.returncode == 1 and "+100.0%" in grown.stdout.splitlines()[0]
+    assert check(smaller, "150%").returncode == 0
+    without = json.loads(json.dumps(report))
+    without["memory"] = None
+    closed = check(without, "10%")
+    assert closed.returncode == 1 and "peak memory: none in BASE" in closed.stdout
+    bad = check(report, "lots")
+    assert bad.returncode == 2 and "--max-peak-hbm" in bad.stderr

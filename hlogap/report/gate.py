@@ -42,6 +42,10 @@ class Thresholds:
     min_op_share: float = 1.0  # % of the total measured time below which an op is not gated
     max_step_regression: float | None = None  # % of BASE's median step time
     max_idle_regression: float | None = None  # percentage points of the idle share of step time
+    # `--max-peak-hbm`: NEW's static memory peak (its largest module) at most this many bytes,
+    # or growing at most this % over BASE's.
+    max_peak_bytes: float | None = None
+    max_peak_regression: float | None = None
     config: str | None = field(default=None, compare=False)  # the file that set some values
 
     def to_dict(self) -> dict[str, object]:
@@ -173,11 +177,106 @@ def _short(check: Check) -> str:
     if check.name == "idle":
         value = "unknown" if check.value is None else f"{check.value:+.1f} pt"
         return f"idle {value} (limit +{check.limit:g} pt)"
+    if check.name == "peak":
+        value = "unknown" if check.value is None else _bytes(check.value)
+        return f"peak {value} (max {_bytes(check.limit)})"
+    if check.name == "peak-growth":
+        return f"peak {_pct(check.value)} (limit +{check.limit:g}%)"
     if check.name == "efficiency":
         value = "unknown" if check.value is None else f"{check.value:.2f}"
         return f"efficiency {value} (min {check.limit:g})"
     label = "measured" if check.name == "measured" else "gap"
     return f"{label} {_pct(check.value)} (limit +{check.limit:g}%)"
+
+
+def _bytes(value: float) -> str:
+    from hlogap.units import fmt_si
+
+    return fmt_si(value, "B")
+
+
+def _peak(report: AuditReport) -> tuple[str, float] | None:
+    """The report's largest static memory peak: (module, bytes); None without memory."""
+    peak = report.memory.peak if report.memory else None
+    return (peak.module, float(peak.peak_bytes)) if peak is not None else None
+
+
+def _memory_checks(diff: Diff, t: Thresholds) -> list[Check]:
+    """The peak-memory checks asked for; each fails closed when a side has no memory section."""
+    checks: list[Check] = []
+    base, new = _peak(diff.base), _peak(diff.new)
+    if t.max_peak_bytes is not None:
+        if new is None:
+            checks.append(
+                Check(
+                    "peak",
+                    None,
+                    t.max_peak_bytes,
+                    True,
+                    "peak memory: none in NEW (no buffer assignment)",
+                )
+            )
+        else:
+            checks.append(
+                Check(
+                    "peak",
+                    new[1],
+                    t.max_peak_bytes,
+                    new[1] > t.max_peak_bytes,
+                    f"static memory peak {_bytes(new[1])} ({new[0]}), "
+                    f"max {_bytes(t.max_peak_bytes)}",
+                )
+            )
+    if t.max_peak_regression is not None:
+        if base is None or new is None or base[1] <= 0:
+            side = " and ".join(s for s, r in (("BASE", base), ("NEW", new)) if r is None) or "BASE"
+            checks.append(
+                Check(
+                    "peak-growth", None, t.max_peak_regression, True, f"peak memory: none in {side}"
+                )
+            )
+        else:
+            growth = (new[1] - base[1]) / base[1] * 100
+            checks.append(
+                Check(
+                    "peak-growth",
+                    growth,
+                    t.max_peak_regression,
+                    growth > t.max_peak_regression,
+                    f"static memory peak {_bytes(base[1])} -> {_bytes(new[1])}: {_pct(growth)} "
+                    f"(limit +{t.max_peak_regression:g}%)",
+                )
+            )
+    return checks
+
+
+def parse_peak_limit(text: str) -> tuple[float | None, float | None]:
+    """`--max-peak-hbm`: `PCT%` (growth over the baseline) or a byte count, plain or with a
+    unit (`16GB`, `15.5GiB`, `800MB`): (max bytes, max growth %)."""
+    import re
+
+    found = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*(%|[kKMGT]i?B|B)?\s*", text)
+    if found is None:
+        raise UsageError(f"--max-peak-hbm takes BYTES (16GB, 15.5GiB, 8e9) or PCT%, not {text!r}")
+    number, unit = float(found.group(1)), found.group(2) or "B"
+    if unit == "%":
+        return None, number
+    scale = {
+        "B": 1,
+        "kB": 1e3,
+        "KB": 1e3,
+        "MB": 1e6,
+        "GB": 1e9,
+        "TB": 1e12,
+        "KiB": 2**10,
+        "kiB": 2**10,
+        "MiB": 2**20,
+        "GiB": 2**30,
+        "TiB": 2**40,
+    }.get(unit)
+    if scale is None:
+        raise UsageError(f"--max-peak-hbm: unknown unit {unit!r}")
+    return number * scale, None
 
 
 def _pct(value: float | None) -> str:
@@ -298,6 +397,7 @@ def run_check(diff: Diff, t: Thresholds) -> CheckResult:
             )
         )
     checks += _step_checks(diff, t)
+    checks += _memory_checks(diff, t)
     appeared = [
         row for row in diff.rows if row.base is None and not is_tiny(row, diff, t.min_op_share)
     ]

@@ -101,8 +101,9 @@ DUMP_PLACEHOLDER = "<dump_dir>"
 
 # A module to run: (python function, example arguments). jit'd and compiled in the child.
 Module = tuple[Callable[..., Any], tuple[Any, ...]]
-# Arguments each program donates (`jax.jit(..., donate_argnums=...)`), by function name: a donated
+# Arguments each program donates (`jax.jit(..., donate_argnums=...)`), by program: a donated
 # input's buffer becomes an output's, and every call gets fresh copies of its inputs.
+# `mem_kept` is `mem_donate` without donating (same module name: `diff` compares the two).
 DONATED: dict[str, tuple[int, ...]] = {"mem_donate": (0,)}
 
 
@@ -655,6 +656,7 @@ PROGRAMS: dict[str, Callable[[], list[Module]]] = {
     "segment_sum": build_segment_sum,
     "point_scatter": build_point_scatter,
     "mem_donate": build_mem_donate,
+    "mem_kept": build_mem_donate,
     "mem_remat": build_mem_remat,
     "mem_temp": build_mem_temp,
 }
@@ -731,7 +733,7 @@ def run_program(name: str, out_root: Path, dump_dir: Path | None) -> None:
     modules = PROGRAMS[name]()
 
     def options(fn: Callable[..., Any]) -> dict[str, Any]:
-        donated = DONATED.get(fn.__name__)
+        donated = DONATED.get(name)
         return {"donate_argnums": donated} if donated else {}
 
     compiled = [jax.jit(fn, **options(fn)).lower(*args).compile() for fn, args in modules]

@@ -138,3 +138,32 @@ def test_check_gates_the_memory_peak(cpu_chip_file: Path, tmp_path: Path) -> Non
     assert closed.returncode == 1 and "peak memory: none in BASE" in closed.stdout
     bad = check(report, "lots")
     assert bad.returncode == 2 and "--max-peak-hbm" in bad.stderr
+
+
+def test_diff_names_what_donation_changed(cpu_chip_file: Path) -> None:
+    """mem_kept and mem_donate: one training step compiled without and with donating its
+    parameters (same module). The diff gives the peak both ways, the donation, and the buffers
+    that appeared at the peak."""
+    from hlogap.report.compare import compare
+
+    kept = audit(FIXTURES / "mem_kept", str(cpu_chip_file))
+    donated = audit(FIXTURES / "mem_donate", str(cpu_chip_file))
+    params = 2 * 512 * 1024 * 4 + 1024 * 4 + 512 * 4
+    (forward,) = compare(kept, donated).memory
+    assert forward.base_peak_bytes > forward.new_peak_bytes
+    assert (forward.base_aliased_bytes, forward.new_aliased_bytes) == (0, params)
+    # Donated parameters are now held as aliased buffers; XLA copies one weight to update it
+    # in place (`copy.2`, a temporary the run without donation did not hold).
+    appeared = {(b.instruction, b.kind) for b in forward.appeared}
+    assert {("params_0_.1", "aliased"), ("params_2_.1", "aliased")} <= appeared
+    assert any(b.kind == "temporary" and b.bytes == 1024 * 512 * 4 for b in forward.appeared)
+    (backward,) = compare(donated, kept).memory
+    assert backward.delta_bytes == -forward.delta_bytes
+    cmd = [sys.executable, "-m", "hlogap", "diff", str(FIXTURES / "mem_donate")]
+    out = subprocess.run(
+        [*cmd, str(FIXTURES / "mem_kept"), "--chip", str(cpu_chip_file)],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "donation lost: 4.2 MB of inputs no longer reused as outputs" in out.stdout

@@ -388,3 +388,71 @@ def memory_section(
             f"{capacity / 1e9:.1f} GB at its static peak: close to running out"
         )
     return section, warnings
+
+
+@dataclass(frozen=True)
+class ModuleMemoryChange:
+    """One module's static memory in two runs (`diff`), and the buffers that tell why."""
+
+    module: str
+    base_peak_bytes: int
+    new_peak_bytes: int
+    base_aliased_bytes: int
+    new_aliased_bytes: int
+    appeared: tuple[HeldBuffer, ...]  # held at NEW's peak, not at BASE's (largest first)
+
+    @property
+    def delta_bytes(self) -> int:
+        return self.new_peak_bytes - self.base_peak_bytes
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "module": self.module,
+            "base_peak_bytes": self.base_peak_bytes,
+            "new_peak_bytes": self.new_peak_bytes,
+            "delta_bytes": self.delta_bytes,
+            "base_aliased_bytes": self.base_aliased_bytes,
+            "new_aliased_bytes": self.new_aliased_bytes,
+            "appeared": [b.to_dict() for b in self.appeared],
+        }
+
+
+# A buffer held at the peak is named in a diff when it is at least this share of NEW's peak.
+APPEARED_MIN_SHARE = 0.01
+
+
+def memory_changes(
+    base: MemorySection | None, new: MemorySection | None
+) -> list[ModuleMemoryChange]:
+    """The modules both runs have, by name: their peaks and donated bytes, and the buffers held
+    at NEW's peak that BASE did not hold (matched by what they are, op path or instruction,
+    shape and kind, so a renamed instruction of the same op is the same buffer)."""
+    if base is None or new is None:
+        return []
+    before = {m.module: m for m in base.modules}
+    changes: list[ModuleMemoryChange] = []
+    for m in new.modules:
+        old = before.get(m.module)
+        if old is None:
+            continue
+
+        def key(b: HeldBuffer) -> tuple[str, str, str]:
+            return (b.op_name or b.instruction, b.shape, b.kind)
+
+        held_before = {key(b) for b in old.at_peak}
+        appeared = tuple(
+            b
+            for b in m.at_peak
+            if key(b) not in held_before and b.bytes >= APPEARED_MIN_SHARE * max(m.peak_bytes, 1)
+        )
+        changes.append(
+            ModuleMemoryChange(
+                m.module,
+                old.peak_bytes,
+                m.peak_bytes,
+                old.aliased_bytes,
+                m.aliased_bytes,
+                appeared,
+            )
+        )
+    return changes

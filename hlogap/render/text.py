@@ -300,8 +300,36 @@ def diff_header(diff: Diff) -> list[str]:
         f"ops: {matched} matched"
         + (f" ({how})" if how else "")
         + f", {counts['appeared']} appeared, {counts['vanished']} vanished",
+        *memory_change_lines(diff),
         *(f"warning: {w}" for w in diff.warnings),
     ]
+
+
+def memory_change_lines(diff: Diff) -> list[str]:
+    """Each module whose static memory peak changed: by how much, a donation gained or lost,
+    and the largest buffers now held at the peak that were not before."""
+    lines: list[str] = []
+    for m in diff.memory:
+        if m.delta_bytes == 0 and not m.appeared:
+            continue
+        line = (
+            f"memory: {m.module} static peak {fmt_si(m.base_peak_bytes, 'B')} -> "
+            f"{fmt_si(m.new_peak_bytes, 'B')} ({'+' if m.delta_bytes >= 0 else '-'}"
+            f"{fmt_si(abs(m.delta_bytes), 'B')})"
+        )
+        if m.new_aliased_bytes < m.base_aliased_bytes:
+            lost = m.base_aliased_bytes - m.new_aliased_bytes
+            line += f"; donation lost: {fmt_si(lost, 'B')} of inputs no longer reused as outputs"
+        elif m.new_aliased_bytes > m.base_aliased_bytes:
+            line += f"; donated: {fmt_si(m.new_aliased_bytes - m.base_aliased_bytes, 'B')} more"
+        if m.appeared:
+            named = ", ".join(
+                f"{b.instruction or '?'} ({b.kind}, {fmt_si(b.bytes, 'B')}, {b.shape})"
+                for b in m.appeared[:3]
+            )
+            line += f"; newly held: {named}"
+        lines.append(line)
+    return lines
 
 
 def multi_module(rows: list[DiffRow]) -> bool:

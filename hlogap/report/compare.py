@@ -29,6 +29,7 @@ from typing import Literal, get_args
 
 from hlogap._version import __version__
 from hlogap.chips import Chip
+from hlogap.memory.static import ModuleMemoryChange, memory_changes
 from hlogap.report.model import AuditReport
 from hlogap.report.model import OpRow as Op
 
@@ -288,6 +289,11 @@ class Diff:
         """Growth of the total gap, in % of BASE's total measured time (per step)."""
         return _pct(self.gap_delta_us, self.ratio * self.base.measured_us)
 
+    @property
+    def memory(self) -> list[ModuleMemoryChange]:
+        """The static memory of the modules both runs have (hlogap.memory)."""
+        return memory_changes(self.base.memory, self.new.memory)
+
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys((*MATCH_METHODS, "appeared", "vanished"), 0)
         for row in self.rows:
@@ -316,6 +322,7 @@ class Diff:
             "new": side_dict(self.new),
             "summary": self.summary_dict(),
             "ops": [r.to_dict() for r in rows],
+            "memory": [m.to_dict() for m in self.memory],
             "warnings": self.warnings,
         }
 

@@ -167,3 +167,21 @@ def test_diff_names_what_donation_changed(cpu_chip_file: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "donation lost: 4.2 MB of inputs no longer reused as outputs" in out.stdout
+
+
+def test_a_calibrated_cpu_has_the_machines_ram(tmp_path: Path) -> None:
+    """A CPU device's memory is the machine's RAM: the calibrated chip file says so, with its
+    source, so a CPU profile has headroom too."""
+    import os
+
+    from hlogap.chips import load_chip
+    from hlogap.chips.calibrate import Calibration, chip_text
+
+    path = tmp_path / "cpu.toml"
+    path.write_text(chip_text(Calibration(1e11, 2e10, 0.0, 0.0)))
+    chip = load_chip(str(path))
+    assert chip.hbm_bytes == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert "RAM" in chip.sources["memory.hbm_bytes"]
+    report = audit(FIXTURES / "mem_temp", str(path))
+    assert report.memory is not None and report.memory.headroom_bytes is not None
+    assert report.memory.headroom_bytes == chip.hbm_bytes - report.memory.modules[0].peak_bytes

@@ -95,9 +95,25 @@ def measure(rounds: int = ROUNDS, repeats: int = 3) -> Calibration:
     )
 
 
+def machine_memory_bytes() -> int | None:
+    """This machine's RAM (`sysconf`: pages x page size): a CPU device's memory capacity."""
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # not POSIX, or not told
+        return None
+    return pages * size if pages > 0 and size > 0 else None
+
+
 def chip_text(c: Calibration) -> str:
     """The chip file of a calibration."""
     cpu = platform.processor() or platform.machine()
+    ram = machine_memory_bytes()
+    ram_line = f"hbm_bytes = {ram}\n" if ram else ""
+    ram_source = (
+        '"memory.hbm_bytes" = "this machine\'s RAM (sysconf: physical pages x page size)"\n'
+        if ram
+        else ""
+    )
     return f"""# Written by `hlogap calibrate` on {time.strftime("%Y-%m-%d %H:%M:%S")}.
 name = "cpu"
 vendor = "cpu"
@@ -109,7 +125,7 @@ bf16 = {c.flops:.4g}
 
 [memory]
 hbm_bw = {c.bandwidth:.4g}
-
+{ram_line}
 [interconnect]
 bw = {c.bandwidth:.4g}
 
@@ -123,7 +139,7 @@ memory_spread = {c.bandwidth_spread:.3f}
 "peak_flops.bf16" = "no bf16 unit on this CPU: XLA:CPU computes bf16 in f32, so the f32 figure"
 "memory.hbm_bw" = "measured: numpy copy (read + write), best over 1-256 MiB buffers, this machine"
 "interconnect.bw" = "XLA:CPU devices of one process exchange data through memory: copy bandwidth"
-"""
+{ram_source}"""
 
 
 def calibrate(path: Path | None = None) -> tuple[Chip, Calibration]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -176,15 +177,17 @@ def _load_pair(
         return load_pair(base, new, **selection, progress=progress)
 
 
-def _emit_bytes(data: bytes, output: Path | None) -> None:
-    """UTF-8 `data` to stdout (its buffer: the bytes as they are), or to `output` as `_emit`."""
+def _emit_bytes(data: Iterable[bytes], output: Path | None) -> None:
+    """UTF-8 chunks to stdout (its buffer: the bytes as they are) as they come, or to `output`
+    as `_emit` (whole or not at all)."""
     target = _file_target(output)
     if target is None:
         if sys.stdout is None:
             raise HlogapError("cannot write the output: stdout is closed")
         try:
             sys.stdout.flush()
-            sys.stdout.buffer.write(data)
+            for chunk in data:
+                sys.stdout.buffer.write(chunk)
             sys.stdout.flush()
         except BrokenPipeError:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -232,7 +235,7 @@ def _write(
     if chosen == "json":  # bytes as the encoder writes them: no text copy of a large report
         from hlogap.render.json import JsonRenderer
 
-        _emit_bytes(JsonRenderer().render_bytes(document, options), output)
+        _emit_bytes(JsonRenderer().render_chunks(document, options), output)
         return
     _emit(render(document, chosen, options), output)
 

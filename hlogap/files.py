@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from hlogap.errors import HlogapError, UsageError
@@ -42,15 +43,17 @@ def write_text(path: Path, text: str, make_parents: bool = False) -> None:
     write_bytes(path, text.encode("utf-8"), make_parents)
 
 
-def write_bytes(path: Path, data: bytes, make_parents: bool = False) -> None:
-    """`data` to `path`, as `write_text`."""
+def write_bytes(path: Path, data: bytes | Iterable[bytes], make_parents: bool = False) -> None:
+    """`data` (or its chunks, written as they come) to `path`, as `write_text`."""
     check_output(path)
+    chunks = [data] if isinstance(data, bytes) else data
     try:
         if str(path).startswith(_OWN_DESCRIPTORS) or (
             path.exists() and stat.S_ISCHR(path.stat().st_mode)
         ):
             with path.open("wb") as f:
-                f.write(data)
+                for chunk in chunks:
+                    f.write(chunk)
             return
         directory = path.resolve().parent
         if make_parents:
@@ -58,7 +61,8 @@ def write_bytes(path: Path, data: bytes, make_parents: bool = False) -> None:
         fd, tmp = tempfile.mkstemp(prefix=".hlogap-", dir=directory)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                for chunk in chunks:
+                    f.write(chunk)
             # mkstemp makes the file private (0600): give it the mode a plain write would.
             os.chmod(tmp, _mode_of(path))
             os.replace(tmp, path)

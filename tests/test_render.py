@@ -88,7 +88,9 @@ def test_json_is_the_report_with_non_finite_numbers_as_null(
     report = audit(MLP, str(cpu_chip_file))
     data = report.to_dict(0)
     data["summary"]["probe"] = [math.nan, math.inf, np.float64(1.5), np.int64(7), -0.0, 1e-05]
-    monkeypatch.setattr(type(report), "to_dict", lambda self, top, plain=True: data)
+    monkeypatch.setattr(
+        type(report), "to_dict", lambda self, top, plain=True, with_steps=True: data
+    )
     text = render(report, "json", RenderOptions(top=0))
     strict = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
     assert strict["summary"]["probe"] == [None, None, 1.5, 7, -0.0, 1e-05]

@@ -329,3 +329,22 @@ def test_model_flops_must_be_positive(cpu_chip_file: Path) -> None:
 
     with pytest.raises(UsageError, match="--model-flops"):
         audit(FIXTURES / "mlp", str(cpu_chip_file), model_flops=-1.0)
+
+
+def test_json_written_a_block_of_steps_at_a_time_is_the_report(
+    cpu_chip_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The JSON writer adds the steps a block at a time (a 40 k-step report's device parts are
+    never all in memory as objects): the document is the report's own, whatever the block."""
+    import json
+
+    from hlogap.render import json as json_renderer
+    from hlogap.render.base import RenderOptions
+
+    report = audit(FIXTURES / "sharded_train", str(cpu_chip_file))
+    expected = json.loads(json.dumps(report.to_dict(0)))
+    for per_chunk in (1, 2, 1000):
+        monkeypatch.setattr(json_renderer, "STEPS_PER_CHUNK", per_chunk)
+        chunks = list(json_renderer.JsonRenderer().render_chunks(report, RenderOptions(top=0)))
+        assert json.loads(b"".join(chunks)) == expected
+        assert len(chunks) == 2 + -(-len(report.steps) // per_chunk)

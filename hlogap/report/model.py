@@ -211,10 +211,12 @@ class StepRow:
     bound_wall_us: float | None = None
     flops: float = 0.0  # device time: FLOPs of the occurrences that started in the step
     device_rows: tuple[DeviceRow, ...] = ()  # per device: the values of DEVICE_STEP_KEYS
+    # `lost_in_ops_us` as the step's builder summed it (None: summed from the rows on use).
+    lost_us: float | None = field(default=None, compare=False)
 
     @property
     def per_device(self) -> list[DeviceStep]:
-        return [DeviceStep(int(r[0]), *r[1:]) for r in self.device_rows]
+        return [DeviceStep(*r) for r in self.device_rows]  # type: ignore[arg-type]
 
     @property
     def gap_us(self) -> float:
@@ -225,6 +227,8 @@ class StepRow:
         """Device time the ops lose against their bounds on each device's critical path: what
         its own step would shrink by (`wall_us - bound_wall_us` per device). A report of
         version 2 (no device parts): the busy time beyond the ops' summed bound."""
+        if self.lost_us is not None:
+            return self.lost_us
         if self.device_rows:
             wall, bound_wall = (
                 DEVICE_STEP_KEYS.index("wall_us"),
@@ -548,9 +552,12 @@ class AuditReport:
             "host_bw": c.host_bw,
         }
 
-    def to_dict(self, top: int = 0, plain: bool = True) -> dict[str, object]:
+    def to_dict(
+        self, top: int = 0, plain: bool = True, with_steps: bool = True
+    ) -> dict[str, object]:
         """The report as JSON data (plain dicts and lists; `plain=False`: steps' device parts as
-        dataclasses, for orjson, `StepRow.to_dict`)."""
+        dataclasses, for orjson, `StepRow.to_dict`; `with_steps=False`: `steps` empty, for a
+        writer that adds them a block at a time)."""
         rows = self.ops if top <= 0 else self.ops[:top]
         return {
             "schema": SCHEMA,
@@ -569,7 +576,7 @@ class AuditReport:
                 r.to_dict(i + 1, *share)
                 for i, (r, share) in enumerate(zip(rows, self.shares(rows), strict=True))
             ],
-            "steps": [s.to_dict(plain) for s in self.steps],
+            "steps": [s.to_dict(plain) for s in self.steps] if with_steps else [],
             **(
                 {
                     "group_by": self.group_by,

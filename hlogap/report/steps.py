@@ -114,6 +114,7 @@ def step_rows(run: RunSummary, steps: list[Step], totals: list[StepTotals]) -> l
         np.where(any_ran, slowest, -1).tolist(),
         np.maximum(step_bound, 0.0).tolist(),
         t.flops.sum(axis=0).tolist(),
+        np.where(ran, np.maximum(wall - bound_wall, 0.0), 0.0).sum(axis=0).tolist(),
         strict=True,
     )
     return [
@@ -135,6 +136,7 @@ def step_rows(run: RunSummary, steps: list[Step], totals: list[StepTotals]) -> l
             bound_wall_us=bound_wall_us,
             flops=flops,
             device_rows=tuple(rows[cut[k] : cut[k + 1]]),
+            lost_us=lost_us,
         )
         for k, (
             s,
@@ -151,5 +153,6 @@ def step_rows(run: RunSummary, steps: list[Step], totals: list[StepTotals]) -> l
             device,
             bound_wall_us,
             flops,
+            lost_us,
         ) in enumerate(columns)
     ]

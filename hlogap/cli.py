@@ -61,6 +61,16 @@ ChipOpt = Annotated[
         help="Chip name (see `hlogap chips`) or a chip TOML file; default: detect from the trace.",
     ),
 ]
+# str, not Path: a Path would fold the `//` of a URL (gs://bucket/tb -> gs:/bucket/tb).
+ProfileArg = Annotated[
+    str,
+    typer.Argument(metavar="PATH", help="TensorBoard logdir, run directory, .xplane.pb, or a URL."),
+]
+# The selection every command that reads a profile takes.
+RunOpt = Annotated[str | None, typer.Option(help="Run name; default: newest.")]
+HostOpt = Annotated[str | None, typer.Option(help="Only this host's file.")]
+DeviceOpt = Annotated[int | None, typer.Option(help="Only this device ordinal.")]
+ModuleOpt = Annotated[str | None, typer.Option(help="Only modules matching REGEX.")]
 
 
 def _format_option(names: str, output: bool = False) -> typer.models.OptionInfo:
@@ -242,21 +252,15 @@ def _write(
 
 @app.command()
 def audit(
-    # str, not Path: a Path would fold the `//` of a URL (gs://bucket/tb -> gs:/bucket/tb).
-    path: Annotated[
-        str,
-        typer.Argument(
-            metavar="PATH", help="TensorBoard logdir, run directory, .xplane.pb, or a URL."
-        ),
-    ],
+    path: ProfileArg,
     chip: ChipOpt = None,
     top: TopOpt = 20,
     fmt: AuditFormat = None,
     output: OutputOpt = None,
-    run: Annotated[str | None, typer.Option(help="Run name; default: newest.")] = None,
-    host: Annotated[str | None, typer.Option(help="Only this host's file.")] = None,
-    device: Annotated[int | None, typer.Option(help="Only this device ordinal.")] = None,
-    module: Annotated[str | None, typer.Option(help="Only modules matching REGEX.")] = None,
+    run: RunOpt = None,
+    host: HostOpt = None,
+    device: DeviceOpt = None,
+    module: ModuleOpt = None,
     sort: Annotated[
         str, typer.Option(help="gap, measured (largest first) or efficiency (lowest first).")
     ] = "gap",
@@ -484,20 +488,15 @@ def bound(
 
 @app.command()
 def memory(
-    path: Annotated[
-        str,
-        typer.Argument(
-            metavar="PATH", help="TensorBoard logdir, run directory, .xplane.pb, or a URL."
-        ),
-    ],
+    path: ProfileArg,
     chip: ChipOpt = None,
     top: TopOpt = 20,
     fmt: PlainFormat = None,
     output: OutputOpt = None,
-    run: Annotated[str | None, typer.Option(help="Run name; default: newest.")] = None,
-    host: Annotated[str | None, typer.Option(help="Only this host's file.")] = None,
-    device: Annotated[int | None, typer.Option(help="Only this device ordinal.")] = None,
-    module: Annotated[str | None, typer.Option(help="Only modules matching REGEX.")] = None,
+    run: RunOpt = None,
+    host: HostOpt = None,
+    device: DeviceOpt = None,
+    module: ModuleOpt = None,
     wide: WideOpt = False,
 ) -> None:
     """What holds each program's memory at its peak: arguments, outputs, temporaries, donated
@@ -629,10 +628,10 @@ def check(
         ),
     ] = None,
     chip: ChipOpt = None,
-    run: Annotated[str | None, typer.Option(help="Run name; default: newest.")] = None,
-    host: Annotated[str | None, typer.Option(help="Only this host's file.")] = None,
-    device: Annotated[int | None, typer.Option(help="Only this device ordinal.")] = None,
-    module: Annotated[str | None, typer.Option(help="Only modules matching REGEX.")] = None,
+    run: RunOpt = None,
+    host: HostOpt = None,
+    device: DeviceOpt = None,
+    module: ModuleOpt = None,
     fmt: DiffFormat = None,
 ) -> None:
     """CI gate: compare PATH with a baseline report; exit 1 if it regressed.
@@ -694,10 +693,10 @@ def diff(
     chip: ChipOpt = None,
     top: TopOpt = 20,
     fmt: DiffFormat = None,
-    run: Annotated[str | None, typer.Option(help="Run name; default: newest.")] = None,
-    host: Annotated[str | None, typer.Option(help="Only this host's file.")] = None,
-    device: Annotated[int | None, typer.Option(help="Only this device ordinal.")] = None,
-    module: Annotated[str | None, typer.Option(help="Only modules matching REGEX.")] = None,
+    run: RunOpt = None,
+    host: HostOpt = None,
+    device: DeviceOpt = None,
+    module: ModuleOpt = None,
 ) -> None:
     """Op-by-op comparison of two profiles or reports, ops matched across recompiles.
 

@@ -129,6 +129,7 @@ def _audit_hosts(
     """Summaries of every host merged in host order, then the ops costed here and the steps
     summed on the hosts."""
     # Heavy imports, while forked readers run.
+    from hlogap.hlo.index import HloIndex
     from hlogap.report.analysis import op_rows
     from hlogap.report.hosts import host_skew
     from hlogap.report.steps import op_step_costs, step_rows
@@ -174,9 +175,11 @@ def _audit_hosts(
             for k in range(len(pairs))
         ]
 
-    rows = op_rows(run, modules, the_chip, dump_dir, pairs_on_hosts)
+    # One index: the ops' rows and the memory section share each module's decoded HLO.
+    index = HloIndex(modules, dump_dir)
+    rows = op_rows(run, index, the_chip, pairs_on_hosts)
     ran = {(o.key.module, o.key.program_id) for o, n in zip(run.ops, run.times.events) if n > 0}
-    memory, memory_warnings = memory_section(modules, ran, the_chip.hbm_bytes)
+    memory, memory_warnings = memory_section(modules, ran, the_chip.hbm_bytes, index)
     steps = run.steps
     dominant: str | None = None
     if not steps and run.module_ps:

@@ -178,11 +178,12 @@ def build_mlp(shifted: bool = False) -> list[Module]:
     return [(_make_mlp(True), (x, *params, _f32(rng, 256)))]
 
 
-def build_mlp_train() -> list[Module]:
+def _mlp_train_step(name: str) -> Callable[..., Any]:
+    """One SGD step of the MLP, named `name` (jax names the module `jit_<name>`)."""
     import jax
     import jax.numpy as jnp
 
-    def mlp_train(params: Any, x: Any, y: Any) -> Any:
+    def step(params: Any, x: Any, y: Any) -> Any:
         def loss(p: Any) -> Any:
             w1, b1, w2, b2 = p
             h = jax.nn.gelu(x @ w1 + b1, approximate=True)
@@ -191,10 +192,15 @@ def build_mlp_train() -> list[Module]:
         value, grads = jax.value_and_grad(loss)(params)
         return tuple(p - 0.01 * g for p, g in zip(params, grads, strict=True)), value
 
+    step.__name__ = step.__qualname__ = name
+    return step
+
+
+def build_mlp_train() -> list[Module]:
     rng = _rng()
     x = _f32(rng, 64, 512)
     y = _f32(rng, 64, 512)
-    return [(mlp_train, (_mlp_params(rng), x, y))]
+    return [(_mlp_train_step("mlp_train"), (_mlp_params(rng), x, y))]
 
 
 def build_conv() -> list[Module]:
@@ -580,21 +586,11 @@ def build_point_scatter() -> list[Module]:
 
 
 def build_mem_donate() -> list[Module]:
-    """A training step that donates its parameters: XLA writes the new ones in place."""
-    import jax
-    import jax.numpy as jnp
-
-    def mem_donate(params: Any, x: Any, y: Any) -> Any:
-        def loss(p: Any) -> Any:
-            w1, b1, w2, b2 = p
-            h = jax.nn.gelu(x @ w1 + b1, approximate=True)
-            return jnp.mean((h @ w2 + b2 - y) ** 2)
-
-        value, grads = jax.value_and_grad(loss)(params)
-        return tuple(p - 0.01 * g for p, g in zip(params, grads, strict=True)), value
-
+    """mlp_train's step under another name, for `mem_donate` (donating its parameters: XLA
+    writes the new ones in place) and `mem_kept` (not donating: the same module to diff)."""
     rng = _rng()
-    return [(mem_donate, (_mlp_params(rng), _f32(rng, 64, 512), _f32(rng, 64, 512)))]
+    step = _mlp_train_step("mem_donate")
+    return [(step, (_mlp_params(rng), _f32(rng, 64, 512), _f32(rng, 64, 512)))]
 
 
 def build_mem_remat() -> list[Module]:
@@ -732,22 +728,20 @@ def run_program(name: str, out_root: Path, dump_dir: Path | None) -> None:
 
     modules = PROGRAMS[name]()
 
-    def options(fn: Callable[..., Any]) -> dict[str, Any]:
-        donated = DONATED.get(name)
-        return {"donate_argnums": donated} if donated else {}
+    donated = DONATED.get(name)
+    jit_options: dict[str, Any] = {"donate_argnums": donated} if donated else {}
+    compiled = [jax.jit(fn, **jit_options).lower(*args).compile() for fn, args in modules]
+    jitted = [jax.jit(fn, **jit_options) for fn, _ in modules]
 
-    compiled = [jax.jit(fn, **options(fn)).lower(*args).compile() for fn, args in modules]
-    jitted = [jax.jit(fn, **options(fn)) for fn, _ in modules]
-
-    def inputs(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, ...]:
+    def inputs(args: tuple[Any, ...]) -> tuple[Any, ...]:
         # A donated input is consumed by its call: each call gets copies (through numpy, so no
         # helper module is compiled), made before the trace starts.
-        if not options(fn):
+        if not donated:
             return args
         fresh: tuple[Any, ...] = jax.tree.map(lambda a: jax.device_put(np.asarray(a)), args)
         return fresh
 
-    calls = [[inputs(fn, args) for _ in range(ITERATIONS + 1)] for fn, args in modules]
+    calls = [[inputs(args) for _ in range(ITERATIONS + 1)] for _, args in modules]
     # Warm up outside the trace and wait, so no execution straddles the trace start. Calling the
     # jitted function reuses the executable compiled above (one module per function in the trace).
     for fn, per_call in zip(jitted, calls, strict=True):

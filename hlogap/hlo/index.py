@@ -55,6 +55,11 @@ class HloIndex:
             self._by_name[key] = result.instructions()
         return result
 
+    def module(self, module: str, program_id: str) -> Module | None:
+        """The decoded module (decoded once, whoever asks first); None where it has no HLO."""
+        found = self._module(module, program_id)
+        return found if isinstance(found, Module) else None
+
     def resolve(self, info: OpInfo) -> ResolvedOp:
         key = info.key
         if info.hlo_text:  # TPU: the op's own text; the module (when present) gives fused bodies

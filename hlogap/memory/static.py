@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
+from hlogap.hlo.index import HloIndex
 from hlogap.hlo.ir import Module, Shape
 from hlogap.hlo.printer import print_shape
 from hlogap.proto import hlo_pb2
@@ -357,21 +358,19 @@ OOM_RISK_FRACTION = 0.9
 
 
 def memory_section(
-    modules: dict[tuple[str, str], bytes], ran: set[tuple[str, str]], capacity: float | None
+    modules: dict[tuple[str, str], bytes],
+    ran: set[tuple[str, str]],
+    capacity: float | None,
+    index: HloIndex,
 ) -> tuple[MemorySection | None, list[str]]:
     """The memory of the modules that ran (`ran`: (name, program id)), from their serialized
-    `HloProto`s, and warnings for what is missing or at risk."""
-    from hlogap.hlo.decode import HloDecodeError, decode_hlo_proto
-
+    `HloProto`s (`index` holds them decoded, for the buffers' names and sources), and warnings
+    for what is missing or at risk."""
     found: list[ModuleMemory] = []
     for (name, program_id), data in sorted(modules.items()):
         if (name, program_id) not in ran:
             continue
-        try:
-            module: Module | None = decode_hlo_proto(data)
-        except HloDecodeError:
-            module = None
-        memory = module_memory(name, program_id, data, module)
+        memory = module_memory(name, program_id, data, index.module(name, program_id))
         if memory is not None:
             found.append(memory)
     if not found:

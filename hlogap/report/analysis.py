@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -32,14 +31,9 @@ PairsOnHosts = Callable[[list[tuple[OpKey, OpKey]]], list[AsyncPairs]]
 
 
 def op_rows(
-    run: RunSummary,
-    modules: dict[tuple[str, str], bytes],
-    chip: Chip,
-    hlo_dump: Path | None,
-    pairs_on_hosts: PairsOnHosts,
+    run: RunSummary, index: HloIndex, chip: Chip, pairs_on_hosts: PairsOnHosts
 ) -> list[OpRow]:
     """One row per op that ran (among the selected events); each op is costed once."""
-    index = HloIndex(modules, hlo_dump)
     loop_runs: dict[int, dict[str, int | None]] = {}  # per module object
     rows: list[OpRow] = []
     times = run.times

@@ -256,7 +256,7 @@ class StepRow:
         devices = int(_number(raw["devices"], f"{where}.devices"))
         # Reports of version 2 lack the per-device keys: their devices spanned the whole step.
         device_wall = raw.get("device_wall_us", values["wall_us"] * devices)
-        idle = raw.get("idle_us", values["wall_us"] * devices - values["busy_us"])
+        idle = raw.get("idle_us", max(values["wall_us"] * devices - values["busy_us"], 0.0))
         slowest = raw.get("slowest_device")
         bound_wall = raw.get("bound_wall_us")
         per_device = raw.get("per_device", [])
@@ -268,11 +268,15 @@ class StepRow:
             devices=devices,
             exposed_comm_us=_number(raw.get("exposed_comm_us", 0.0), f"{where}.exposed_comm_us"),
             exposed_host_us=_number(raw.get("exposed_host_us", 0.0), f"{where}.exposed_host_us"),
-            idle_us=_number(max(idle, 0.0) if isinstance(idle, (int, float)) else idle, where),
+            idle_us=_number(idle, f"{where}.idle_us"),
             device_wall_us=_number(device_wall, f"{where}.device_wall_us"),
             skew_us=_number(raw.get("skew_us", 0.0), f"{where}.skew_us"),
-            slowest_device=None if slowest is None else int(_number(slowest, where)),
-            bound_wall_us=None if bound_wall is None else _number(bound_wall, where),
+            slowest_device=None
+            if slowest is None
+            else int(_number(slowest, f"{where}.slowest_device")),
+            bound_wall_us=None
+            if bound_wall is None
+            else _number(bound_wall, f"{where}.bound_wall_us"),
             flops=_number(raw.get("flops", 0.0), f"{where}.flops"),
             device_rows=tuple(
                 _device_row(d, f"{where}.per_device[{i}]") for i, d in enumerate(per_device)

@@ -45,9 +45,7 @@ def step_rows(run: RunSummary, steps: list[Step], totals: list[StepTotals]) -> l
     device parts."""
     if not steps or not totals or run.origin_ps is None or not run.times.devices:
         return []
-    t = totals[0]
-    for more in totals[1:]:
-        t = t.stacked(more)
+    t = StepTotals.stacked(totals)
     origin = min(run.origin_ps, min(s.start_ps for s in steps))  # the profile's first event
     ran = t.first_ps != FIRST_NONE  # (devices, steps)
     first = np.where(ran, t.first_ps, 0)

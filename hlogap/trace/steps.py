@@ -102,10 +102,10 @@ class StepTotals:
         ran: np.ndarray = self.first_ps != FIRST_NONE
         return ran
 
-    def stacked(self, other: StepTotals) -> StepTotals:
-        return StepTotals(
-            *(np.vstack([getattr(self, f.name), getattr(other, f.name)]) for f in fields(self))
-        )
+    @classmethod
+    def stacked(cls, hosts: list[StepTotals]) -> StepTotals:
+        """Every host's table, one under the other in host order (one copy, however many)."""
+        return cls(*(np.vstack([getattr(h, f.name) for h in hosts]) for f in fields(cls)))
 
 
 FIRST_NONE = np.iinfo(np.int64).max

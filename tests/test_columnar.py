@@ -125,8 +125,8 @@ event = st.builds(
         stats=[xplane_pb2.XStat(metadata_id=m, **v) for m, v in stats],
     ).SerializeToString(),
     st.integers(0, 2**20),
-    st.integers(0, 2**62),
-    st.integers(0, 2**62),
+    st.integers(0, 2**61),  # past 2**61 ps a time is refused (tests/test_trust3.py)
+    st.integers(0, 2**61),
     st.lists(st.tuples(st.sampled_from([1, 3, 5, 7, 9, 300]), stat_value), max_size=10),
 )
 
@@ -169,7 +169,7 @@ ONE_DECODER = [HealthCheck.function_scoped_fixture]
 @settings(max_examples=300, deadline=None, suppress_health_check=ONE_DECODER)
 @given(
     events=st.lists(odd_event, min_size=1, max_size=20),
-    timestamp_ns=st.integers(-(2**62), 2**62),
+    timestamp_ns=st.integers(-(2**61) // 1000, 2**61 // 1000),
     wanted=st.sampled_from([WANTED, [], [9, 9, 3], [5, 2**40]]),
 )
 def test_generated_lines_read_as_upb_reads_them(

@@ -308,9 +308,10 @@ def _parse(data: dict[str, object], path: Path) -> Chip:
             number = float(value) if _is_number(value) else math.nan
         except OverflowError:  # an integer past float's range (10**400)
             number = math.inf
-        if not math.isfinite(number) or number <= 0:
+        # Below 1 FLOP/s or byte/s no chip is meant, and a time over it leaves float's range.
+        if not math.isfinite(number) or number < 1:
             shown = f"{value!r}"[:40]
-            raise fail(f"{what} must be a finite positive number, not {shown}")
+            raise fail(f"{what} must be a finite positive number, at least 1, not {shown}")
         return number
 
     def rates(key: str) -> dict[str, float]:

@@ -133,14 +133,22 @@ def _crosses_host(inst: Instruction, ix: ModuleIndex | None) -> bool:
     return any(leaf.memory_space == 5 for s in shapes for leaf in s.leaves())  # S(5): host
 
 
+# A trip count past this (a trillion runs of a body) or below 0 is not a count XLA can know of a
+# program that ran in a profile: it is treated as unknown. Nested loops multiply their counts:
+# past MAX_RUNS an op's runs per occurrence are unknown too.
+MAX_TRIP_COUNT = 1 << 40
+MAX_RUNS = 1 << 62
+
+
 def trip_count(inst: Instruction) -> int | None:
     """A while loop's trip count, when XLA knows it (`known_trip_count` in backend_config)."""
     known = config(inst).get("known_trip_count")
     value = known.get("n") if isinstance(known, dict) else None
     try:
-        return int(value) if isinstance(value, (int, str)) else None
+        n = int(value) if isinstance(value, (int, str)) else None
     except ValueError:
         return None
+    return n if n is not None and 0 <= n <= MAX_TRIP_COUNT else None
 
 
 def while_parts(inst: Instruction, module: Module) -> tuple[Computation | None, Computation | None]:
@@ -327,5 +335,7 @@ def executions_per_run(module: Module) -> dict[str, int | None]:
                 continue
             trips = trip_count(inst) if inst.opcode == "while" else 1
             inner = times * trips if times is not None and trips is not None else None
+            if inner is not None and inner > MAX_RUNS:
+                inner = None
             stack.extend((callee, inner) for callee in called(inst, ix))
     return runs

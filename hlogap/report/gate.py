@@ -27,6 +27,7 @@ from hlogap.errors import InputError, UsageError
 from hlogap.report.compare import Diff, DiffRow
 from hlogap.report.model import AuditReport
 from hlogap.source import read_toml
+from hlogap.trace.model import CORRUPT_TRACE
 from hlogap.units import fmt_us
 
 CHECK_SCHEMA = "hlogap.check/1"
@@ -323,6 +324,10 @@ def _refuse_degenerate(diff: Diff) -> None:
             )
         if report.measured_us <= 0:
             raise InputError(f"{role} {report.path} measured no time: nothing to check")
+        # Its numbers miss what the corrupt events took: no verdict can rest on them.
+        corrupt = next((w for w in report.warnings if CORRUPT_TRACE in w), None)
+        if corrupt is not None:
+            raise InputError(f"{role} {report.path}: {corrupt}")
         # The roofline is a floor: a report whose ops took far less than their bounds in all
         # (every op at 1 ps, say) holds impossible times, not a speed-up to pass.
         if report.bound_us > IMPOSSIBLY_FAST * report.measured_us:

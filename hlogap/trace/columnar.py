@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hlogap.proto import xplane_pb2
+from hlogap.trace.model import check_time, check_times
 
 try:
     from hlogap.trace import _xline
@@ -57,6 +58,8 @@ class LineColumns:
         """Row `i` from an event upb read: its id, offset and duration, and every wanted stat
         ABSENT until the caller fills it in. A stat the plane lacks (negative id) is ABSENT
         already, in a read-only column (`RawLine.columns`)."""
+        check_time(event.offset_ps, "an event's offset", "a line")
+        check_time(event.duration_ps, "an event's duration", "a line")
         self.metadata_id[i] = event.metadata_id
         self.offset_ps[i] = event.offset_ps
         self.duration_ps[i] = event.duration_ps
@@ -130,6 +133,8 @@ class RawLine:
             self.duration_ps,
             self.event_count,
         ) = head
+        # In picoseconds it is added to every event's offset: refused before it can wrap.
+        check_time(self.timestamp_ns * 1000, "the timestamp", f"line {self.name!r}")
 
     @property
     def events(self) -> list[bytes]:
@@ -145,7 +150,7 @@ class RawLine:
         that takes no memory: half the stats the GPU reader asks for are CPU-only, and a fresh
         column is a page fault per 512 events."""
         if _xline is None or self._split is not None:
-            return decode_events(self.events, wanted)
+            return self._checked(decode_events(self.events, wanted))
         n = self.event_count
         present = [k for k, stat_id in enumerate(wanted) if stat_id >= 0]
         out = np.empty((3 + len(present), n), dtype=np.int64)
@@ -156,7 +161,19 @@ class RawLine:
         stats = [np.broadcast_to(np.int64(ABSENT), (n,))] * len(wanted)
         for row, k in enumerate(present, start=3):
             stats[k] = out[row]
-        return LineColumns(out[0], out[1], out[2], stats, dict(irregular))
+        return self._checked(LineColumns(out[0], out[1], out[2], stats, dict(irregular)))
+
+    def _checked(self, cols: LineColumns) -> LineColumns:
+        """`cols`, once no offset or duration is past `MAX_TIME_PS`: readers add them up."""
+        offsets, durations = cols.offset_ps, cols.duration_ps
+        if cols.irregular:  # rows upb reads again (`reset_row` checks those)
+            regular = np.ones(len(offsets), dtype=bool)
+            regular[list(cols.irregular)] = False
+            offsets, durations = offsets[regular], durations[regular]
+        where = f"line {self.name!r}"
+        check_times(offsets, "event offsets", where)
+        check_times(durations, "event durations", where)
+        return cols
 
 
 def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

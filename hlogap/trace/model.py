@@ -21,6 +21,29 @@ UNKNOWN_EXECUTION = np.iinfo(np.int64).min
 # Memory an event costs at the peak of reading and timing it (columns and their temporaries).
 PEAK_BYTES_PER_EVENT = 400
 EVENTS_PER_MEMORY_CHECK = 1_000_000
+# No time a profile holds (a line's timestamp, an event's offset, start or duration) reaches
+# 2**61 ps, 27 days: a capture lasts minutes. Below it a start plus a duration plus an async
+# op's run-on cannot wrap int64; a value past it is corruption, refused before any arithmetic.
+MAX_TIME_PS = 1 << 61
+# A host's event time summed, and a run's: below this no int64 sum of picoseconds can wrap
+# (53 days of device time; every per-op, per-module and per-step sum is a part of it).
+MAX_TOTAL_PS = 1 << 62
+# Ends the warning that events were left out as corrupt: `check` fails closed on it.
+CORRUPT_TRACE = "(a corrupt trace)"
+
+
+def check_times(values: np.ndarray, what: str, where: str) -> None:
+    """Refuse (exit 3) int64 picoseconds of which one is past +-`MAX_TIME_PS`: two reductions,
+    no per-event Python."""
+    if len(values) and (int(values.max()) > MAX_TIME_PS or int(values.min()) < -MAX_TIME_PS):
+        raise InputError(f"corrupt profile: {what} on {where} beyond 27 days (2**61 ps)")
+
+
+def check_time(value: int, what: str, where: str) -> None:
+    """`check_times` of one value (a Python int: any size)."""
+    if abs(value) > MAX_TIME_PS:
+        raise InputError(f"corrupt profile: {what} on {where} beyond 27 days (2**61 ps)")
+
 
 Backend = Literal["cpu", "gpu", "tpu", "none"]
 """Where a trace's op events come from; "none" when a file holds no op events."""
@@ -172,6 +195,9 @@ class TraceBuilder:
         op_arr = np.asarray(op, dtype=np.int32)
         start_arr = np.asarray(start, dtype=np.int64)
         dur_arr = np.asarray(dur, dtype=np.int64)
+        where = f"host {self.host}"
+        check_times(start_arr, "event start times", where)
+        check_times(dur_arr, "event durations", where)
         valid = dur_arr >= 0  # a negative duration is corruption: the event is left out
         if not valid.all():
             self._negative += int((~valid).sum())
@@ -190,6 +216,7 @@ class TraceBuilder:
         self_arr = dur_arr if gpu else self_times(start_arr, dur_arr)
         if extra_ps is not None:
             extra = np.asarray(extra_ps, dtype=np.int64)[order]
+            check_times(extra, "async op run-on times", where)
             dur_arr = dur_arr + extra
             self_arr = self_arr + extra
         if execution is not None:
@@ -254,10 +281,18 @@ class TraceBuilder:
         return dense
 
     def finish(self, backend: Backend, warnings: list[str]) -> TraceData:
+        for step in self.steps:
+            check_time(step.start_ps, "a step's start", f"host {self.host}")
+            check_time(step.end_ps, "a step's end", f"host {self.host}")
+        # Every sum of durations or self times is a part of this one (durations are >= 0).
+        if sum(float(b.duration_ps.sum(dtype=np.float64)) for b in self.blocks) >= MAX_TOTAL_PS:
+            raise InputError(
+                f"corrupt profile: the events of host {self.host} add up to over 53 days"
+            )
         if self._negative:
             warnings = [
                 *warnings,
-                f"{self._negative} events with a negative duration left out (a corrupt trace)",
+                f"{self._negative} events with a negative duration left out {CORRUPT_TRACE}",
             ]
         return _trace(
             backend, self.devices, self.ops, self.modules, self.blocks, self.steps, warnings

@@ -17,6 +17,7 @@ import numpy as np
 
 from hlogap.errors import InputError, UsageError
 from hlogap.trace.model import (
+    MAX_TOTAL_PS,
     Backend,
     Device,
     OpInfo,
@@ -262,9 +263,15 @@ class RunMerger:
         self._op_ids: dict[OpKey, int] = {}
         self._occurrences = (np.zeros(0, dtype=np.int64),) * 3
         self._steps: list[Step] = []
+        self._total_ps = 0  # the hosts' event time, a Python int: the bound of every sum
 
     def add(self, host: HostSummary) -> None:
         run = self.summary
+        self._total_ps += int(host.duration_ps.sum())  # each host's is below MAX_TOTAL_PS
+        if self._total_ps >= MAX_TOTAL_PS:
+            raise InputError(
+                f"corrupt profile: the hosts' events add up to over 53 days at {host.host}"
+            )
         if host.backend != "none":
             if run.backend not in ("none", host.backend):
                 raise InputError(f"hosts of one run mix backends: {run.backend}, {host.backend}")

@@ -38,6 +38,7 @@ from hlogap.trace.model import (
     OpKey,
     Step,
     TraceBuilder,
+    check_time,
     dense_codes,
     merge_steps,
 )
@@ -223,12 +224,15 @@ class _PlaneReader:
             md_list.append(ev.metadata_id)
             totals.append(total)
             counts.append(max(1, ev.num_occurrences))
-        n = np.asarray(counts, dtype=np.int64)
-        if int(n.sum()) > MAX_AGGREGATED_OCCURRENCES:
+        # Summed as Python ints (no wrap): the occurrences are laid end to end from 0.
+        check_time(sum(map(abs, totals)), "aggregated event durations", self.plane.name)
+        claimed = sum(counts)
+        if claimed > MAX_AGGREGATED_OCCURRENCES:
             raise InputError(
-                f"aggregated events on {self.plane.name} claim {int(n.sum()):,} occurrences "
+                f"aggregated events on {self.plane.name} claim {claimed:,} occurrences "
                 f"(at most {MAX_AGGREGATED_OCCURRENCES:,} are read): a corrupt profile"
             )
+        n = np.asarray(counts, dtype=np.int64)
         each, extra = np.divmod(np.asarray(totals, dtype=np.int64), n)
         # Occurrence k of an event gets its share, the first `extra` of them one ps more.
         k = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
@@ -418,15 +422,16 @@ def _event(raw: bytes, plane: str) -> xplane_pb2.XEvent:
 
 
 def _fill(cols: LineColumns, i: int, event: xplane_pb2.XEvent, wanted: list[int]) -> None:
-    """Row `i` of `cols` from an event the columnar decoder left to upb."""
+    """Row `i` of `cols` from an event the columnar decoder left to upb. The wanted stats are
+    device-clock times: one past any real time (a uint64 past int64's range too) is refused."""
     cols.reset_row(i, event, wanted)
     for stat in event.stats:
         if stat.metadata_id < 0 or stat.metadata_id not in wanted:
             continue
         if stat.WhichOneof("value") in ("int64_value", "uint64_value"):
             value = stat.int64_value or stat.uint64_value
-            if value < 1 << 63:
-                cols.stats[wanted.index(stat.metadata_id)][i] = value
+            check_time(value, "a device-clock time", "an `XLA Ops` line")
+            cols.stats[wanted.index(stat.metadata_id)][i] = value
 
 
 def _number(value: object) -> float | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import stat
 import sys
+import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,9 @@ else:  # Python 3.10: the tomli backport has the same API
     import tomli as tomllib
 
 XPLANE_SUFFIX = ".xplane.pb"
+# An nsys-jax archive (NVIDIA JAX-Toolbox; read by hlogap.trace.nsys): a `.zip`, or the
+# directory it unpacks to, holding this file.
+NSYS_TRACE_FILE = "nvtx_gpu_proj_trace/trace.parquet"
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,35 @@ def host_of(path: str | Path) -> str:
     return name[: -len(XPLANE_SUFFIX)] if name.endswith(XPLANE_SUFFIX) else name.split(".")[0]
 
 
+def is_nsys_archive(path: str | Path) -> bool:
+    """A local `.zip` file, or a directory holding `nvtx_gpu_proj_trace/`."""
+    if is_url(path):
+        return False
+    local = Path(path)
+    if local.is_dir():
+        return (local / NSYS_TRACE_FILE).parent.is_dir()
+    return local.suffix.lower() == ".zip"
+
+
+def _nsys_archives(directory: Path) -> list[Path]:
+    """The directory itself when it is an unpacked nsys-jax archive, else the archives directly
+    in it (one per process of a run: zips holding an nsys-jax trace, unpacked ones), by name."""
+    if is_nsys_archive(directory):
+        return [directory]
+    found = []
+    for p in sorted(directory.iterdir()):
+        if p.is_dir() and is_nsys_archive(p):
+            found.append(p)
+        elif p.suffix.lower() == ".zip" and p.is_file():
+            try:
+                with zipfile.ZipFile(p) as z:
+                    if any(n.endswith(NSYS_TRACE_FILE) for n in z.namelist()):
+                        found.append(p)
+            except (OSError, zipfile.BadZipFile):
+                continue  # not an archive of a run: some other zip beside them
+    return found
+
+
 def _xplane_files(run_dir: Path) -> list[Path]:
     return sorted(p for p in run_dir.iterdir() if p.name.endswith(XPLANE_SUFFIX) and p.is_file())
 
@@ -111,6 +144,10 @@ def find_profile(
                 raise InputError(f"--run makes no sense with a single file: {given}")
             files = [given]
             run_name = given.parent.name if given.parent.parent.name == "profile" else None
+        elif not _xplane_files(given) and (archives := _nsys_archives(given)):
+            if run is not None:
+                raise InputError(f"--run makes no sense with nsys-jax archives: {given}")
+            files, run_name = archives, None
         else:
             run_dir = _select_run(given, run)
             run_name = run_dir.name

@@ -13,6 +13,8 @@ from hlogap.units import fmt_si
 
 # Padding above this share of the bytes moved is worth a hint.
 PADDING_HINT_FRACTION = 0.1
+# How the hint for an op measured below its bound begins.
+FASTER_THAN_ROOF = "faster than the roofline"
 
 
 def hints_for(
@@ -84,7 +86,7 @@ def hints_for(
         # A bound is a floor: beating it means the roof itself is wrong for this op.
         out.insert(
             0,
-            f"faster than the roofline: {chip.name}'s peaks are too low for this op "
+            f"{FASTER_THAN_ROOF}: {chip.name}'s peaks are too low for this op "
             "(wrong --chip, or a CPU calibration taken while the machine was busy)",
         )
     if bound.bound_by == "none" and not bound.overlapped:

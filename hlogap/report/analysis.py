@@ -11,19 +11,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hlogap.bounds.hints import hints_for, host_wait_hint
+from hlogap.bounds.hints import FASTER_THAN_ROOF, hints_for, host_wait_hint
 from hlogap.bounds.roofline import Bound, bound_op, wait_bound_s
 from hlogap.chips import Chip
 from hlogap.cost import OpCost, cost_instruction, executions_per_run
 from hlogap.cost.trace_stats import cost_from_trace_stats
 from hlogap.hlo.fingerprint import fingerprint
 from hlogap.hlo.index import HloIndex, ResolvedOp
-from hlogap.hlo.opcodes import async_role
+from hlogap.hlo.ir import Instruction, Module
+from hlogap.hlo.opcodes import AsyncRole, async_role, collective_kind
 from hlogap.hlo.printer import print_instruction
 from hlogap.report.model import OpRow
-from hlogap.trace.model import OpInfo, OpKey, devices_in
+from hlogap.trace.model import Backend, OpInfo, OpKey, devices_in
 from hlogap.trace.summary import RunSummary
 from hlogap.trace.timing import AsyncPairs, merged_intervals
+from hlogap.units import fmt_si
 
 # The executions of (start, done) op pairs on every host, as one `AsyncPairs` per pair with
 # device indices into the run's devices (an executor's `transfer_pairs`, hosts concatenated).
@@ -41,11 +43,17 @@ def op_rows(
     # Each op's HLO, found once (TPU ops parse their own text).
     ops = {int(i): index.resolve(run.ops[i]) for i in np.flatnonzero(times.events)}
     host_waits = _host_waits(run.ops, ops, chip, pairs_on_hosts)
+    fusion_kernels = _fusion_kernels(run.ops, ops)
     for i, resolved in ops.items():
         info = run.ops[i]
         inst = resolved.instruction
         if inst is None:
             cost = OpCost(unmodeled=resolved.missing or "no HLO")
+        elif i in fusion_kernels:
+            cost = OpCost(
+                note=f"a kernel of fusion '{fusion_kernels[i]}', which is timed and costed "
+                "as an op of its own (XLA:GPU initializes a reduction's output apart)"
+            )
         else:
             cost = cost_instruction(inst, resolved.module, num_devices=num_devices)
             # XLA's trace FLOPs for a custom call are only the kernel's own estimate.
@@ -53,7 +61,7 @@ def op_rows(
                 cost = cost_from_trace_stats(
                     cost, info.xla_flops, info.xla_bytes, info.key.name, chip.cores_per_device
                 )
-        bound = bound_op(cost, chip, async_role(inst.opcode, inst.name) if inst else "")
+        bound = bound_op(cost, chip, _timed_role(inst, run.backend) if inst else "")
         occurrences = int(times.occurrences[i])
         events = int(times.events[i])
         runs = 1
@@ -75,6 +83,9 @@ def op_rows(
         if wait is not None:  # a done waiting for a host transfer: the link bounds the wait
             per_run, bound_us, hint = wait
             host_hint.append(hint)
+        cache_hint = _cached_hint(run.backend, per_run, bound_us, measured_us, cost, chip)
+        if cache_hint:
+            bound_us = measured_us  # a floor the op beat: what it did is the floor
         rows.append(
             OpRow(
                 module=info.key.module,
@@ -104,17 +115,92 @@ def op_rows(
                 hlo=info.hlo_text or (print_instruction(inst) if inst else ""),
                 fingerprint=fingerprint(inst, resolved.module) if inst else "",
                 hints=host_hint
-                or hints_for(
-                    inst,
-                    cost,
-                    bound,
-                    chip,
-                    resolved.missing,
-                    measured_us=measured_us / max(occurrences * runs, 1),
-                ),
+                or [
+                    *cache_hint,
+                    *(
+                        h
+                        for h in hints_for(
+                            inst,
+                            cost,
+                            bound,
+                            chip,
+                            resolved.missing,
+                            measured_us=measured_us / max(occurrences * runs, 1),
+                        )
+                        if not (cache_hint and h.startswith(FASTER_THAN_ROOF))
+                    ),
+                ],
             )
         )
     return rows
+
+
+def _cached_hint(
+    backend: Backend, bound: Bound, bound_us: float, measured_us: float, cost: OpCost, chip: Chip
+) -> list[str]:
+    """Why a GPU op beat its HBM bound, when it did: a GPU's L2 cache (50 MB on an H100)
+    keeps what the op before wrote and takes writes it flushes later, so part of the bytes
+    need not cross HBM while the op runs. The bound is then the measured time (a floor can
+    be no higher than what was done), and this hint says so; [] otherwise."""
+    if backend != "gpu" or bound.bound_by != "memory" or not 0 < measured_us < bound_us:
+        return []
+    return [
+        f"beats the HBM roof by {bound_us / measured_us - 1:.1%}: part of its "
+        f"{fmt_si(cost.hbm_bytes, 'B')} did not cross HBM while it ran (the GPU's L2 cache "
+        f"holds recent data and defers writes); bounded by its measured time on {chip.name}"
+    ]
+
+
+def _timed_role(inst: Instruction, backend: Backend) -> AsyncRole:
+    """The op's async role as its events time it. On GPUs the start of an async collective
+    launches the collective's kernels (NCCL, RCCL) on their own stream: its events are the
+    transfer itself, bounded by the link like a synchronous collective."""
+    role = async_role(inst.opcode, inst.name)
+    if backend == "gpu" and role == "start" and collective_kind(inst.opcode):
+        return ""
+    return role
+
+
+def _fusion_kernels(infos: list[OpInfo], ops: dict[int, ResolvedOp]) -> dict[int, str]:
+    """Ops named after an instruction inside a fusion that also ran (by op index: the
+    fusion's name). XLA:GPU launches a reduction's output initialization as a kernel of its
+    own, named after the reduce in the fused computation; the fusion's cost counts that
+    output, so the kernel's time is overhead, not unbounded work."""
+    ran: dict[tuple[str, str], set[str]] = {}
+    for i in ops:
+        key = infos[i].key
+        ran.setdefault((key.module, key.program_id), set()).add(key.name)
+    fused_in: dict[int, dict[str, str]] = {}  # per module object: instruction -> its fusion
+    found: dict[int, str] = {}
+    for i, resolved in ops.items():
+        inst, module = resolved.instruction, resolved.module
+        if inst is None or module is None or inst.opcode == "fusion":
+            continue
+        owners = fused_in.get(id(module))
+        if owners is None:
+            owners = fused_in[id(module)] = _fusion_of_instructions(module)
+        fusion = owners.get(inst.name)
+        key = infos[i].key
+        if fusion is not None and fusion in ran[(key.module, key.program_id)]:
+            found[i] = fusion
+    return found
+
+
+def _fusion_of_instructions(module: Module) -> dict[str, str]:
+    """Each instruction of a fused computation -> the fusion instruction that calls it."""
+    caller = {
+        called: inst.name
+        for comp in module.computations
+        for inst in comp.instructions
+        if inst.opcode == "fusion"
+        for called in inst.called
+    }
+    return {
+        inst.name: caller[comp.name]
+        for comp in module.computations
+        if comp.name in caller
+        for inst in comp.instructions
+    }
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hlogap.errors import HlogapError
+from hlogap.source import is_nsys_archive
 from hlogap.trace.backends.base import detect
 from hlogap.trace.model import TraceBuilder, TraceData
+from hlogap.trace.nsys import read_archive
 from hlogap.trace.xspace import read_metadata_plane, read_planes, read_step_annotations
 
 _READERS: set[int] = set()  # forked readers not yet collected, by pid
@@ -39,7 +41,10 @@ def stop_readers() -> None:
 
 
 def read_trace(path: str | Path, host: str) -> TraceData:
-    """Read one .xplane.pb and return its op events (backend "none" when it has none)."""
+    """Read one .xplane.pb (or nsys-jax archive) and return its op events (backend "none"
+    when it has none)."""
+    if is_nsys_archive(path):
+        return read_archive(path, host)
     planes, warnings = read_planes(path)
     backend = detect(planes)
     builder = TraceBuilder(host)

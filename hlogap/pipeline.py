@@ -10,6 +10,7 @@ import numpy as np
 
 from hlogap.chips import Chip, detect_chip, load_chip
 from hlogap.errors import InputError, UsageError
+from hlogap.memory.runtime import allocator_peaks, on_run
 from hlogap.memory.static import memory_section
 from hlogap.report.groups import DEFAULT_DEPTH, GROUP_KEYS, group_rows
 from hlogap.report.model import SORT_KEYS, AuditReport, ChipSource, load_json, sort_rows
@@ -179,7 +180,6 @@ def _audit_hosts(
     index = HloIndex(modules, dump_dir)
     rows = op_rows(run, index, the_chip, pairs_on_hosts)
     ran = {(o.key.module, o.key.program_id) for o, n in zip(run.ops, run.times.events) if n > 0}
-    memory, memory_warnings = memory_section(modules, ran, the_chip.hbm_bytes, index)
     steps = run.steps
     dominant: str | None = None
     if not steps and run.module_ps:
@@ -191,8 +191,20 @@ def _audit_hosts(
     totals = (
         hosts.each(step_totals, selection, windows, op_step_costs(rows), dominant) if steps else []
     )
+    numbered = [(s.number, s.start_ps, s.end_ps) for s in steps]
+    allocators = [
+        on_run(peak, host, offset)
+        for peaks, host, offset in zip(
+            hosts.each(allocator_peaks, selection, run.origin_ps or 0, numbered),
+            run.hosts,
+            run.device_offsets,
+            strict=True,
+        )
+        for peak in peaks
+    ]
     hosts.close()  # the last task is done: the events are freed before the report is built
     step_table = step_rows(run, steps, totals)
+    memory, memory_warnings = memory_section(modules, ran, the_chip.hbm_bytes, index, allocators)
     report = AuditReport(
         steps=step_table,
         path=source.path,

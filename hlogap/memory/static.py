@@ -12,19 +12,27 @@ temporary allocations: logical buffers allocated, freed and shared in program or
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from google.protobuf.message import DecodeError
 
 from hlogap.hlo.index import HloIndex
 from hlogap.hlo.ir import Module, Shape
 from hlogap.hlo.printer import print_shape
+from hlogap.memory.runtime import AllocatorPeak
 from hlogap.proto import hlo_pb2
 
 # XLA's memory space ("color") of host memory: `S(5)` in TPU layouts.
 HOST_MEMORY_SPACE = 5
 # Heap simulator event kinds (xla/service/hlo.proto, HeapSimulatorTrace.Event.Kind).
 ALLOC, FREE, SHARE_WITH = 0, 1, 2
+# What `MemorySection.batch_scale` assumes, said wherever it is shown.
+BATCH_ASSUMPTION = (
+    "temporaries and outputs (less those written over donated inputs) grow in proportion to "
+    "the batch; arguments (weights, optimizer state; the input batch is taken as small beside "
+    "them) do not"
+)
 
 
 @dataclass(frozen=True)
@@ -274,6 +282,15 @@ class MemorySection:
 
     modules: tuple[ModuleMemory, ...]
     capacity_bytes: float | None  # the device's memory (the chip's `hbm_bytes`), when known
+    # What each device's allocator held while the profile ran; None: no allocator events.
+    allocators: tuple[AllocatorPeak, ...] | None = None
+    capacity_source: str = "chip"  # or the allocator whose capacity (in use + free) it is
+
+    @property
+    def runtime_peak(self) -> AllocatorPeak | None:
+        """The device allocator that held the most while the profile ran."""
+        found = [a for a in self.allocators or () if a.device is not None]
+        return max(found, key=lambda a: a.in_use_peak_bytes, default=None)
 
     @property
     def peak(self) -> ModuleMemory | None:
@@ -282,17 +299,41 @@ class MemorySection:
 
     @property
     def headroom_bytes(self) -> float | None:
-        """Capacity left at the largest module's static peak (modules run one at a time)."""
-        peak = self.peak
-        if peak is None or not self.capacity_bytes:
+        """Capacity left at the most a device held: the larger of the largest module's static
+        peak (modules run one at a time) and an allocator's in-use peak (which also counts
+        arrays kept between programs)."""
+        held = [m.peak_bytes for m in (self.peak,) if m is not None]
+        held += [a.in_use_peak_bytes for a in (self.runtime_peak,) if a is not None]
+        if not held or not self.capacity_bytes:
             return None
-        return self.capacity_bytes - peak.peak_bytes
+        return self.capacity_bytes - max(held)
+
+    @property
+    def batch_scale(self) -> float | None:
+        """How many times its batch the module that needs the most memory could take before
+        the headroom runs out, if its temporaries and its outputs not written over donated
+        inputs grow in proportion to the batch and its arguments do not (`BATCH_ASSUMPTION`;
+        a train step's new weights then count as growing: the figure errs low). None without
+        a headroom or anything that grows."""
+        peak, headroom = self.peak, self.headroom_bytes
+        growing = 0 if peak is None else peak.temporaries_bytes + peak.outputs_bytes
+        growing -= 0 if peak is None else peak.aliased_bytes
+        if peak is None or headroom is None or growing <= 0:
+            return None
+        return max(1.0, 1.0 + headroom / growing)
 
     def to_dict(self, buffers: int = 0) -> dict[str, object]:
+        peak, scale = self.peak, self.batch_scale
         return {
+            "batch_headroom": None
+            if peak is None or scale is None
+            else {"module": peak.module, "scale": scale, "assumes": BATCH_ASSUMPTION},
             "modules": [m.to_dict(buffers) for m in self.modules],
-            "allocators": None,
+            "allocators": None
+            if self.allocators is None
+            else [a.to_dict() for a in self.allocators],
             "capacity_bytes": self.capacity_bytes,
+            "capacity_source": self.capacity_source,
             "headroom_bytes": self.headroom_bytes,
         }
 
@@ -304,11 +345,21 @@ class MemorySection:
         if not isinstance(raw, dict) or not isinstance(raw.get("modules"), list):
             raise ValueError("'memory' is not an object with a 'modules' list")
         capacity = raw.get("capacity_bytes")
+        allocators = raw.get("allocators")
+        if allocators is not None and not isinstance(allocators, list):
+            raise ValueError("'memory.allocators' is not a list")
         return cls(
             modules=tuple(
                 _module_from_dict(m, f"memory.modules[{i}]") for i, m in enumerate(raw["modules"])
             ),
             capacity_bytes=float(capacity) if isinstance(capacity, (int, float)) else None,
+            capacity_source=str(raw.get("capacity_source", "chip")),
+            allocators=None
+            if allocators is None
+            else tuple(
+                AllocatorPeak.from_dict(a, f"memory.allocators[{i}]")
+                for i, a in enumerate(allocators)
+            ),
         )
 
 
@@ -362,10 +413,11 @@ def memory_section(
     ran: set[tuple[str, str]],
     capacity: float | None,
     index: HloIndex,
+    allocators: Sequence[AllocatorPeak],
 ) -> tuple[MemorySection | None, list[str]]:
     """The memory of the modules that ran (`ran`: (name, program id)), from their serialized
-    `HloProto`s (`index` holds them decoded, for the buffers' names and sources), and warnings
-    for what is missing or at risk."""
+    `HloProto`s (`index` holds them decoded, for the buffers' names and sources), beside what
+    the allocators held at run time, and warnings for what is missing or at risk."""
     found: list[ModuleMemory] = []
     for (name, program_id), data in sorted(modules.items()):
         if (name, program_id) not in ran:
@@ -373,18 +425,34 @@ def memory_section(
         memory = module_memory(name, program_id, data, index.module(name, program_id))
         if memory is not None:
             found.append(memory)
+    warnings: list[str] = []
     if not found:
-        return None, [
+        warnings.append(
             "memory: no module that ran carries a buffer assignment in this profile "
             "(static memory unavailable)"
-        ]
-    section = MemorySection(tuple(found), capacity)
-    warnings: list[str] = []
+        )
+    if not allocators:
+        warnings.append("memory: no allocator events in this profile (runtime memory unavailable)")
+    if not found and not allocators:
+        return None, warnings
+    section = MemorySection(tuple(found), capacity, tuple(allocators) if allocators else None)
+    held = section.runtime_peak
+    if held is not None and held.capacity_bytes:
+        # What the runtime may use (a GPU's allocator takes a fraction of the HBM by default):
+        # the headroom is against it, not the chip's total.
+        section = replace(
+            section, capacity_bytes=float(held.capacity_bytes), capacity_source=held.name
+        )
     peak = section.peak
     if peak is not None and capacity and peak.peak_bytes > OOM_RISK_FRACTION * capacity:
         warnings.append(
             f"memory: {peak.module} needs {peak.peak_bytes / capacity:.0%} of the device's "
             f"{capacity / 1e9:.1f} GB at its static peak: close to running out"
+        )
+    if held is not None and held.in_use_peak_bytes > OOM_RISK_FRACTION * held.capacity_bytes:
+        warnings.append(
+            f"memory: allocator {held.name} held {held.in_use_peak_bytes / held.capacity_bytes:.0%}"
+            f" of its {held.capacity_bytes / 1e9:.1f} GB at run time: close to running out"
         )
     return section, warnings
 

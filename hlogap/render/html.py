@@ -273,7 +273,8 @@ function renderSteps() {
 function renderMemory() {
   const box = document.getElementById("memory");
   const M = R.memory;
-  if (!M || !M.modules || !M.modules.length) { box.appendChild(el("p", {class: "muted"}, "No buffer assignment in this profile.")); return; }
+  if (!M) { box.appendChild(el("p", {class: "muted"}, "No buffer assignment or allocator events in this profile.")); return; }
+  if (!M.modules || !M.modules.length) box.appendChild(el("p", {class: "muted"}, "No buffer assignment in this profile."));
   const NS = "http://www.w3.org/2000/svg";
   for (const m of [...M.modules].sort((a, b) => b.peak_bytes - a.peak_bytes)) {
     const cap = M.capacity_bytes ? `, ${pct(m.peak_bytes / M.capacity_bytes)} of ${si(M.capacity_bytes, "B")}` : "";
@@ -310,6 +311,24 @@ function renderMemory() {
         tr.appendChild(el("td", num ? {class: "num"} : {}, v));
       table.appendChild(tr);
     });
+    box.appendChild(table);
+  }
+  const A = M.allocators || [];
+  if (A.length) {
+    box.appendChild(el("h3", {}, "At run time: what each allocator held (its events on the host plane)"));
+    const table = el("table");
+    const head = el("tr");
+    for (const h of ["allocator", "host", "device", "held at most", "when", "step", "capacity", "share", "own peak"]) head.appendChild(el("th", {}, h));
+    table.appendChild(head);
+    for (const a of A) {
+      const tr = el("tr");
+      for (const [v, num] of [[a.name, false], [a.host, false], [a.device === null ? "-" : String(a.device), true],
+        [si(a.in_use_peak_bytes, "B"), true], [fmtUs(a.in_use_peak_us), true], [a.step === null ? "-" : String(a.step), true],
+        [si(a.capacity_bytes, "B"), true], [pct(a.capacity_bytes ? a.in_use_peak_bytes / a.capacity_bytes : null), true],
+        [si(a.peak_bytes, "B"), true]])
+        tr.appendChild(el("td", num ? {class: "num"} : {}, v));
+      table.appendChild(tr);
+    }
     box.appendChild(table);
   }
 }

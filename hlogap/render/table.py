@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from hlogap.bounds.instruction import InstructionBound
 from hlogap.chips import Chip
+from hlogap.memory.runtime import AllocatorPeak
 from hlogap.render.base import (
     ChipList,
     Document,
@@ -389,7 +390,50 @@ def _memory(report: AuditReport, top: int, width: int | None) -> str:
             )
         more = more_line(len(held), len(m.at_peak), "--top 0 shows all", "buffers")
         text += _print([*lines, ""], table, [*more, ""], width=width or WIDE)
+    if memory.allocators:
+        text += _allocators(memory.allocators, width)
     return text + (_print(warnings, width=width or WIDE) if warnings else "")
+
+
+def _allocators(allocators: tuple[AllocatorPeak, ...], width: int | None) -> str:
+    """What each allocator held while the profile ran (its events on the host plane)."""
+    table = _new_table()
+    _columns(
+        table,
+        (
+            ("allocator", "left"),
+            ("host", "left"),
+            ("device", "right"),
+            ("held at most", "right"),
+            ("when", "right"),
+            ("step", "right"),
+            ("capacity", "right"),
+            ("share", "right"),
+            ("own peak", "right"),
+            ("fragmentation", "right"),
+        ),
+    )
+    for a in sorted(allocators, key=lambda a: (a.host, a.device is None, a.device or 0)):
+        table.add_row(
+            a.name,
+            a.host,
+            "-" if a.device is None else str(a.device),
+            fmt_si(a.in_use_peak_bytes, "B"),
+            fmt_us(a.in_use_peak_us),
+            "-" if a.step is None else str(a.step),
+            fmt_si(a.capacity_bytes, "B"),
+            fmt_eff(a.in_use_peak_bytes / a.capacity_bytes if a.capacity_bytes else None),
+            fmt_si(a.peak_bytes, "B"),
+            "-" if a.fragmentation is None else f"{a.fragmentation:.0%}",
+        )
+    notes = [
+        "held at most: heap + reserved stack at the allocator's events (time from the "
+        "profile's first op); own peak: the allocator's high-water mark since it was created "
+        "(xprof's peakBytesUsageLifetime; it leaves out a TPU's reserved stack)",
+        "",
+    ]
+    title = "at run time (allocator events):"
+    return _print([title], table, notes, width=width or WIDE)
 
 
 def _chips(chips: list[Chip]) -> str:

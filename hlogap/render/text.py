@@ -36,31 +36,55 @@ def header_lines(report: AuditReport) -> list[str]:
     ]
 
 
+def capacity_source(source: str) -> str:
+    """Where a memory capacity comes from, in words."""
+    return "the chip's HBM" if source == "chip" else f"allocator {source}: in use + free"
+
+
 def memory_lines(report: AuditReport) -> list[str]:
     """The static memory peak of the module that needs most, what makes it up, the largest
     buffer held at it, and the headroom on the device."""
     memory = report.memory
-    peak = memory.peak if memory else None
-    if memory is None or peak is None:
+    if memory is None:
         return []
-    line = (
-        f"memory: static peak {fmt_si(peak.peak_bytes, 'B')} per device ({peak.module}: "
-        f"arguments {fmt_si(peak.arguments_bytes, 'B')} + outputs {fmt_si(peak.outputs_bytes, 'B')}"
-        f" + temporaries {fmt_si(peak.temporaries_bytes, 'B')} - aliased "
-        f"{fmt_si(peak.aliased_bytes, 'B')})"
-    )
-    headroom, capacity = memory.headroom_bytes, memory.capacity_bytes
-    if headroom is not None and capacity:
-        line += (
-            f", {peak.peak_bytes / capacity:.0%} of {fmt_si(capacity, 'B')}"
-            f": {fmt_si(headroom, 'B')} free"
+    lines: list[str] = []
+    peak = memory.peak
+    if peak is not None:
+        line = (
+            f"memory: static peak {fmt_si(peak.peak_bytes, 'B')} per device ({peak.module}: "
+            f"arguments {fmt_si(peak.arguments_bytes, 'B')} + outputs "
+            f"{fmt_si(peak.outputs_bytes, 'B')} + temporaries "
+            f"{fmt_si(peak.temporaries_bytes, 'B')} - aliased {fmt_si(peak.aliased_bytes, 'B')})"
         )
-    if peak.host_bytes:
-        line += f"; in host memory: {fmt_si(peak.host_bytes, 'B')}"
-    if peak.at_peak:
-        top = peak.at_peak[0]
-        line += f"; largest held: {top.instruction or '?'} ({top.kind}, {fmt_si(top.bytes, 'B')})"
-    return [line]
+        if peak.host_bytes:
+            line += f"; in host memory: {fmt_si(peak.host_bytes, 'B')}"
+        if peak.at_peak:
+            top = peak.at_peak[0]
+            line += (
+                f"; largest held: {top.instruction or '?'} ({top.kind}, {fmt_si(top.bytes, 'B')})"
+            )
+        lines.append(line)
+    held = memory.runtime_peak
+    if held is not None:
+        when = f"step {held.step}" if held.step is not None else "outside the steps"
+        lines.append(
+            f"memory at run time: device {held.device}'s allocator {held.name} held "
+            f"{fmt_si(held.in_use_peak_bytes, 'B')} at most ({when}); its own peak "
+            f"{fmt_si(held.peak_bytes, 'B')}"
+        )
+    headroom, capacity = memory.headroom_bytes, memory.capacity_bytes
+    if lines and headroom is not None and capacity:
+        lines[-1] += (
+            f"; capacity {fmt_si(capacity, 'B')} ({capacity_source(memory.capacity_source)}):"
+            f" {fmt_si(headroom, 'B')} free"
+        )
+        scale = memory.batch_scale
+        if scale is not None and peak is not None:
+            lines[-1] += (
+                f"; room for {scale:.1f}x the batch of {peak.module} "
+                f"(if its temporaries and outputs grow with the batch, its arguments not)"
+            )
+    return lines
 
 
 SKEW_WORTH_PCT = 1.0  # an op slower by less than this on its slowest host is not named

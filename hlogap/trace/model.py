@@ -74,6 +74,33 @@ class Device:
     plane: str
     ordinal: int
     stats: dict[str, object]
+    # The device clock as a linear function of the host's: device_ps = scale * host_ps + offset.
+    # The identity where both are one clock (GPU and CPU events are on the host's); a TPU's is
+    # fitted to its ops' (host, device) start pairs.
+    host_clock: tuple[float, float] = (1.0, 0.0)
+
+    def on_device_clock(self, host_ps: np.ndarray) -> np.ndarray:
+        scale, offset = self.host_clock
+        if (scale, offset) == (1.0, 0.0):
+            return host_ps
+        return np.rint(scale * host_ps.astype(np.float64) + offset).astype(np.int64)
+
+
+@dataclass
+class AllocatorEvents:
+    """A host's device-memory allocator events (`MemoryAllocation`/`MemoryDeallocation` on the
+    host plane), one row per event, in the order of `time_ps` within each allocator. Each event
+    carries the allocator's state just after it: what is in use, what is free, and the
+    allocator's own peak since it was created (which may predate the profile)."""
+
+    names: list[str]  # per allocator: `allocator_name` (`GPU_0_bfc`), else `index_on_host`
+    allocator: np.ndarray  # int32, into `names`
+    time_ps: np.ndarray  # int64, host clock
+    heap_bytes: np.ndarray  # int64: `bytes_allocated`
+    stack_bytes: np.ndarray  # int64: `bytes_reserved` (a TPU's reserved program stack)
+    available_bytes: np.ndarray  # int64: `bytes_available`
+    lifetime_peak_bytes: np.ndarray  # int64: `peak_bytes_in_use`
+    fragmentation: np.ndarray  # float64, 0-1; NaN where not given
 
 
 @dataclass(frozen=True)
@@ -118,6 +145,7 @@ class TraceData:
     occurrence_first: np.ndarray
     steps: list[Step] = field(default_factory=list)  # annotated steps, when the trace has some
     warnings: list[str] = field(default_factory=list)
+    allocations: AllocatorEvents | None = None  # None: the trace has no allocator events
     # Bool per event for each selection already made (`hlogap.trace.summary.Selection`): the
     # per-host tasks of one audit all ask for the same one.
     selected: dict[Hashable, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
@@ -151,6 +179,7 @@ class TraceBuilder:
         self.module_names: dict[str, str] = {}  # program id -> module name
         self.blocks: list[_Block] = []
         self.steps: list[Step] = []
+        self.allocations: AllocatorEvents | None = None
         self._unknown = 0  # negative execution ids handed out where the trace gives none
         self._negative = 0  # events with a negative duration, left out
         self._events = 0
@@ -294,9 +323,11 @@ class TraceBuilder:
                 *warnings,
                 f"{self._negative} events with a negative duration left out {CORRUPT_TRACE}",
             ]
-        return _trace(
+        trace = _trace(
             backend, self.devices, self.ops, self.modules, self.blocks, self.steps, warnings
         )
+        trace.allocations = self.allocations
+        return trace
 
 
 def devices_in(device_index: np.ndarray) -> list[int]:

@@ -24,7 +24,12 @@ from hlogap.source import is_nsys_archive
 from hlogap.trace.backends.base import detect
 from hlogap.trace.model import TraceBuilder, TraceData
 from hlogap.trace.nsys import read_archive
-from hlogap.trace.xspace import read_metadata_plane, read_planes, read_step_annotations
+from hlogap.trace.xspace import (
+    read_allocator_events,
+    read_metadata_plane,
+    read_planes,
+    read_step_annotations,
+)
 
 _READERS: set[int] = set()  # forked readers not yet collected, by pid
 
@@ -49,6 +54,7 @@ def read_trace(path: str | Path, host: str) -> TraceData:
     backend = detect(planes)
     builder = TraceBuilder(host)
     builder.steps = read_step_annotations(planes)
+    builder.allocations = read_allocator_events(planes)
     for plane in planes:
         if plane.name == "/host:metadata":
             read_metadata_plane(plane, builder)

@@ -8,6 +8,7 @@ about its own size in memory.
 
 from __future__ import annotations
 
+import math
 import mmap
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -24,7 +25,7 @@ from hlogap.files import available_memory
 from hlogap.proto import xplane_pb2
 from hlogap.source import regular_file
 from hlogap.trace.columnar import LineColumns, RawLine, plane_lines
-from hlogap.trace.model import Step, TraceBuilder
+from hlogap.trace.model import MAX_TIME_PS, AllocatorEvents, Step, TraceBuilder
 
 LineT = TypeVar("LineT", xplane_pb2.XLine, RawLine)
 DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):(\d+)$")
@@ -398,6 +399,78 @@ def read_step_annotations(planes: Sequence[Plane]) -> list[Step]:
                 first, last = spans.get(number, (start, end))
                 spans[number] = (min(first, start), max(last, end))
     return [Step(n, "annotation", a, b) for n, (a, b) in sorted(spans.items(), key=lambda x: x[1])]
+
+
+MEMORY_EVENTS = ("MemoryAllocation", "MemoryDeallocation")
+# `bytes_allocated` etc. of each event, in the order of AllocatorEvents' columns.
+_ALLOCATOR_STATS = ("bytes_allocated", "bytes_reserved", "bytes_available", "peak_bytes_in_use")
+# No byte count of a real allocator reaches 2**61 (2 EB): sums of two stay inside int64.
+_MAX_BYTES = 1 << 61
+
+
+def read_allocator_events(planes: Sequence[Plane]) -> AllocatorEvents | None:
+    """The host plane's allocator events (what xprof's memory profile reads), or None. They
+    are a few hundred among the host's events: each line's event ids are decoded in columns
+    and only the allocator events are parsed whole."""
+    host = next((p for p in planes if p.name == HOST_PLANE), None)
+    if host is None:
+        return None
+    wanted = np.array(
+        [k for k, md in host.event_metadata.items() if md.name in MEMORY_EVENTS], dtype=np.int64
+    )
+    if not len(wanted):
+        return None
+    names = {k: v.name for k, v in host.stat_metadata.items()}
+    allocators: dict[str, int] = {}
+    rows: list[tuple[int, int, int, int, int, int, float]] = []
+    for line in host.raw_lines:
+        if not line.event_count:
+            continue
+        found = np.flatnonzero(np.isin(line.columns([]).metadata_id, wanted))
+        if not len(found):
+            continue
+        events = line.events
+        for k in found.tolist():
+            try:
+                event = xplane_pb2.XEvent.FromString(events[k])
+            except DecodeError as exc:
+                raise InputError(f"corrupt event on {host.name}") from exc
+            stats = {names.get(s.metadata_id, ""): stat_value(s, names) for s in event.stats}
+            allocator = stats.get("allocator_name", stats.get("index_on_host"))
+            counts = [stats.get(name) for name in _ALLOCATOR_STATS]
+            heap, stack, free, mark = (c if isinstance(c, int) else -1 for c in counts)
+            time = line.timestamp_ns * 1000 + event.offset_ps
+            if (
+                allocator is None
+                or not 0 <= min(heap, stack, free, mark)
+                or max(heap, stack, free, mark) >= _MAX_BYTES
+                or not 0 <= time <= MAX_TIME_PS
+            ):
+                continue  # not an allocator's state (or a corrupt one): nothing to read from it
+            fragmentation = stats.get("fragmentation")
+            code = allocators.setdefault(str(allocator), len(allocators))
+            rows.append((code, time, heap, stack, free, mark, _fraction(fragmentation)))
+    if not rows:
+        return None
+    rows.sort(key=lambda r: (r[0], r[1]))  # stable: events of one time keep the line's order
+    code_col, time_col, heap_col, stack_col, free_col, mark_col, frag = zip(*rows, strict=True)
+    return AllocatorEvents(
+        names=list(allocators),
+        allocator=np.array(code_col, dtype=np.int32),
+        time_ps=np.array(time_col, dtype=np.int64),
+        heap_bytes=np.array(heap_col, dtype=np.int64),
+        stack_bytes=np.array(stack_col, dtype=np.int64),
+        available_bytes=np.array(free_col, dtype=np.int64),
+        lifetime_peak_bytes=np.array(mark_col, dtype=np.int64),
+        fragmentation=np.array(frag, dtype=np.float64),
+    )
+
+
+def _fraction(value: object) -> float:
+    """A stat read as a fraction; NaN where it is absent or not a number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    return float(value)
 
 
 def decode_one_stat(line: RawLine, stat_id: int, plane: str) -> LineColumns:

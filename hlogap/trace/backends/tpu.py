@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -113,12 +114,25 @@ class _PlaneReader:
                 self._module_lines.append(line)
         for lines in groups.values():
             self._read_line(lines)
-        return self._steps(step_lines)
+        scale, offset = self._host_clock()
+        device = self.builder.devices[self.device]
+        self.builder.devices[self.device] = replace(device, host_clock=(scale, offset))
+        return self._steps(step_lines, scale, offset)
 
-    def _steps(self, lines: list[RawLine]) -> list[Step]:
+    def _host_clock(self) -> tuple[float, float]:
+        """The device clock against the host's, from the ops' (host, device) start pairs (least
+        squares; the identity without pairs)."""
+        if not self._clock_pairs:
+            return 1.0, 0.0
+        host, device = np.concatenate(self._clock_pairs, axis=1).astype(np.float64)
+        if len(host) > 1 and np.ptp(host) > 0:
+            scale, offset = (float(v) for v in np.polyfit(host - host[0], device, 1))
+            return scale, offset - scale * float(host[0])
+        return 1.0, float(device[0] - host[0])
+
+    def _steps(self, lines: list[RawLine], scale: float, offset: float) -> list[Step]:
         """One step per `Steps` event, named by its number. The line keeps host-clock times and
-        the ops the TensorCore's: steps are mapped onto the device clock by the line through
-        the ops' (host, device) start pairs (least squares; the identity without pairs)."""
+        the ops the TensorCore's: steps are mapped onto the device clock (`scale`, `offset`)."""
         spans: list[tuple[int, int, int]] = []
         for line in lines:
             base = line.timestamp_ns * 1000
@@ -131,14 +145,6 @@ class _PlaneReader:
                 spans.append((number, start, start + event.duration_ps))
         if not spans:
             return []
-        scale, offset = 1.0, 0.0
-        if self._clock_pairs:
-            host, device = np.concatenate(self._clock_pairs, axis=1).astype(np.float64)
-            if len(host) > 1 and np.ptp(host) > 0:
-                scale, offset = (float(v) for v in np.polyfit(host - host[0], device, 1))
-                offset -= scale * float(host[0])
-            else:
-                offset = float(device[0] - host[0])
 
         def on_device(t: int) -> int:
             return round(scale * t + offset)

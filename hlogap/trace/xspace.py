@@ -442,7 +442,7 @@ def read_allocator_events(planes: Sequence[Plane]) -> AllocatorEvents | None:
             time = line.timestamp_ns * 1000 + event.offset_ps
             if (
                 allocator is None
-                or not 0 <= min(heap, stack, free, mark)
+                or min(heap, stack, free, mark) < 0
                 or max(heap, stack, free, mark) >= _MAX_BYTES
                 or not 0 <= time <= MAX_TIME_PS
             ):

@@ -255,6 +255,11 @@ def refuse_to_overwrite(output: Path, files: Sequence[str | Path]) -> None:
                 "(hlogap never writes into a profile; choose a path outside it)"
             )
     for f in local:
+        if f.is_dir() and target.is_relative_to(f):  # an unpacked nsys-jax archive
+            raise UsageError(
+                f"refusing to write into the profile directory {f}: {output} "
+                "(hlogap never writes into a profile; choose a path outside it)"
+            )
         if f.name.endswith(XPLANE_SUFFIX) and target.is_relative_to(f.parent):
             raise UsageError(
                 f"refusing to write into the profile directory {f.parent}: {output} "

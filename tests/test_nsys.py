@@ -279,9 +279,12 @@ def test_unpacked_archive_and_a_directory_of_archives(tmp_path: Path) -> None:
     unpacked = tmp_path / "unpacked" / "nvtx_gpu_proj_trace"
     unpacked.mkdir(parents=True)
     (unpacked / "trace.parquet").write_bytes(_parquet(rows))
-    from hlogap.source import find_profile
+    from hlogap.errors import UsageError
+    from hlogap.source import find_profile, refuse_to_overwrite
 
     assert find_profile(tmp_path / "unpacked").files == (str(tmp_path / "unpacked"),)
+    with pytest.raises(UsageError, match="refusing to write into the profile directory"):
+        refuse_to_overwrite(tmp_path / "unpacked" / "report.json", [tmp_path / "unpacked"])
     runs = tmp_path / "runs"
     runs.mkdir()
     for k in range(2):

@@ -63,6 +63,12 @@ def op_traffic(
     elif custom is not None:
         if custom.free:
             return
+        if custom.hbm_bytes is not None:
+            # The call's own total: what it writes is its outputs, the rest is read.
+            written = min(sum(hbm(s)[0] for s in custom.outputs), int(custom.hbm_bytes))
+            t.read += int(custom.hbm_bytes) - written
+            t.write += written
+            return
         for s in shapes:
             t.add_read(s)
         for s in custom.outputs:
@@ -179,7 +185,11 @@ def _in_place(inst: Instruction, local: dict[str, Instruction]) -> bool:
     if inst.opcode not in IN_PLACE or not inst.operands:
         return False
     base = local.get(bare(inst.operands[0]))
+    seen: set[str] = set()  # hostile HLO may chain bitcasts into a cycle
     while base is not None and base.opcode == "bitcast" and base.operands:
+        if base.name in seen:
+            return False
+        seen.add(base.name)
         base = local.get(bare(base.operands[0]))
     return base is not None and base.opcode == "parameter"
 

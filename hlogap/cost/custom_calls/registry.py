@@ -21,6 +21,7 @@ class CustomCost:
     outputs: list[Shape]  # the results that are data (scratch workspaces dropped)
     free: bool = False  # moves nothing
     note: str | None = None
+    hbm_bytes: float | None = None  # the call's own count of its HBM bytes, where it has one
 
 
 Apply = Callable[[Instruction, Sequence[Shape | None], CustomCost], None]

@@ -1,0 +1,152 @@
+"""Pallas/Mosaic kernels (`tpu_custom_call`): costed from their own `cost_estimate`.
+
+A synthetic TPU trace (tests/tpu_trace.py) runs a Pallas matmul whose HLO text carries the
+estimate in its backend config, laid out as jax's `tpu_custom_call.CustomCallBackendConfig`
+writes it (`custom_call_config.cost_estimate`, compact JSON with sorted keys). The real v6e
+Pallas profile (`../shared/fixtures/tpu-v6e-pallas/`) has no estimate: its kernel is unmodeled
+with the advice to pass one, and with the estimate written into its module's backend config it
+gets a bound.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hlogap import audit
+from hlogap.cost import cost_instruction
+from hlogap.hlo.text import parse_instruction
+from hlogap.proto import hlo_pb2, xplane_pb2
+from tests import tpu_trace as tt
+from tests.conftest import SHARED
+
+PALLAS_RUN = SHARED / "tpu-v6e-pallas" / "plugins" / "profile" / "run1"
+
+# The fixture's kernel: m, k, n = 2048, 1024, 2048, f32 operands and result.
+M, K, N = 2048, 1024, 2048
+FLOPS = 2 * M * K * N
+BYTES = 4 * (M * K + K * N + M * N)
+
+
+def _estimate(flops: int, nbytes: int) -> str:
+    return json.dumps(
+        {
+            "bytes_accessed": nbytes,
+            "flops": flops,
+            "remote_bytes_transferred": 0,
+            "transcendentals": 0,
+        },
+        separators=(",", ":"),
+        sort_keys=True,
+    )
+
+
+def _kernel_text(estimate: str | None) -> str:
+    cfg = '{"body":"TUzvUgFNTElSMjMuMC4wZ2l0"'
+    cfg += f',"cost_estimate":{estimate}' if estimate is not None else ""
+    cfg += ',"needs_layout_passes":true}'
+    return (
+        f"%matmul.1 = f32[{M},{N}]{{1,0:T(8,128)}} custom-call(f32[{M},{K}]{{1,0:T(8,128)}} "
+        f"%x.1, f32[{K},{N}]{{1,0:T(8,128)}} %y.1), custom_call_target=\"tpu_custom_call\", "
+        f'backend_config={{"flag_configs":[],"custom_call_config":{cfg}}}'
+    )
+
+
+def test_estimate_is_the_cost() -> None:
+    cost = cost_instruction(parse_instruction(_kernel_text(_estimate(FLOPS, BYTES))))
+    assert cost.unmodeled is None
+    assert cost.flops == cost.matrix_flops == FLOPS and cost.matrix_dtype == "f32"
+    assert cost.hbm_bytes == BYTES
+    assert cost.hbm_write_bytes == 4 * M * N  # its output; the rest of the estimate is read
+
+
+def test_no_estimate_says_to_pass_one() -> None:
+    cost = cost_instruction(parse_instruction(_kernel_text(None)))
+    assert cost.unmodeled is not None and "cost_estimate=" in cost.unmodeled
+    assert cost.flops == 0
+
+
+@pytest.mark.parametrize("bad", ['"lots"', "-1", "1e400", "true"])
+def test_an_estimate_that_is_not_a_count_is_unmodeled(bad: str) -> None:
+    estimate = _estimate(FLOPS, BYTES).replace(f'"flops":{FLOPS}', f'"flops":{bad}')
+    cost = cost_instruction(parse_instruction(_kernel_text(estimate)))
+    assert cost.unmodeled is not None and "cost_estimate=" in cost.unmodeled
+
+
+def _trace(tmp_path: Path, flops: int, nbytes: int, device_ps: int) -> Path:
+    kernel = tt.TpuOp("matmul.1", _kernel_text(_estimate(flops, nbytes)), "custom-call")
+    program = tt.Program("jit_matmul", 17342868964687645945)
+    runs = [
+        tt.Execution(program, [tt.Run(kernel, device_ps, gap_ps=1250)], run_id=k + 1)
+        for k in range(3)
+    ]
+    spec = tt.TraceSpec("pallas", tt.V6E, [program], [tt.Device(0, runs)])
+    path = tmp_path / "host.xplane.pb"
+    tt.write_tpu_trace(path, spec)
+    return path
+
+
+def test_synthetic_trace_bound_from_the_estimate(tmp_path: Path) -> None:
+    path = _trace(tmp_path, FLOPS, BYTES, 75_000_000)
+    (row,) = audit(path).ops
+    assert (row.flops, row.bytes) == (FLOPS, BYTES)
+    assert row.occurrences == 3 and row.bound_by == "memory"
+    # 33.6 MB at v6e's 1.638 TB/s: 20.5 us per run against 75 us measured.
+    assert row.bound_us == pytest.approx(3 * BYTES / 1.638e12 * 1e6)
+    assert row.efficiency == pytest.approx(BYTES / 1.638e12 / 75e-6)
+
+
+def test_an_estimate_above_what_ran_is_bounded_by_the_run(tmp_path: Path) -> None:
+    path = _trace(tmp_path, FLOPS, 100 * BYTES, 75_000_000)  # claims 3.4 GB in 75 us
+    (row,) = audit(path).ops
+    assert row.efficiency == pytest.approx(1.0)
+    assert row.hints[0].startswith("beats the bound of its own cost_estimate")
+
+
+def _real_profile() -> Path:
+    path = PALLAS_RUN / "host0.xplane.pb"
+    if not path.is_file():
+        pytest.skip(f"{path} absent (../shared not beside the project)")
+    return path
+
+
+def test_real_kernel_without_estimate_is_unmodeled_with_advice() -> None:
+    (row,) = audit(_real_profile()).ops
+    assert row.bound_by == "unmodeled" and row.flops == 0
+    assert "cost_estimate=" in row.hints[0]
+
+
+def _with_estimate(src: Path, dst: Path, estimate: str) -> None:
+    """The real profile with `estimate` written into its module's kernel backend config."""
+    space = xplane_pb2.XSpace.FromString(src.read_bytes())
+    (meta,) = (p for p in space.planes if p.name == "/host:metadata")
+    names = {k: v.name for k, v in meta.stat_metadata.items()}
+    written = 0
+    for md in meta.event_metadata.values():
+        for stat in md.stats:
+            if names.get(stat.metadata_id) != "Hlo Proto":
+                continue
+            proto = hlo_pb2.HloProto.FromString(stat.bytes_value)
+            for comp in proto.hlo_module.computations:
+                for inst in comp.instructions:
+                    if inst.custom_call_target == "tpu_custom_call":
+                        config = json.loads(inst.backend_config)
+                        config["custom_call_config"]["cost_estimate"] = json.loads(estimate)
+                        inst.backend_config = json.dumps(config).encode()
+                        written += 1
+            stat.bytes_value = proto.SerializeToString()
+    assert written == 1
+    dst.write_bytes(space.SerializeToString())
+
+
+def test_real_kernel_with_estimate_gets_a_bound(tmp_path: Path) -> None:
+    path = tmp_path / "host0.xplane.pb"
+    _with_estimate(_real_profile(), path, _estimate(FLOPS, BYTES))
+    (row,) = audit(path).ops
+    assert (row.flops, row.bytes) == (FLOPS, BYTES)
+    # Not the event's own `flops` stat (1.08e9, an eighth of the kernel's 8.6e9).
+    assert row.bound_by == "memory"
+    assert row.bound_us == pytest.approx(3 * BYTES / 1.638e12 * 1e6)
+    assert 0 < (row.efficiency or 0) <= 1

@@ -11,6 +11,7 @@ gets a bound.
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from hlogap import audit
 from hlogap.cost import cost_instruction
 from hlogap.hlo.text import parse_instruction
 from hlogap.proto import hlo_pb2, xplane_pb2
+from hlogap.report.model import OpRow
 from tests import tpu_trace as tt
 from tests.conftest import SHARED
 
@@ -49,7 +51,7 @@ def _kernel_text(estimate: str | None) -> str:
     cfg += ',"needs_layout_passes":true}'
     return (
         f"%matmul.1 = f32[{M},{N}]{{1,0:T(8,128)}} custom-call(f32[{M},{K}]{{1,0:T(8,128)}} "
-        f"%x.1, f32[{K},{N}]{{1,0:T(8,128)}} %y.1), custom_call_target=\"tpu_custom_call\", "
+        f'%x.1, f32[{K},{N}]{{1,0:T(8,128)}} %y.1), custom_call_target="tpu_custom_call", '
         f'backend_config={{"flag_configs":[],"custom_call_config":{cfg}}}'
     )
 
@@ -150,3 +152,44 @@ def test_real_kernel_with_estimate_gets_a_bound(tmp_path: Path) -> None:
     assert row.bound_by == "memory"
     assert row.bound_us == pytest.approx(3 * BYTES / 1.638e12 * 1e6)
     assert 0 < (row.efficiency or 0) <= 1
+
+
+def _mxu_from_counter_events(path: Path) -> float:
+    """The MXU's utilisation over the kernel's events, from the `_counters_` events themselves:
+    each MXU sample's `% util` holds since the MXU's previous sample."""
+    space = xplane_pb2.XSpace.FromString(path.read_bytes())
+    (tpu,) = (p for p in space.planes if p.name == "/device:TPU:0")
+    lines = {line.name: line for line in tpu.lines}
+    ops = [(e.offset_ps, e.offset_ps + e.duration_ps) for e in lines["XLA Ops"].events]
+    samples = sorted(
+        (e.offset_ps, e.stats[0].double_value)
+        for e in lines["_counters_"].events
+        if tpu.event_metadata[e.metadata_id].name == "MXU"
+    )
+    busy = covered = 0.0
+    for (begin, _), (end, util) in pairwise(samples):
+        for op_begin, op_end in ops:
+            overlap = min(end, op_end) - max(begin, op_begin)
+            if overlap > 0:
+                busy += overlap * util / 100
+                covered += overlap
+    return busy / covered
+
+
+def test_real_kernel_counters() -> None:
+    path = _real_profile()
+    (row,) = audit(path).ops
+    assert row.counters is not None
+    assert row.counters["MXU"] == pytest.approx(_mxu_from_counter_events(path), rel=1e-9)
+    assert row.counters["MXU"] == pytest.approx(0.781, abs=0.001)
+    assert set(row.counters) == {"MXU", "Vector ALU", "Vector Load", "Vector Store", "Scalar ALU"}
+    assert row.hints[-1].startswith("hardware counters while it ran: MXU 78%")
+    saved = json.loads(json.dumps(row.to_dict(1)))
+    assert saved["counters"] == row.counters
+    assert OpRow.from_dict(saved, "ops[0]").counters == row.counters
+
+
+def test_no_counters_no_key_value(tmp_path: Path) -> None:
+    (row,) = audit(_trace(tmp_path, FLOPS, BYTES, 75_000_000)).ops
+    assert row.counters is None
+    assert row.to_dict(1)["counters"] is None

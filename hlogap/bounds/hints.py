@@ -137,3 +137,10 @@ def host_wait_hint(
     if "assumed" in chip.sources.get("host.bw", ""):
         text += " (the link figure is assumed: see `hlogap chips`)"
     return text
+
+
+def counters_hint(utilisation: dict[str, float]) -> str:
+    """What the hardware counters measured while the op ran, busiest unit first."""
+    units = sorted(utilisation.items(), key=lambda u: -u[1])
+    shown = ", ".join(f"{unit} {share:.0%}" for unit, share in units if share > 0)
+    return f"hardware counters while it ran: {shown or 'every unit idle'}"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hlogap.bounds.hints import FASTER_THAN_ROOF, hints_for, host_wait_hint
+from hlogap.bounds.hints import FASTER_THAN_ROOF, counters_hint, hints_for, host_wait_hint
 from hlogap.bounds.roofline import Bound, bound_op, wait_bound_s
 from hlogap.chips import Chip
 from hlogap.cost import OpCost, cost_instruction, executions_per_run
@@ -88,6 +88,7 @@ def op_rows(
         ) or _estimate_hint(inst, bound_us, measured_us)
         if cache_hint:
             bound_us = measured_us  # a floor the op beat: what it did is the floor
+        counters = info.utilisation()
         rows.append(
             OpRow(
                 module=info.key.module,
@@ -116,6 +117,7 @@ def op_rows(
                 source=(inst.source or "") if inst else "",
                 hlo=info.hlo_text or (print_instruction(inst) if inst else ""),
                 fingerprint=fingerprint(inst, resolved.module) if inst else "",
+                counters=counters,
                 hints=host_hint
                 or [
                     *cache_hint,
@@ -134,6 +136,8 @@ def op_rows(
                 ],
             )
         )
+        if counters:
+            rows[-1].hints.append(counters_hint(counters))
     return rows
 
 

@@ -77,6 +77,9 @@ class OpRow(Totals):
     op_name: str = ""  # the framework op path from the HLO metadata (`jit(f)/.../dot_general`)
     source: str = ""  # `file:line` of the user's code, from the HLO metadata
     hints: list[str] = field(default_factory=list)
+    # Hardware counters (TPU `_counters_`): each unit's time-weighted utilisation, 0-1, over
+    # the op's occurrences; None where the profile has none.
+    counters: dict[str, float] | None = None
 
     @property
     def intensity(self) -> float | None:
@@ -122,6 +125,7 @@ class OpRow(Totals):
             "op_name": self.op_name,
             "source": self.source,
             "hints": self.hints,
+            "counters": self.counters,
         }
 
     @classmethod
@@ -137,6 +141,11 @@ class OpRow(Totals):
             if f.name == "hints":
                 if not isinstance(value, list) or not all(isinstance(h, str) for h in value):
                     raise ValueError(f"{what} is not a list of strings")
+            elif f.name == "counters":
+                if value is not None:
+                    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+                        raise ValueError(f"{what} is not an object of unit utilisations")
+                    value = {k: _number(u, f"{what}.{k}") for k, u in value.items()}
             elif f.name == "bound_by":
                 if value not in get_args(BoundBy):
                     raise ValueError(f"{what} is {value!r}, not one of {get_args(BoundBy)}")

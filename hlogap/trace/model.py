@@ -66,6 +66,23 @@ class OpInfo:
     category: str | None = None
     xla_flops: float | None = None
     xla_bytes: float | None = None
+    # Hardware counters (hlogap.trace.counters), per unit: (util x ps, ps the counters cover)
+    # summed over the op's events; None without counters.
+    counters: dict[str, tuple[float, float]] | None = None
+
+    def utilisation(self) -> dict[str, float] | None:
+        """Each unit's time-weighted utilisation (0-1) over the op's events, or None."""
+        if not self.counters:
+            return None
+        return {unit: busy / covered for unit, (busy, covered) in self.counters.items()}
+
+    def add_counters(self, other: OpInfo) -> None:
+        """Add another host's counters of the same op."""
+        for unit, (busy, covered) in (other.counters or {}).items():
+            if self.counters is None:
+                self.counters = {}
+            was_busy, was_covered = self.counters.get(unit, (0.0, 0.0))
+            self.counters[unit] = (was_busy + busy, was_covered + covered)
 
 
 @dataclass(frozen=True)

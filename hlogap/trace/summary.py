@@ -282,6 +282,8 @@ class RunMerger:
             if j is None:
                 j = self._op_ids[info.key] = len(run.ops)
                 run.ops.append(info)
+            else:
+                run.ops[j].add_counters(info)
             remap[i] = j
         n = len(run.ops)
         index = len(run.hosts)

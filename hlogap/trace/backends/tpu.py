@@ -33,6 +33,7 @@ from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
 from hlogap.trace.backends.base import register
 from hlogap.trace.columnar import LineColumns, RawLine
+from hlogap.trace.counters import COUNTER_LINE, UnitSamples, add_op_counters, read_counters
 from hlogap.trace.model import (
     UNKNOWN_EXECUTION,
     Backend,
@@ -100,11 +101,13 @@ class _PlaneReader:
         self._aggregated_line = False
         self._clock_pairs: list[np.ndarray] = []  # (host, device) start of events with both
         self._module_lines: list[RawLine] = []  # `XLA Modules`, found by `read`
+        self._counters: dict[str, UnitSamples] = {}  # `_counters_`, read by `read`
 
     def read(self) -> list[Step]:
         """Read the plane's op events; return its `Steps` line's steps on the device clock."""
         groups: dict[int, list[RawLine]] = {}  # chunks of one line share its id
         step_lines: list[RawLine] = []
+        counter_lines: list[RawLine] = []
         for line in self.plane.raw_lines:
             if line.name == OP_LINE:
                 groups.setdefault(line.id, []).append(line)
@@ -112,6 +115,9 @@ class _PlaneReader:
                 step_lines.append(line)
             elif line.name == MODULE_LINE:
                 self._module_lines.append(line)
+            elif line.name == COUNTER_LINE:
+                counter_lines.append(line)
+        self._counters = read_counters(self.plane, counter_lines)
         for lines in groups.values():
             self._read_line(lines)
         scale, offset = self._host_clock()
@@ -188,6 +194,8 @@ class _PlaneReader:
         del parts
         ops = self._ops(md_ids, host_start, host_dur)
         del md_ids
+        if self._counters and not self._aggregated_line:  # counters run on the host clock
+            add_op_counters(self.builder.ops, self._counters, ops, host_start, host_dur)
         execution = self._executions(host_start, host_dur)
         del host_start, host_dur
         order = _parents_first(start_arr, dur_arr)

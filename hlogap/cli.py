@@ -15,6 +15,7 @@ import typer
 from typer.exceptions import Abort, Exit, TyperException
 
 from hlogap.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_USAGE, HlogapError
+from hlogap.hlo.text import MAX_DEVICES
 
 if TYPE_CHECKING:
     from hlogap.chips.calibrate import Calibration
@@ -467,7 +468,12 @@ def bound(
     fmt: PlainFormat = None,
     devices: Annotated[
         int | None,
-        typer.Option("--devices", help="Devices in a collective whose replica_groups are empty."),
+        typer.Option(
+            "--devices",
+            min=1,
+            max=MAX_DEVICES,
+            help="Devices in a collective whose replica_groups are empty.",
+        ),
     ] = None,
 ) -> None:
     """Roofline of one HLO instruction on one device: FLOPs, bytes, times, what bounds it.

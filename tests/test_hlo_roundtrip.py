@@ -142,7 +142,7 @@ def replica_groups(draw: st.DrawFn) -> ReplicaGroups:
         total *= d
     size = draw(st.sampled_from([d for d in range(1, total + 1) if total % d == 0]))
     text = f"[{total // size},{size}]<=[{','.join(map(str, reshape))}]T({','.join(map(str, perm))})"
-    return ReplicaGroups(expand_iota(total // size, size, reshape, perm), text)
+    return ReplicaGroups(expand_iota(total // size, size, reshape, perm)[0], text)
 
 
 @st.composite

@@ -345,3 +345,164 @@ def test_extreme_numbers_never_crash_nor_pass(
     assert_clean(code, err, (0, 1, 2, 3))
     if chosen.time:
         assert code != 0, out
+
+
+# --- class 5 and 6: HLO that parses but no compiler would emit --------------------------------
+
+
+def _bound(hlo: str, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, object] | None:
+    """`hlogap bound HLO -f json`: the bound, or None for malformed HLO (exit 2)."""
+    code, out, err = run_cli(["bound", hlo, "--chip", "h100-sxm", "-f", "json", *extra], capsys)
+    assert_clean(code, err, (0, 2))
+    if code == 2:
+        return None
+    assert_sane_numbers(out)
+    found: dict[str, object] = json.loads(out)
+    return found
+
+
+def _hostile_groups(rng: random.Random) -> str:
+    """Replica groups whose device count ranges from a pod's to past any machine's."""
+    size = rng.choice([1, 2, 3, 1 << 20, 100_000_000, 1 << 62])
+    groups = rng.choice([1, 2, 1 << 30])
+    total = rng.choice([size * groups, size * groups + 1, 1 << 63])
+    if rng.random() < 0.5:
+        return f"replica_groups=[{groups},{size}]<=[{total}]"
+    axes = rng.choice([f"'x'={total}", f"'x'={total},'y'=2", "'x'=0"])
+    return f"replica_groups=mesh[{axes}] {{'x'}}"
+
+
+@pytest.mark.parametrize("case", range(12))
+def test_hostile_replica_groups_are_arithmetic_or_malformed(
+    case: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = random.Random(f"groups-{case}")
+    groups = _hostile_groups(rng)
+    hlo = f"%r = f32[8]{{0}} all-reduce(f32[8]{{0}} %x), {groups}, to_apply=%add"
+    bound = _bound(hlo, capsys)
+    if bound is not None:  # a ring all-reduce moves under twice its 32 bytes, whatever n
+        assert float(str(bound["comm_bytes"])) < 2 * 32, bound
+
+
+@pytest.mark.parametrize("case", range(12))
+def test_arrays_larger_than_any_memory_are_unmodeled(
+    case: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = random.Random(f"shapes-{case}")
+    dims = [rng.choice([*DIM_EXTREMES, 4]) for _ in range(rng.randint(1, 3))]
+    dtype, width = rng.choice([("f32", 4), ("bf16", 2), ("s8", 1), ("c128", 16)])
+    shape = f"{dtype}[{','.join(map(str, dims))}]"
+    op = rng.choice(["add", "multiply", "copy"])
+    operands = ", ".join(f"{shape} %x{i}" for i in range(1 if op == "copy" else 2))
+    bound = _bound(f"%a = {shape} {op}({operands})", capsys)
+    too_big = math.prod(dims) * width > 1 << 50
+    if bound is not None:
+        assert (bound["bound_by"] == "unmodeled") == too_big, bound
+        assert too_big == ("any memory" in str(bound["hints"])), bound
+
+
+@pytest.mark.parametrize("case", range(16))
+def test_a_dot_is_costed_only_where_its_dimensions_fit(
+    case: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = random.Random(f"dot-{case}")
+    lhs_rank, rhs_rank = rng.randint(1, 3), rng.randint(1, 3)
+    lhs_dim, rhs_dim = rng.randint(-1, 4), rng.randint(-1, 4)
+    fits = 0 <= lhs_dim < lhs_rank and 0 <= rhs_dim < rhs_rank
+    lhs = f"f32[{','.join(['8'] * lhs_rank)}]"
+    rhs = f"f32[{','.join(['8'] * rhs_rank)}]"
+    out = f"f32[{','.join(['8'] * max(lhs_rank + rhs_rank - 2, 0))}]"
+    hlo = (
+        f"%d = {out} dot({lhs} %x, {rhs} %y), lhs_contracting_dims={{{lhs_dim}}}, "
+        f"rhs_contracting_dims={{{rhs_dim}}}"
+    )
+    bound = _bound(hlo, capsys)
+    if bound is not None:
+        assert (bound["bound_by"] == "unmodeled") == (not fits), (hlo, bound)
+
+
+@pytest.mark.parametrize("case", range(16))
+def test_a_reduce_window_is_costed_only_where_it_fits_its_operand(
+    case: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = random.Random(f"window-{case}")
+    n, size, stride = rng.choice([1, 8, 64]), rng.choice([1, 3, 8, 9, 10**20]), rng.choice([1, 2])
+    fitting = 0 if size > n else (n - size) // stride + 1
+    out = rng.choice([fitting, n])
+    hlo = (
+        f"%w = f32[{out}]{{0}} reduce-window(f32[{n}]{{0}} %x, f32[] %z), "
+        f"window={{size={size} stride={stride}}}, to_apply=%add"
+    )
+    bound = _bound(hlo, capsys)
+    if bound is not None:
+        assert (bound["bound_by"] == "unmodeled") == (out != fitting), (hlo, bound)
+        assert float(str(bound["flops"])) <= max(n, 1) * max(n, 1)
+
+
+@pytest.mark.parametrize("devices", ["-3", "0", str(1 << 62)])
+def test_bound_devices_must_be_a_machine_s(
+    devices: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hlo = "%r = f32[8]{0} all-reduce(f32[8]{0} %x), replica_groups={}, to_apply=%add"
+    code, _, err = run_cli(["bound", hlo, "--chip", "h100-sxm", "--devices", devices], capsys)
+    assert_clean(code, err, (2,))
+
+
+def _fused_module(body: str) -> str:
+    return f"""HloModule m
+
+%fused (p: f32[8], u: f32[2], i: s32[]) -> f32[8] {{
+  %p = f32[8]{{0}} parameter(0)
+  %u = f32[2]{{0}} parameter(1)
+  %i = s32[] parameter(2)
+{body}
+}}
+
+ENTRY %main (x: f32[8], y: f32[2], z: s32[]) -> f32[8] {{
+  %x = f32[8]{{0}} parameter(0)
+  %y = f32[2]{{0}} parameter(1)
+  %z = s32[] parameter(2)
+  ROOT %f = f32[8]{{0}} fusion(f32[8]{{0}} %x, f32[2]{{0}} %y, s32[] %z), kind=kLoop, calls=%fused
+}}
+"""
+
+
+@pytest.mark.parametrize("length", [1, 2, 5])
+def test_a_bitcast_cycle_in_a_fusion_is_costed_in_bounded_time(length: int) -> None:
+    from hlogap.cost.model import cost_instruction
+    from hlogap.hlo.text import parse_module
+
+    names = [f"%b{k}" for k in range(length)]
+    body = "\n".join(
+        f"  {name} = f32[8]{{0}} bitcast(f32[8]{{0}} {names[(k + 1) % length]})"
+        for k, name in enumerate(names)
+    )
+    body += f"\n  ROOT %d = f32[8]{{0}} dynamic-update-slice(f32[8]{{0}} {names[0]}, "
+    body += "f32[2]{0} %u, s32[] %i)"
+    module = parse_module(_fused_module(body))
+    entry = next(c for c in module.computations if c.is_entry)
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(DEADLINE_S)
+    try:
+        cost = cost_instruction(entry.instructions[-1], module)
+    finally:
+        signal.alarm(0)
+    assert math.isfinite(cost.hbm_bytes)
+
+
+def test_a_backend_config_nested_past_the_parser_s_depth_is_kept_as_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    space = SEEDS["cpu"](tmp_path)
+
+    def edit(proto: hlo_pb2.HloProto, rng: random.Random) -> bool:
+        inst = _instructions(proto)[-1]
+        inst.backend_config = b'{"a":' * 200_000 + b"1" + b"}" * 200_000
+        return True
+
+    assert _edit_hlo(space, edit, random.Random(0))
+    profile = _write_run(tmp_path, "deep", space)
+    chip = _chip(tmp_path, random.Random(0), False)
+    code, out, err = run_cli(["audit", str(profile), "--chip", str(chip), "-f", "json"], capsys)
+    assert_clean(code, err, (0,))
+    assert_sane_numbers(out)

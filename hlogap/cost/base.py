@@ -139,7 +139,7 @@ def config(inst: Instruction) -> dict[str, object]:
     if text.startswith('{"'):
         try:
             value = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             value = None
         if isinstance(value, dict):
             return value

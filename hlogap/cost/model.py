@@ -22,6 +22,7 @@ from hlogap.cost.base import (
 from hlogap.cost.collectives import Comm, collective_comm, named_collective_fusion
 from hlogap.cost.custom_calls import custom_call
 from hlogap.cost.flops import work
+from hlogap.cost.shapes import check_shapes
 from hlogap.cost.traffic import is_bitcast, op_traffic
 from hlogap.hlo.ir import Computation, Instruction, Module
 from hlogap.hlo.opcodes import ASYNC_DONE, CONTROL_FLOW, FREE, collective_kind, is_command_buffer
@@ -45,6 +46,7 @@ def cost_instruction(
     on CPU, GPU and TPU alike; `cost_computation` adds bodies up.
     """
     try:
+        check_shapes(inst, index_of(module))
         cost = _cost_instruction(inst, module, num_devices)
     except (ArithmeticError, IndexError, KeyError, ValueError, RecursionError) as exc:
         # HLO that parses but cannot be: a zero stride or tile, a dim out of range, a fusion

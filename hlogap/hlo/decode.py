@@ -489,7 +489,7 @@ def _backend_config(raw: bytes) -> str:
     if config.startswith("{"):
         try:
             value = json.loads(config)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past the parser's depth: as stored
             return config  # not JSON (an FFI attribute dictionary, say): as stored
         if isinstance(value, dict):
             return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -503,7 +503,8 @@ def _iota_groups(iota: hlo_pb2.IotaReplicaGroupListProto) -> ReplicaGroups:
     text = f"[{n},{size}]<=[{','.join(map(str, reshape))}]"
     if len(reshape) > 1:
         text += f"T({','.join(map(str, perm))})"
-    return ReplicaGroups(expand_iota(n, size, reshape, perm), text)
+    groups, group_size = expand_iota(n, size, reshape, perm)
+    return ReplicaGroups(groups, text, group_size)
 
 
 def _mesh_groups(proto: hlo_pb2.MeshAxesReplicaGroupListProto) -> ReplicaGroups:
@@ -522,11 +523,11 @@ def _mesh_groups(proto: hlo_pb2.MeshAxesReplicaGroupListProto) -> ReplicaGroups:
         else:
             refs.append((ref.mesh_axis_index, None))
             names.append(name)
-    groups = expand_mesh_axes(sizes, tuple(proto.mesh.device_ids), tuple(refs))
+    groups, size = expand_mesh_axes(sizes, tuple(proto.mesh.device_ids), tuple(refs))
     mesh = ",".join(f"'{a.name}'={a.size}" for a in axes)
     devices = proto.mesh.device_ids
     ids = f", device_ids=({','.join(map(str, devices))})" if devices else ""
-    return ReplicaGroups(groups, f"mesh[{mesh}]{ids} {{{','.join(names)}}}")
+    return ReplicaGroups(groups, f"mesh[{mesh}]{ids} {{{','.join(names)}}}", size)
 
 
 def _window(proto: hlo_pb2.Window) -> Window:

@@ -155,11 +155,15 @@ class ReplicaGroups:
     # The compact form as written, kept so that printing round-trips: iota `[4,2]<=[2,4]T(1,0)`
     # or mesh axes `mesh['x'=4,'y'=2] {'x'}`; None for the list form.
     iota: str | None = None
+    # Devices per group of the compact form, known by arithmetic: its groups are left empty
+    # where they span too many devices to list (hlogap.hlo.text.MAX_LISTED_DEVICES). The
+    # groups and the compact form determine it: not compared.
+    size: int | None = field(default=None, compare=False)
 
     @property
     def group_size(self) -> int | None:
         """Devices per group, or None when the groups are empty (all devices in one group)."""
-        return len(self.groups[0]) if self.groups else None
+        return len(self.groups[0]) if self.groups else self.size
 
 
 @dataclass(frozen=True)

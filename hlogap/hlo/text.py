@@ -139,10 +139,18 @@ def _chunks(values: list[int], size: int) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(values[k : k + size]) for k in range(0, len(values), size))
 
 
+# No machine has 2**40 devices: replica groups over more are not a program's. Groups are listed
+# device by device up to MAX_LISTED_DEVICES (a pod has thousands); past it only their size is
+# known, by arithmetic (a `[1,100000000]<=[100000000]` list would take gigabytes).
+MAX_DEVICES = 1 << 40
+MAX_LISTED_DEVICES = 1 << 16
+
+
 def expand_iota(
     num_groups: int, group_size: int, reshape: tuple[int, ...], perm: tuple[int, ...]
-) -> tuple[tuple[int, ...], ...]:
-    """Replica groups of the iota form `[num_groups,group_size]<=[reshape]T(perm)`.
+) -> tuple[tuple[tuple[int, ...], ...], int]:
+    """Replica groups of the iota form `[num_groups,group_size]<=[reshape]T(perm)`, and their
+    size (the groups are empty past MAX_LISTED_DEVICES devices).
 
     iota(prod(reshape)) is reshaped to `reshape`, transposed by `perm` and read row-major as
     `num_groups` groups of `group_size`. Raises ValueError when the pieces do not fit.
@@ -151,10 +159,16 @@ def expand_iota(
     if (
         total != num_groups * group_size
         or group_size <= 0
+        or any(d < 1 for d in reshape)
         or sorted(perm) != list(range(len(reshape)))
     ):
         raise ValueError("iota replica groups do not fit")
-    return _chunks(_transposed(list(range(total)), list(reshape), list(perm)), group_size)
+    if total > MAX_DEVICES:
+        raise ValueError(f"{total} devices: more than any machine has")
+    if total > MAX_LISTED_DEVICES:
+        return (), group_size
+    listed = _chunks(_transposed(list(range(total)), list(reshape), list(perm)), group_size)
+    return listed, group_size
 
 
 # A mesh axis reference: the axis index and, for a sub-axis `'a':(pre)size`, (pre, size).
@@ -163,8 +177,9 @@ AxisRef = tuple[int, tuple[int, int] | None]
 
 def expand_mesh_axes(
     sizes: tuple[int, ...], device_ids: tuple[int, ...], refs: tuple[AxisRef, ...]
-) -> tuple[tuple[int, ...], ...]:
-    """Replica groups of `mesh['x'=4,'y'=2] {'x'}`: the devices that differ only along `refs`.
+) -> tuple[tuple[tuple[int, ...], ...], int]:
+    """Replica groups of `mesh['x'=4,'y'=2] {'x'}`: the devices that differ only along `refs`,
+    and their size (the groups are empty past MAX_LISTED_DEVICES devices).
 
     Follows XLA's MeshAxesReplicaGroupList: each referenced axis is reshaped so that its
     (sub-)axes are dimensions of their own, those dimensions are moved last (in mesh-axis order)
@@ -172,8 +187,9 @@ def expand_mesh_axes(
     Raises ValueError on references that do not fit the mesh.
     """
     total = math.prod(sizes)
-    devices = list(device_ids) if device_ids else list(range(total))
-    if len(devices) != total or not refs:
+    if any(size < 1 for size in sizes) or total > MAX_DEVICES:
+        raise ValueError(f"mesh axes {list(sizes)} are not a machine's")
+    if (device_ids and len(device_ids) != total) or not refs:
         raise ValueError("mesh device ids do not fit its axes")
     by_axis: dict[int, list[tuple[int, int] | None]] = {}
     for axis, sub in refs:
@@ -218,8 +234,11 @@ def expand_mesh_axes(
             local.append(full // product)
         grouped += [len(dims) + at[k] for k in range(len(parts))]
         dims += local
+    if total > MAX_LISTED_DEVICES:
+        return (), group_size
     perm = [d for d in range(len(dims)) if d not in grouped] + grouped
-    return _chunks(_transposed(devices, dims, perm), group_size)
+    devices = list(device_ids) if device_ids else list(range(total))
+    return _chunks(_transposed(devices, dims, perm), group_size), group_size
 
 
 class _Parser:
@@ -850,8 +869,8 @@ class _TypedAttrs:
     def replica_groups(self, p: _Parser, key: str) -> None:
         start = p.pos
         if p.text.startswith("mesh[", p.pos):
-            groups = _mesh_groups(p)
-            self.inst.replica_groups = ReplicaGroups(groups, p.text[start : p.pos])
+            groups, size = _mesh_groups(p)
+            self.inst.replica_groups = ReplicaGroups(groups, p.text[start : p.pos], size)
             return
         if p.peek() == "[":  # iota form [groups,size]<=[reshape]T(perm)
             dims = p.int_list("[", "]")
@@ -861,10 +880,10 @@ class _TypedAttrs:
             if len(dims) != 2:
                 raise p.error("[num_groups,group_size]", start)
             try:
-                groups = expand_iota(dims[0], dims[1], reshape, perm)
+                groups, size = expand_iota(dims[0], dims[1], reshape, perm)
             except ValueError:
                 raise p.error("iota dimensions that fit each other", start) from None
-            self.inst.replica_groups = ReplicaGroups(groups, p.text[start : p.pos])
+            self.inst.replica_groups = ReplicaGroups(groups, p.text[start : p.pos], size)
             return
         p.expect("{")
         out: list[tuple[int, ...]] = []
@@ -912,7 +931,7 @@ class _TypedAttrs:
         self.frame_id = frame if isinstance(frame, int) else 0
 
 
-def _mesh_groups(p: _Parser) -> tuple[tuple[int, ...], ...]:
+def _mesh_groups(p: _Parser) -> tuple[tuple[tuple[int, ...], ...], int]:
     """`mesh['x'=4,'y'=2] {'x'}`, `mesh[...], device_ids=(...) {'y':(1)2}`: mesh-axes groups."""
     start = p.pos
     p.expect("mesh[")

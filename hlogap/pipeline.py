@@ -30,6 +30,9 @@ from hlogap.trace.timing import AsyncPairs
 
 if TYPE_CHECKING:
     from hlogap.executors.base import HostExecutor
+    from hlogap.hlo.index import HloIndex
+    from hlogap.hlo.mesh import Mesh
+    from hlogap.report.model import OpRow
 
 
 def chip_from_trace(run: RunSummary) -> tuple[Chip, ChipSource, str]:
@@ -222,7 +225,20 @@ def _audit_hosts(
         memory=memory,
     )
     report.host_skew = host_skew(run, rows, step_table, totals) or None
+    report.mesh = _busiest_mesh(rows, index)
     return report
+
+
+def _busiest_mesh(rows: list[OpRow], index: HloIndex) -> Mesh | None:
+    """The mesh of the partitioned module that took the most time (None: none ran so)."""
+    time: dict[tuple[str, str], float] = {}
+    for r in rows:
+        time[(r.module, r.program_id)] = time.get((r.module, r.program_id), 0.0) + r.measured_us
+    for key in sorted(time, key=lambda k: -time[k]):
+        found = index.mesh(*key)
+        if found is not None:
+            return found.mesh
+    return None
 
 
 def _modules(hosts: HostExecutor, run: RunSummary) -> dict[tuple[str, str], bytes]:

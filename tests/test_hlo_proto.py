@@ -32,7 +32,7 @@ from hlogap.proto import hlo_pb2, xplane_pb2
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 # Attributes the decoder does not rebuild from the proto (see hlogap/hlo/decode.py).
-UNDECODED = frozenset({"sharding", "origin", "statistics", "output_to_operand_aliasing"})
+UNDECODED = frozenset({"origin", "statistics", "output_to_operand_aliasing"})
 
 JAX_PROGRAMS = textwrap.dedent(
     """

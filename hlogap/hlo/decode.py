@@ -5,7 +5,7 @@ Traces store a module as the `Hlo Proto` stat (an `HloProto` wrapping an `HloMod
 computations are ids in the proto and names in the IR. Typed fields are filled under the same
 conditions under which XLA's text printer writes the attribute, and `attrs` is written with
 `hlogap.hlo.printer`'s helpers, so a decoded module equals the parse of XLA's dump of it.
-Not decoded (absent from `attrs`): `sharding`, `origin`, `statistics`, `output_to_operand_aliasing`,
+Not decoded (absent from `attrs`): `origin`, `statistics`, `output_to_operand_aliasing`,
 `operand_layout_constraints`, `parameter_replication` and backend-specific rarities.
 """
 
@@ -152,6 +152,10 @@ def _module(proto: hlo_pb2.HloModuleProto) -> Module:
     frames = _frames(proto.stack_frame_index) if proto.HasField("stack_frame_index") else None
     entry = proto.entry_computation_name or comp_names.get(proto.entry_computation_id)
     module = Module(name=proto.name, entry=entry, frames=frames)
+    if proto.HasField("device_assignment"):  # what XLA's text prints in the module's header
+        devices = proto.device_assignment
+        module.attrs["replica_count"] = str(devices.replica_count)
+        module.attrs["num_partitions"] = str(devices.computation_count)
     for c in proto.computations:
         comp = Computation(c.name, is_entry=c.name == entry, execution_thread=c.execution_thread)
         for i in c.instructions:
@@ -384,6 +388,8 @@ class _Instruction:
                 attrs["api_version"] = _API_VERSIONS[p.custom_call_api_version]
         if p.is_host_transfer:
             attrs["is_host_transfer"] = "true"
+        if p.HasField("sharding"):
+            attrs["sharding"] = format_sharding(p.sharding)
 
     def _replica_groups(self) -> ReplicaGroups:
         p = self.p
@@ -647,3 +653,36 @@ def _as_f32(value: float, element: str) -> float:
         return rounded
     except OverflowError:
         return math.copysign(math.inf, value)
+
+
+_SHARDING_TYPES = {0: "replicated", 1: "maximal", 4: "manual", 5: "unknown", 6: "unreduced"}
+
+
+def format_sharding(sharding: hlo_pb2.OpSharding) -> str:
+    """An `OpSharding` as XLA's text prints it: `{devices=[4,1,2]<=[8] last_tile_dim_replicate}`,
+    `{replicated}`, `{maximal device=3}`, a tuple `{{...}, {...}}`."""
+    return "{" + _sharding_body(sharding) + "}"
+
+
+def _sharding_body(sharding: hlo_pb2.OpSharding) -> str:
+    if sharding.type == hlo_pb2.OpSharding.TUPLE:
+        return ", ".join(format_sharding(s) for s in sharding.tuple_shardings)
+    if sharding.type == hlo_pb2.OpSharding.MAXIMAL:
+        devices = sharding.tile_assignment_devices
+        return f"maximal device={devices[0]}" if devices else "maximal"
+    if sharding.type != hlo_pb2.OpSharding.OTHER:
+        return _SHARDING_TYPES.get(sharding.type, "unknown")
+    text = "devices=[" + ",".join(map(str, sharding.tile_assignment_dimensions)) + "]"
+    if sharding.iota_reshape_dims:
+        text += "<=[" + ",".join(map(str, sharding.iota_reshape_dims)) + "]"
+        perm = list(sharding.iota_transpose_perm)
+        if len(sharding.iota_reshape_dims) > 1 and perm:
+            text += "T(" + ",".join(map(str, perm)) + ")"
+    else:
+        text += ",".join(map(str, sharding.tile_assignment_devices))
+    if sharding.replicate_on_last_tile_dim:
+        text += " last_tile_dim_replicate"
+    elif sharding.last_tile_dims:
+        kinds = (_SHARDING_TYPES.get(k, "unknown") for k in sharding.last_tile_dims)
+        text += " last_tile_dims={" + ", ".join(kinds) + "}"
+    return text

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from hlogap.hlo.decode import HloDecodeError, decode_hlo_proto
 from hlogap.hlo.ir import Instruction, Module
+from hlogap.hlo.mesh import ModuleMesh, module_mesh
 from hlogap.hlo.opcodes import categorize
 from hlogap.hlo.text import HloParseError, parse_instruction, parse_module
 from hlogap.trace.model import OpInfo
@@ -33,6 +34,7 @@ class HloIndex:
         self._decoded: dict[tuple[str, str], Module | str] = {}
         self._by_name: dict[tuple[str, str], dict[str, Instruction]] = {}
         self._dumps: dict[str, Module] = _read_dumps(hlo_dump) if hlo_dump else {}
+        self._meshes: dict[tuple[str, str], ModuleMesh | None] = {}
 
     def _module(self, module: str, program_id: str) -> Module | str:
         key = (module, program_id)
@@ -59,6 +61,15 @@ class HloIndex:
         """The decoded module (decoded once, whoever asks first); None where it has no HLO."""
         found = self._module(module, program_id)
         return found if isinstance(found, Module) else None
+
+    def mesh(self, module: str, program_id: str) -> ModuleMesh | None:
+        """The module's device mesh and what it says of its instructions (found once); None
+        for a module on one device or without HLO."""
+        key = (module, program_id)
+        if key not in self._meshes:
+            found = self.module(module, program_id)
+            self._meshes[key] = module_mesh(found) if found is not None else None
+        return self._meshes[key]
 
     def resolve(self, info: OpInfo) -> ResolvedOp:
         key = info.key

@@ -416,8 +416,52 @@ class PrecisionConfig(_message.Message):
     algorithm: int
     def __init__(self, operand_precision: _Optional[_Iterable[int]] = ..., algorithm: _Optional[int] = ...) -> None: ...
 
+class OpSharding(_message.Message):
+    __slots__ = ("type", "tile_assignment_dimensions", "tile_assignment_devices", "tuple_shardings", "replicate_on_last_tile_dim", "last_tile_dims", "iota_reshape_dims", "iota_transpose_perm")
+    class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        REPLICATED: _ClassVar[OpSharding.Type]
+        MAXIMAL: _ClassVar[OpSharding.Type]
+        TUPLE: _ClassVar[OpSharding.Type]
+        OTHER: _ClassVar[OpSharding.Type]
+        MANUAL: _ClassVar[OpSharding.Type]
+        UNKNOWN: _ClassVar[OpSharding.Type]
+        UNREDUCED: _ClassVar[OpSharding.Type]
+    REPLICATED: OpSharding.Type
+    MAXIMAL: OpSharding.Type
+    TUPLE: OpSharding.Type
+    OTHER: OpSharding.Type
+    MANUAL: OpSharding.Type
+    UNKNOWN: OpSharding.Type
+    UNREDUCED: OpSharding.Type
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    TILE_ASSIGNMENT_DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    TILE_ASSIGNMENT_DEVICES_FIELD_NUMBER: _ClassVar[int]
+    TUPLE_SHARDINGS_FIELD_NUMBER: _ClassVar[int]
+    REPLICATE_ON_LAST_TILE_DIM_FIELD_NUMBER: _ClassVar[int]
+    LAST_TILE_DIMS_FIELD_NUMBER: _ClassVar[int]
+    IOTA_RESHAPE_DIMS_FIELD_NUMBER: _ClassVar[int]
+    IOTA_TRANSPOSE_PERM_FIELD_NUMBER: _ClassVar[int]
+    type: OpSharding.Type
+    tile_assignment_dimensions: _containers.RepeatedScalarFieldContainer[int]
+    tile_assignment_devices: _containers.RepeatedScalarFieldContainer[int]
+    tuple_shardings: _containers.RepeatedCompositeFieldContainer[OpSharding]
+    replicate_on_last_tile_dim: bool
+    last_tile_dims: _containers.RepeatedScalarFieldContainer[OpSharding.Type]
+    iota_reshape_dims: _containers.RepeatedScalarFieldContainer[int]
+    iota_transpose_perm: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, type: _Optional[_Union[OpSharding.Type, str]] = ..., tile_assignment_dimensions: _Optional[_Iterable[int]] = ..., tile_assignment_devices: _Optional[_Iterable[int]] = ..., tuple_shardings: _Optional[_Iterable[_Union[OpSharding, _Mapping]]] = ..., replicate_on_last_tile_dim: _Optional[bool] = ..., last_tile_dims: _Optional[_Iterable[_Union[OpSharding.Type, str]]] = ..., iota_reshape_dims: _Optional[_Iterable[int]] = ..., iota_transpose_perm: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class DeviceAssignmentProto(_message.Message):
+    __slots__ = ("replica_count", "computation_count")
+    REPLICA_COUNT_FIELD_NUMBER: _ClassVar[int]
+    COMPUTATION_COUNT_FIELD_NUMBER: _ClassVar[int]
+    replica_count: int
+    computation_count: int
+    def __init__(self, replica_count: _Optional[int] = ..., computation_count: _Optional[int] = ...) -> None: ...
+
 class HloInstructionProto(_message.Message):
-    __slots__ = ("name", "opcode", "shape", "metadata", "literal", "parameter_number", "fusion_kind", "tuple_index", "dimensions", "window", "convolution_dimension_numbers", "feature_group_count", "batch_group_count", "slice_dimensions", "exponent_bits", "mantissa_bits", "dynamic_slice_sizes", "padding_config", "distribution", "channel_id", "custom_call_target", "dot_dimension_numbers", "fft_type", "fft_length", "comparison_direction", "gather_dimension_numbers", "gather_slice_sizes", "id", "operand_ids", "control_predecessor_ids", "called_computation_ids", "backend_config", "replica_groups", "use_global_device_ids", "is_host_transfer", "is_stable", "scatter_dimension_numbers", "precision_config", "source_target_pairs", "custom_call_has_side_effect", "custom_call_api_version", "delta", "indices_are_sorted", "frontend_attributes", "unique_indices", "rng_algorithm", "comparison_type", "async_execution_thread", "k", "largest", "collective_device_list", "iota_collective_device_list", "mesh_axes_replica_group_list", "is_composite")
+    __slots__ = ("name", "opcode", "shape", "metadata", "literal", "parameter_number", "fusion_kind", "tuple_index", "dimensions", "window", "convolution_dimension_numbers", "feature_group_count", "batch_group_count", "slice_dimensions", "exponent_bits", "mantissa_bits", "dynamic_slice_sizes", "padding_config", "distribution", "channel_id", "custom_call_target", "sharding", "dot_dimension_numbers", "fft_type", "fft_length", "comparison_direction", "gather_dimension_numbers", "gather_slice_sizes", "id", "operand_ids", "control_predecessor_ids", "called_computation_ids", "backend_config", "replica_groups", "use_global_device_ids", "is_host_transfer", "is_stable", "scatter_dimension_numbers", "precision_config", "source_target_pairs", "custom_call_has_side_effect", "custom_call_api_version", "delta", "indices_are_sorted", "frontend_attributes", "unique_indices", "rng_algorithm", "comparison_type", "async_execution_thread", "k", "largest", "collective_device_list", "iota_collective_device_list", "mesh_axes_replica_group_list", "is_composite")
     class SliceDimensions(_message.Message):
         __slots__ = ("start", "limit", "stride")
         START_FIELD_NUMBER: _ClassVar[int]
@@ -448,6 +492,7 @@ class HloInstructionProto(_message.Message):
     DISTRIBUTION_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_ID_FIELD_NUMBER: _ClassVar[int]
     CUSTOM_CALL_TARGET_FIELD_NUMBER: _ClassVar[int]
+    SHARDING_FIELD_NUMBER: _ClassVar[int]
     DOT_DIMENSION_NUMBERS_FIELD_NUMBER: _ClassVar[int]
     FFT_TYPE_FIELD_NUMBER: _ClassVar[int]
     FFT_LENGTH_FIELD_NUMBER: _ClassVar[int]
@@ -502,6 +547,7 @@ class HloInstructionProto(_message.Message):
     distribution: int
     channel_id: int
     custom_call_target: str
+    sharding: OpSharding
     dot_dimension_numbers: DotDimensionNumbers
     fft_type: int
     fft_length: _containers.RepeatedScalarFieldContainer[int]
@@ -535,7 +581,7 @@ class HloInstructionProto(_message.Message):
     iota_collective_device_list: IotaReplicaGroupListProto
     mesh_axes_replica_group_list: MeshAxesReplicaGroupListProto
     is_composite: bool
-    def __init__(self, name: _Optional[str] = ..., opcode: _Optional[str] = ..., shape: _Optional[_Union[ShapeProto, _Mapping]] = ..., metadata: _Optional[_Union[OpMetadata, _Mapping]] = ..., literal: _Optional[_Union[LiteralProto, _Mapping]] = ..., parameter_number: _Optional[int] = ..., fusion_kind: _Optional[str] = ..., tuple_index: _Optional[int] = ..., dimensions: _Optional[_Iterable[int]] = ..., window: _Optional[_Union[Window, _Mapping]] = ..., convolution_dimension_numbers: _Optional[_Union[ConvolutionDimensionNumbers, _Mapping]] = ..., feature_group_count: _Optional[int] = ..., batch_group_count: _Optional[int] = ..., slice_dimensions: _Optional[_Iterable[_Union[HloInstructionProto.SliceDimensions, _Mapping]]] = ..., exponent_bits: _Optional[int] = ..., mantissa_bits: _Optional[int] = ..., dynamic_slice_sizes: _Optional[_Iterable[int]] = ..., padding_config: _Optional[_Union[PaddingConfig, _Mapping]] = ..., distribution: _Optional[int] = ..., channel_id: _Optional[int] = ..., custom_call_target: _Optional[str] = ..., dot_dimension_numbers: _Optional[_Union[DotDimensionNumbers, _Mapping]] = ..., fft_type: _Optional[int] = ..., fft_length: _Optional[_Iterable[int]] = ..., comparison_direction: _Optional[str] = ..., gather_dimension_numbers: _Optional[_Union[GatherDimensionNumbers, _Mapping]] = ..., gather_slice_sizes: _Optional[_Iterable[int]] = ..., id: _Optional[int] = ..., operand_ids: _Optional[_Iterable[int]] = ..., control_predecessor_ids: _Optional[_Iterable[int]] = ..., called_computation_ids: _Optional[_Iterable[int]] = ..., backend_config: _Optional[bytes] = ..., replica_groups: _Optional[_Iterable[_Union[ReplicaGroup, _Mapping]]] = ..., use_global_device_ids: _Optional[bool] = ..., is_host_transfer: _Optional[bool] = ..., is_stable: _Optional[bool] = ..., scatter_dimension_numbers: _Optional[_Union[ScatterDimensionNumbers, _Mapping]] = ..., precision_config: _Optional[_Union[PrecisionConfig, _Mapping]] = ..., source_target_pairs: _Optional[_Iterable[_Union[SourceTarget, _Mapping]]] = ..., custom_call_has_side_effect: _Optional[bool] = ..., custom_call_api_version: _Optional[int] = ..., delta: _Optional[int] = ..., indices_are_sorted: _Optional[bool] = ..., frontend_attributes: _Optional[_Union[FrontendAttributes, _Mapping]] = ..., unique_indices: _Optional[bool] = ..., rng_algorithm: _Optional[int] = ..., comparison_type: _Optional[str] = ..., async_execution_thread: _Optional[str] = ..., k: _Optional[int] = ..., largest: _Optional[bool] = ..., collective_device_list: _Optional[_Union[CollectiveDeviceListProto, _Mapping]] = ..., iota_collective_device_list: _Optional[_Union[IotaReplicaGroupListProto, _Mapping]] = ..., mesh_axes_replica_group_list: _Optional[_Union[MeshAxesReplicaGroupListProto, _Mapping]] = ..., is_composite: _Optional[bool] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., opcode: _Optional[str] = ..., shape: _Optional[_Union[ShapeProto, _Mapping]] = ..., metadata: _Optional[_Union[OpMetadata, _Mapping]] = ..., literal: _Optional[_Union[LiteralProto, _Mapping]] = ..., parameter_number: _Optional[int] = ..., fusion_kind: _Optional[str] = ..., tuple_index: _Optional[int] = ..., dimensions: _Optional[_Iterable[int]] = ..., window: _Optional[_Union[Window, _Mapping]] = ..., convolution_dimension_numbers: _Optional[_Union[ConvolutionDimensionNumbers, _Mapping]] = ..., feature_group_count: _Optional[int] = ..., batch_group_count: _Optional[int] = ..., slice_dimensions: _Optional[_Iterable[_Union[HloInstructionProto.SliceDimensions, _Mapping]]] = ..., exponent_bits: _Optional[int] = ..., mantissa_bits: _Optional[int] = ..., dynamic_slice_sizes: _Optional[_Iterable[int]] = ..., padding_config: _Optional[_Union[PaddingConfig, _Mapping]] = ..., distribution: _Optional[int] = ..., channel_id: _Optional[int] = ..., custom_call_target: _Optional[str] = ..., sharding: _Optional[_Union[OpSharding, _Mapping]] = ..., dot_dimension_numbers: _Optional[_Union[DotDimensionNumbers, _Mapping]] = ..., fft_type: _Optional[int] = ..., fft_length: _Optional[_Iterable[int]] = ..., comparison_direction: _Optional[str] = ..., gather_dimension_numbers: _Optional[_Union[GatherDimensionNumbers, _Mapping]] = ..., gather_slice_sizes: _Optional[_Iterable[int]] = ..., id: _Optional[int] = ..., operand_ids: _Optional[_Iterable[int]] = ..., control_predecessor_ids: _Optional[_Iterable[int]] = ..., called_computation_ids: _Optional[_Iterable[int]] = ..., backend_config: _Optional[bytes] = ..., replica_groups: _Optional[_Iterable[_Union[ReplicaGroup, _Mapping]]] = ..., use_global_device_ids: _Optional[bool] = ..., is_host_transfer: _Optional[bool] = ..., is_stable: _Optional[bool] = ..., scatter_dimension_numbers: _Optional[_Union[ScatterDimensionNumbers, _Mapping]] = ..., precision_config: _Optional[_Union[PrecisionConfig, _Mapping]] = ..., source_target_pairs: _Optional[_Iterable[_Union[SourceTarget, _Mapping]]] = ..., custom_call_has_side_effect: _Optional[bool] = ..., custom_call_api_version: _Optional[int] = ..., delta: _Optional[int] = ..., indices_are_sorted: _Optional[bool] = ..., frontend_attributes: _Optional[_Union[FrontendAttributes, _Mapping]] = ..., unique_indices: _Optional[bool] = ..., rng_algorithm: _Optional[int] = ..., comparison_type: _Optional[str] = ..., async_execution_thread: _Optional[str] = ..., k: _Optional[int] = ..., largest: _Optional[bool] = ..., collective_device_list: _Optional[_Union[CollectiveDeviceListProto, _Mapping]] = ..., iota_collective_device_list: _Optional[_Union[IotaReplicaGroupListProto, _Mapping]] = ..., mesh_axes_replica_group_list: _Optional[_Union[MeshAxesReplicaGroupListProto, _Mapping]] = ..., is_composite: _Optional[bool] = ...) -> None: ...
 
 class HloComputationProto(_message.Message):
     __slots__ = ("name", "instructions", "program_shape", "id", "root_id", "is_fusion_computation", "execution_thread")
@@ -590,7 +636,7 @@ class StackFrameIndexProto(_message.Message):
     def __init__(self, file_names: _Optional[_Iterable[str]] = ..., function_names: _Optional[_Iterable[str]] = ..., file_locations: _Optional[_Iterable[_Union[StackFrameIndexProto.FileLocation, _Mapping]]] = ..., stack_frames: _Optional[_Iterable[_Union[StackFrameIndexProto.StackFrame, _Mapping]]] = ...) -> None: ...
 
 class HloModuleProto(_message.Message):
-    __slots__ = ("name", "entry_computation_name", "entry_computation_id", "computations", "host_program_shape", "id", "stack_frame_index", "frontend_attributes")
+    __slots__ = ("name", "entry_computation_name", "entry_computation_id", "computations", "host_program_shape", "id", "stack_frame_index", "frontend_attributes", "device_assignment")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ENTRY_COMPUTATION_NAME_FIELD_NUMBER: _ClassVar[int]
     ENTRY_COMPUTATION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -599,6 +645,7 @@ class HloModuleProto(_message.Message):
     ID_FIELD_NUMBER: _ClassVar[int]
     STACK_FRAME_INDEX_FIELD_NUMBER: _ClassVar[int]
     FRONTEND_ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     name: str
     entry_computation_name: str
     entry_computation_id: int
@@ -607,7 +654,8 @@ class HloModuleProto(_message.Message):
     id: int
     stack_frame_index: StackFrameIndexProto
     frontend_attributes: FrontendAttributes
-    def __init__(self, name: _Optional[str] = ..., entry_computation_name: _Optional[str] = ..., entry_computation_id: _Optional[int] = ..., computations: _Optional[_Iterable[_Union[HloComputationProto, _Mapping]]] = ..., host_program_shape: _Optional[_Union[ProgramShapeProto, _Mapping]] = ..., id: _Optional[int] = ..., stack_frame_index: _Optional[_Union[StackFrameIndexProto, _Mapping]] = ..., frontend_attributes: _Optional[_Union[FrontendAttributes, _Mapping]] = ...) -> None: ...
+    device_assignment: DeviceAssignmentProto
+    def __init__(self, name: _Optional[str] = ..., entry_computation_name: _Optional[str] = ..., entry_computation_id: _Optional[int] = ..., computations: _Optional[_Iterable[_Union[HloComputationProto, _Mapping]]] = ..., host_program_shape: _Optional[_Union[ProgramShapeProto, _Mapping]] = ..., id: _Optional[int] = ..., stack_frame_index: _Optional[_Union[StackFrameIndexProto, _Mapping]] = ..., frontend_attributes: _Optional[_Union[FrontendAttributes, _Mapping]] = ..., device_assignment: _Optional[_Union[DeviceAssignmentProto, _Mapping]] = ...) -> None: ...
 
 class HloProto(_message.Message):
     __slots__ = ("hlo_module",)

@@ -272,8 +272,12 @@ def _groups(report: AuditReport, top: int) -> tuple[Table, list[str]]:
             ("eff", "right"),
         ),
     )
+    by_axis = report.group_by == "axis"
+    if by_axis:
+        table.add_column("bus bw", justify="right")
     rows = report.groups if top <= 0 else report.groups[:top]
     for rank, g in enumerate(rows, 1):
+        bus = [fmt_si(g.bus_bw, "B/s") if g.bus_bw else "-"] if by_axis else []
         table.add_row(
             str(rank),
             g.name,
@@ -283,6 +287,7 @@ def _groups(report: AuditReport, top: int) -> tuple[Table, list[str]]:
             fmt_us(g.bound_us),
             fmt_us(g.gap_us),
             fmt_eff(g.efficiency),
+            *bus,
         )
     return table, more_line(len(rows), len(report.groups), "--top 0 shows all", "groups")
 

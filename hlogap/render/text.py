@@ -26,6 +26,7 @@ def header_lines(report: AuditReport) -> list[str]:
         f"chip: {chip.display} [{chip.name}], {report.chip_reason}; "
         f"peak {fmt_si(bf16, 'FLOP/s')}, HBM {fmt_si(chip.hbm_bw, 'B/s')}",
         f"devices: {report.devices}, ops: {len(report.ops)}, events: {report.events}",
+        *mesh_lines(report),
         *step_lines(report),
         *memory_lines(report),
         f"ops, device-time{summed}: measured {fmt_us(report.measured_us)}, "
@@ -34,6 +35,18 @@ def header_lines(report: AuditReport) -> list[str]:
         + (f", op-time speedup {speedup:.2f}x" if speedup else ""),
         *skew_lines(report),
     ]
+
+
+def mesh_lines(report: AuditReport) -> list[str]:
+    """The mesh the devices ran the busiest partitioned module on, or that none is known."""
+    if report.mesh is not None:
+        return [f"mesh: {report.mesh.describe()}"]
+    if report.devices > 1:
+        return [
+            "mesh: none found (no sharding or collective in the modules that ran says how the "
+            "devices share a program)"
+        ]
+    return []
 
 
 def capacity_source(source: str) -> str:

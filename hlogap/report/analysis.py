@@ -19,6 +19,7 @@ from hlogap.cost.trace_stats import cost_from_trace_stats
 from hlogap.hlo.fingerprint import fingerprint
 from hlogap.hlo.index import HloIndex, ResolvedOp
 from hlogap.hlo.ir import Instruction, Module
+from hlogap.hlo.mesh import ModuleMesh
 from hlogap.hlo.opcodes import AsyncRole, async_role, collective_kind
 from hlogap.hlo.printer import print_instruction
 from hlogap.report.model import OpRow
@@ -138,7 +139,29 @@ def op_rows(
         )
         if counters:
             rows[-1].hints.append(counters_hint(counters))
+        if inst is not None:
+            _place_on_mesh(rows[-1], inst, index.mesh(info.key.module, info.key.program_id))
     return rows
+
+
+def _place_on_mesh(row: OpRow, inst: Instruction, on_mesh: ModuleMesh | None) -> None:
+    """A partitioned module's row: its collective's mesh axes, its matmul's global shapes."""
+    if on_mesh is None:
+        return
+    axes = on_mesh.collective_axes.get(inst.name)
+    if axes is not None:
+        row.mesh_axes = list(axes)
+        mesh = on_mesh.mesh
+        if axes:
+            over = " x ".join(axes)
+            row.hints.append(f"runs over mesh {over}: {mesh.size(axes)} of {mesh.devices} devices")
+        else:  # a permutation of the devices: no axis, each sends to another
+            row.hints.append("permutes data between devices (a re-layout), along no one mesh axis")
+    view = on_mesh.global_views.get(inst.name)
+    if view is not None:
+        row.global_shapes = list(view.shapes)
+        row.sharding = dict(view.sharding)
+        row.hints.append(view.describe())
 
 
 def _cached_hint(

@@ -1,4 +1,5 @@
-"""`--group-by`: ops rolled up by layer (scope), category, source line or module."""
+"""`--group-by`: ops rolled up by layer (scope), category, source line, module or the mesh axes
+a collective runs over."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Literal, get_args
 
 from hlogap.report.model import GroupRow, OpRow, SortKey, sort_rows
 
-GroupBy = Literal["scope", "category", "source", "module"]
+GroupBy = Literal["scope", "category", "source", "module", "axis"]
 GROUP_KEYS: tuple[GroupBy, ...] = get_args(GroupBy)
 DEFAULT_DEPTH = 3
 
@@ -20,9 +21,17 @@ def group_key(op: OpRow, by: GroupBy, depth: int) -> str:
         value = op.category
     elif by == "source":
         value = op.source
+    elif by == "axis":
+        if op.mesh_axes is None:
+            return NOT_ON_AXES
+        value = " x ".join(op.mesh_axes) or "(device permutation)"
     else:
         value = op.module
     return value or "(unknown)"
+
+
+# `--group-by axis`: ops that are not collectives of a partitioned module.
+NOT_ON_AXES = "(no mesh axis: not a collective)"
 
 
 def scope_parts(op_name: str) -> list[str]:
@@ -55,6 +64,7 @@ def group_rows(ops: list[OpRow], by: GroupBy, depth: int, sort: SortKey) -> list
             occurrences=sum(r.occurrences for r in rows),
             measured_us=sum(r.measured_us for r in rows),
             bound_us=sum(r.bound_us for r in rows),
+            comm_bytes=sum(r.comm_bytes * r.occurrences for r in rows),
         )
         for name, rows in members.items()
     ]

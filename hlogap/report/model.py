@@ -15,6 +15,7 @@ from hlogap._version import __version__
 from hlogap.bounds.roofline import BoundBy
 from hlogap.chips import Chip
 from hlogap.errors import InputError
+from hlogap.hlo.mesh import Mesh
 from hlogap.memory.static import MemorySection
 from hlogap.source import regular_file
 from hlogap.trace.model import Backend, StepSource
@@ -77,6 +78,12 @@ class OpRow(Totals):
     op_name: str = ""  # the framework op path from the HLO metadata (`jit(f)/.../dot_general`)
     source: str = ""  # `file:line` of the user's code, from the HLO metadata
     hints: list[str] = field(default_factory=list)
+    # A partitioned program's (hlogap.hlo.mesh): a collective's mesh axes; a dot's or
+    # convolution's global shapes (operands then result; `?` where a split is unknown) and the
+    # ways each mesh axis splits it. None where the mesh does not say.
+    mesh_axes: list[str] | None = None
+    global_shapes: list[str] | None = None
+    sharding: dict[str, int] | None = None
     # Hardware counters (TPU `_counters_`): each unit's time-weighted utilisation, 0-1, over
     # the op's occurrences; None where the profile has none.
     counters: dict[str, float] | None = None
@@ -125,6 +132,9 @@ class OpRow(Totals):
             "op_name": self.op_name,
             "source": self.source,
             "hints": self.hints,
+            "mesh_axes": self.mesh_axes,
+            "global_shapes": self.global_shapes,
+            "sharding": self.sharding,
             "counters": self.counters,
         }
 
@@ -138,9 +148,20 @@ class OpRow(Totals):
             if f.name not in raw:
                 continue
             value, what = raw[f.name], f"{where}.{f.name}"
-            if f.name == "hints":
-                if not isinstance(value, list) or not all(isinstance(h, str) for h in value):
+            if f.name in ("hints", "mesh_axes", "global_shapes"):
+                if value is None and f.name != "hints":
+                    pass
+                elif not isinstance(value, list) or not all(isinstance(h, str) for h in value):
                     raise ValueError(f"{what} is not a list of strings")
+            elif f.name == "sharding":
+                if value is not None and not (
+                    isinstance(value, dict)
+                    and all(
+                        isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool)
+                        for k, n in value.items()
+                    )
+                ):
+                    raise ValueError(f"{what} is not an object of axis sizes")
             elif f.name == "counters":
                 if value is not None:
                     if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
@@ -367,6 +388,16 @@ class GroupRow(Totals):
     occurrences: int
     measured_us: float
     bound_us: float
+    # Bytes its collectives sent per device, summed over their occurrences (ring model).
+    comm_bytes: float = 0.0
+
+    @property
+    def bus_bw(self) -> float | None:
+        """Achieved bus bandwidth per device (B/s): the ring bytes over the time, nccl-tests'
+        `busbw` (algbw x 2(n-1)/n for all-reduce, x (n-1)/n for all-gather and reduce-scatter)."""
+        if not self.comm_bytes or self.measured_us <= 0:
+            return None
+        return self.comm_bytes / (self.measured_us / 1e6)
 
     def to_dict(
         self, rank: int, share: float | None = None, cum_share: float | None = None
@@ -382,6 +413,8 @@ class GroupRow(Totals):
             "efficiency": self.efficiency,
             "share": share,
             "cum_share": cum_share,
+            "comm_bytes": self.comm_bytes,
+            "bus_bw": self.bus_bw,
         }
 
 
@@ -422,6 +455,8 @@ class AuditReport:
     model_flops: float | None = None
     # Each module's static memory (its buffer assignment) and the headroom (hlogap.memory).
     memory: MemorySection | None = None
+    # The device mesh of the module that took the most time, where it ran partitioned.
+    mesh: Mesh | None = None
 
     @property
     def total_ops(self) -> int:
@@ -604,6 +639,7 @@ class AuditReport:
                 else {}
             ),
             "memory": self.memory.to_dict() if self.memory else None,
+            "mesh": self.mesh.to_dict() if self.mesh else None,
             **({"hosts": self.host_skew} if self.host_skew else {}),
             **({"cross_check": self.cross_check} if self.cross_check else {}),
             "warnings": self.warnings,
@@ -650,6 +686,7 @@ class AuditReport:
             steps=[StepRow.from_dict(r, f"steps[{i}]") for i, r in enumerate(raw_steps)],
             model_flops=_optional_number(summary.get("model_flops"), "summary.model_flops"),
             memory=MemorySection.from_dict(data.get("memory")),
+            mesh=Mesh.from_dict(data.get("mesh")),
         )
 
     def only_modules(self, keep: list[OpRow]) -> AuditReport:

@@ -1,0 +1,723 @@
+"""The device mesh a partitioned module ran on, the mesh axes of its collectives, and the global
+shapes behind its local matmuls (the seeds' chapter 9: reading a profile back to the program).
+
+A profile holds each device's local program. Two things in it say how the global program was
+cut: the `sharding` XLA keeps on entry parameters (and some other instructions), a tile
+assignment of device ids (`devices=[4,1,2]<=[8] last_tile_dim_replicate`), and every
+collective's `replica_groups`, the sets of devices that talk. Each names sets of device ids that
+vary along some mesh axes with the others fixed: a set such as {0,2,4,6} is 4 devices a stride of
+2 apart. The mesh is the coarsest cut of the device ids that every such set is a union of whole
+axes of (`axis_0` the major one, with the largest stride, as XLA names mesh axes it prints).
+
+Global shapes: the shardings are carried from where they are written (parameters) through the
+ops that keep or move them (elementwise, transpose, broadcast, all-gather, reduce-scatter,
+fusions) to dots and convolutions; a dimension whose chain is lost is unknown, never guessed.
+An all-reduce of a dot's result says that the dot's contracting dimension was split over the
+all-reduce's axes (partial sums), and that is carried back to the dot that produced its operand.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hlogap.hlo.ir import Computation, Instruction, Module, Shape
+from hlogap.hlo.opcodes import ELEMENTWISE, collective_kind
+
+# A tile assignment or replica group over more devices than this is not expanded: no pod has
+# them, and expanding one is memory a hostile file would choose.
+MAX_DEVICES = 1 << 16
+
+# The axes that split one dimension of a value (major first); () unsplit; None unknown.
+DimAxes = tuple[str, ...] | None
+Dims = tuple[DimAxes, ...]
+Value = Dims | list["Value | None"] | None  # an array's dims, or a tuple's elements
+
+_KEEPS_SHARDING = ELEMENTWISE | {
+    "convert",
+    "copy",
+    "bitcast-convert",
+    "exponential",
+    "log",
+    "tanh",
+    "logistic",
+    "sqrt",
+    "rsqrt",
+    "power",
+    "clamp",
+    "exponential-minus-one",
+    "log-plus-one",
+    "cosine",
+    "sine",
+    "reduce-precision",
+    "all-reduce",
+    "all-reduce-done",
+    "collective-permute",
+    "collective-permute-done",
+    "optimization-barrier",
+}
+
+
+@dataclass(frozen=True)
+class MeshAxis:
+    name: str
+    size: int
+    stride: int  # the device-id distance between neighbours along the axis
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """The devices of a partitioned module as a mesh of axes, major first."""
+
+    module: str
+    devices: int
+    axes: tuple[MeshAxis, ...]
+    shardings: int  # instructions whose sharding was read
+    collectives: int  # collectives whose replica groups were read
+
+    @property
+    def evidence(self) -> str:
+        parts = [
+            f"{n} {what}{'s' if n != 1 else ''}"
+            for n, what in ((self.shardings, "sharding"), (self.collectives, "collective"))
+            if n
+        ]
+        return f"from {' and '.join(parts)} of {self.module}"
+
+    def describe(self) -> str:
+        shape = " x ".join(f"{a.name} {a.size}" for a in self.axes)
+        return f"{self.devices} devices = {shape} ({self.evidence})"
+
+    def size(self, axes: Iterable[str]) -> int:
+        """Devices along these axes (`axis_0 (2 of 4)`: part of an axis, 2)."""
+        sizes = {a.name: a.size for a in self.axes}
+        total = 1
+        for axis in axes:
+            part = _PART.match(axis)
+            total *= int(part.group(1)) if part else sizes.get(axis, 1)
+        return total
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "module": self.module,
+            "devices": self.devices,
+            "axes": [{"name": a.name, "size": a.size, "stride": a.stride} for a in self.axes],
+            "evidence": self.evidence,
+            "shardings": self.shardings,
+            "collectives": self.collectives,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: object) -> Mesh | None:
+        """A saved report's `mesh` (None when absent); ValueError when malformed."""
+        if raw is None:
+            return None
+        if not isinstance(raw, dict) or not isinstance(raw.get("axes"), list):
+            raise ValueError("'mesh' is not an object with an 'axes' list")
+        try:
+            axes = tuple(
+                MeshAxis(str(a["name"]), int(a["size"]), int(a.get("stride", 0)))
+                for a in raw["axes"]
+            )
+            return cls(
+                str(raw.get("module", "")),
+                int(raw["devices"]),
+                axes,
+                int(raw.get("shardings", 0)),
+                int(raw.get("collectives", 0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"'mesh' is malformed: {exc}") from None
+
+
+@dataclass(frozen=True)
+class GlobalView:
+    """A dot's or convolution's global shapes: operands then result, HLO shape strings with
+    `?` for a dimension whose split is unknown; `sharding`: the ways each axis splits it."""
+
+    kind: str  # "matmul" or "convolution"
+    shapes: tuple[str, ...]
+    sharding: dict[str, int]
+    complete: bool  # every dimension known
+
+    def describe(self) -> str:
+        ways = " x ".join(f"{axis} {n}-way" for axis, n in self.sharding.items())
+        sides = " x ".join(self.shapes[:-1])
+        unknown = "" if self.complete else " (?: split unknown)"
+        return (
+            f"local view of a {self.kind} sharded {ways}: global {sides} -> "
+            f"{self.shapes[-1]}{unknown}"
+        )
+
+
+@dataclass
+class ModuleMesh:
+    """What the mesh says about one module's instructions (by name)."""
+
+    mesh: Mesh
+    collective_axes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    global_views: dict[str, GlobalView] = field(default_factory=dict)
+
+
+def module_mesh(module: Module) -> ModuleMesh | None:
+    """The module's mesh and what it says of its collectives and matmuls; None for a module
+    on one device, or whose device groups do not fit one mesh."""
+    atoms: list[tuple[int, int]] = []  # from shardings: what the program declared
+    talk: list[tuple[int, int]] = []  # from collectives
+    shardings = collectives = 0
+    tiles: dict[int, _Tiling] = {}
+    groups: dict[int, tuple[int, ...]] = {}
+    counted: list[tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]] = []
+    for comp in module.computations:
+        for inst in comp.instructions:
+            text = inst.attrs.get("sharding")
+            tiling = _parse_sharding(text, inst.shape) if text else None
+            if tiling is not None:
+                tiles[id(inst)] = tiling
+                shardings += 1
+                atoms += tiling.all_atoms
+            group = _group_atoms(inst, module)
+            if group is not None:
+                counted.append((group[2], group[0]))
+                groups[id(inst)] = group[0]
+                collectives += 1
+                talk += group[1]
+    # Without the header's count, the groups' and tile assignments' own (they cover every
+    # device): the device count is evidence too, said in the mesh's line.
+    devices = _device_count(module) or max(
+        [math.prod(n for _, n in t.all_atoms) for t in tiles.values()]
+        + [len(inst_groups) * len(g) for inst_groups, g in counted],
+        default=0,
+    )
+    if devices <= 1 or devices > MAX_DEVICES or not (atoms or talk):
+        return None  # one device, or nothing that says how the devices were used
+    # The declared shardings cut the mesh; collectives only where there are none (a collective
+    # over part of an axis, XLA's own choice, is that axis's sub-axis, not a new axis).
+    cuts = _cuts(devices, atoms or talk)
+    if cuts is None:
+        return None  # device sets that no one mesh holds: nothing is claimed
+    strides = list(reversed(cuts[:-1]))
+    mesh = Mesh(
+        module.name,
+        devices,
+        tuple(
+            MeshAxis(f"axis_{k}", cuts[cuts.index(s) + 1] // s, s) for k, s in enumerate(strides)
+        ),
+        shardings,
+        collectives,
+    )
+    found = ModuleMesh(mesh)
+    inner: dict[str, tuple[str, ...]] = {}  # per computation: its first collective's axes
+    for comp in module.computations:
+        for inst in comp.instructions:
+            if id(inst) in groups:
+                axes = _axes_of(mesh, groups[id(inst)])
+                found.collective_axes[inst.name] = axes
+                inner.setdefault(comp.name, axes)
+    for comp in module.computations:  # a TPU collective fusion runs its collective's axes
+        for inst in comp.instructions:
+            if inst.opcode == "fusion" and inst.called and inst.called[0] in inner:
+                found.collective_axes.setdefault(inst.name, inner[inst.called[0]])
+    _Propagation(module, mesh, tiles, groups, found).run()
+    return found
+
+
+def _cuts(devices: int, atoms: Sequence[tuple[int, int]]) -> list[int] | None:
+    """The axes' strides and the device count, ascending; None when some (stride, size) set
+    crosses another's axis boundary."""
+    cuts = sorted({1, devices, *(s for s, _ in atoms), *(s * n for s, n in atoms)})
+    if cuts[-1] != devices or any(b % a for a, b in itertools.pairwise(cuts)):
+        return None
+    return cuts
+
+
+def _device_count(module: Module) -> int | None:
+    total = 1
+    for key in ("replica_count", "num_partitions"):
+        value = module.attrs.get(key, "").strip()
+        if value.isdigit():
+            total *= int(value)
+    return total if total > 1 else None
+
+
+@dataclass(frozen=True)
+class _Tiling:
+    """A parsed `sharding`: per tensor dimension, the (stride, size) device sets splitting it;
+    `other_atoms`: those of the replicated or manual trailing tile dimensions."""
+
+    dim_atoms: tuple[tuple[tuple[int, int], ...], ...]
+    other_atoms: tuple[tuple[int, int], ...]
+    tuple_elements: tuple[_Tiling | None, ...] | None = None
+
+    @property
+    def all_atoms(self) -> tuple[tuple[int, int], ...]:
+        return (*(a for dim in self.dim_atoms for a in dim), *self.other_atoms)
+
+
+_DEVICES = re.compile(
+    r"devices=\[([\d,\s]+)\]\s*(?:<=\[([\d,\s]+)\](?:T\(([\d,\s]+)\))?|([\d,\s]+))"
+)
+_LAST_DIMS = re.compile(r"last_tile_dims=\{([^}]*)\}")
+_PART = re.compile(r"^\S+ \((\d+) of \d+\)$")  # `axis_0 (2 of 4)`: part of an axis
+
+
+def _parse_sharding(text: str, shape: Shape) -> _Tiling | None:
+    """A `{devices=...}` sharding (or a tuple of them); None for replicated, maximal, manual or
+    unreadable ones, which split nothing."""
+    body = text.strip()
+    if body.startswith("{") and body.endswith("}"):
+        body = body[1:-1].strip()
+    if body.startswith("{") and shape.is_tuple:
+        elements = _top_level(body)
+        parsed = tuple(
+            _parse_sharding(e, s) for e, s in zip(elements, shape.tuple_shapes, strict=False)
+        )
+        if not any(parsed):
+            return None
+        atoms = tuple(a for p in parsed if p for a in p.other_atoms)
+        return _Tiling((), atoms, parsed)
+    m = _DEVICES.search(body)
+    if m is None or shape.is_tuple:
+        return None
+    dims = _ints(m.group(1))
+    count = math.prod(dims) if dims else 0
+    if not dims or not 0 < count <= MAX_DEVICES:
+        return None
+    if m.group(2) is not None:
+        reshape = _ints(m.group(2))
+        perm = _ints(m.group(3)) if m.group(3) else tuple(range(len(reshape)))
+        if math.prod(reshape) != count or sorted(perm) != list(range(len(reshape))):
+            return None
+        ids = np.arange(count).reshape(reshape).transpose(perm).reshape(dims)
+    else:
+        listed = _ints(m.group(4))
+        if len(listed) != count:
+            return None
+        ids = np.array(listed, dtype=np.int64).reshape(dims)
+    trailing = 1 if "last_tile_dim_replicate" in body else 0
+    last = _LAST_DIMS.search(body)
+    if last is not None:
+        trailing = len([t for t in last.group(1).split(",") if t.strip()])
+    rank = len(dims) - trailing
+    if rank != shape.rank:
+        return None
+    lines = [_line_atoms(ids, d) for d in range(len(dims))]
+    if any(line is None for line in lines):
+        return None
+    return _Tiling(
+        tuple(line or () for line in lines[:rank]),
+        tuple(a for line in lines[rank:] for a in line or ()),
+    )
+
+
+def _top_level(body: str) -> list[str]:
+    """The comma-separated `{...}` elements of a tuple sharding's body."""
+    out: list[str] = []
+    depth = start = 0
+    for k, ch in enumerate(body):
+        if ch == "{":
+            if depth == 0:
+                start = k
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                out.append(body[start : k + 1])
+    return out
+
+
+def _ints(text: str | None) -> tuple[int, ...]:
+    return tuple(int(t) for t in (text or "").replace(" ", "").split(",") if t)
+
+
+def _line_atoms(ids: np.ndarray, dim: int) -> tuple[tuple[int, int], ...] | None:
+    """The devices along tile dimension `dim` from the first tile, as (stride, size) sets."""
+    if ids.shape[dim] == 1:
+        return ()
+    index: list[int | slice] = [0] * ids.ndim
+    index[dim] = slice(None)
+    line = ids[tuple(index)].astype(np.int64)
+    return _atoms(line - int(line.min()))
+
+
+def _atoms(ids: Sequence[int] | np.ndarray) -> tuple[tuple[int, int], ...] | None:
+    """A set of device ids holding 0, as a product of (stride, size) progressions: {0,1,4,5} is
+    (1, 2) x (4, 2). None when it is no such product."""
+    members = {int(i) for i in ids}
+    if 0 not in members or len(members) != len(ids):
+        return None
+    span = {0}
+    found: list[tuple[int, int]] = []
+    while len(span) < len(members):
+        stride = min(members - span)
+        size = 1
+        while all(b + size * stride in members for b in span):
+            size += 1
+        found.append((stride, size))
+        span = {b + k * stride for b in span for k in range(size)}
+    return tuple(found) if span == members else None
+
+
+def _group_atoms(
+    inst: Instruction, module: Module
+) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...], tuple[tuple[int, ...], ...]] | None:
+    """A collective's group holding device 0, its (stride, size) sets and all its groups; None
+    where the groups are not read (not a collective, replica ids of a partitioned module,
+    unreadable)."""
+    kind = collective_kind(inst.opcode)
+    if kind == "collective-permute":
+        groups = _permute_groups(inst.attrs.get("source_target_pairs", ""))
+    elif kind is not None and inst.replica_groups is not None:
+        groups = inst.replica_groups.groups
+    else:
+        return None
+    if not groups:
+        return None
+    replicas = module.attrs.get("replica_count", "1").strip()
+    partitions = module.attrs.get("num_partitions", "1").strip()
+    if (
+        replicas not in ("", "1")
+        and partitions not in ("", "1")
+        and inst.attrs.get("use_global_device_ids") != "true"
+    ):
+        return None  # replica ids within each partition: not the devices' ids
+    group = next((g for g in groups if 0 in g), None)
+    if group is None or len(group) > MAX_DEVICES:
+        return None
+    atoms = _atoms(group)
+    return (tuple(group), atoms, tuple(groups)) if atoms is not None else None
+
+
+def _permute_groups(pairs: str) -> tuple[tuple[int, ...], ...]:
+    """The devices a collective-permute's `{{0,2},{2,4},...}` pairs connect, as groups (the
+    rings or chains the data moves along)."""
+    ids = _ints(pairs.replace("{", "").replace("}", ""))
+    if len(ids) % 2 or len(ids) > 2 * MAX_DEVICES:
+        return ()
+    parent: dict[int, int] = {}
+
+    def root(d: int) -> int:
+        while parent.setdefault(d, d) != d:
+            parent[d] = parent[parent[d]]
+            d = parent[d]
+        return d
+
+    for a, b in zip(ids[::2], ids[1::2], strict=True):
+        parent[root(a)] = root(b)
+    members: dict[int, list[int]] = {}
+    for d in list(parent):
+        members.setdefault(root(d), []).append(d)
+    return tuple(tuple(sorted(g)) for g in members.values())
+
+
+def _axes_of(mesh: Mesh, group: Iterable[int]) -> tuple[str, ...]:
+    """The mesh axes a set of device ids (holding 0) spans, major first; part of an axis is
+    named as such (`axis_0 (2 of 4)`)."""
+    atoms = _atoms(sorted(group)) or ()
+    names: list[str] = []
+    for axis in mesh.axes:
+        end = axis.stride * axis.size
+        ways = 1
+        for s, n in atoms:
+            # The part of this axis the set spans: its strides inside [axis.stride, end).
+            low, high = max(s, axis.stride), min(s * n, end)
+            if low < high:
+                ways *= high // low
+        if ways == axis.size:
+            names.append(axis.name)
+        elif ways > 1:
+            names.append(f"{axis.name} ({ways} of {axis.size})")
+    return tuple(names)
+
+
+def _dims_of(mesh: Mesh, tiling: _Tiling) -> Dims:
+    return tuple(tuple(_names(mesh, atoms)) for atoms in tiling.dim_atoms)
+
+
+def _names(mesh: Mesh, atoms: Sequence[tuple[int, int]]) -> list[str]:
+    return [a.name for a in mesh.axes if any(s <= a.stride < s * n for s, n in atoms)]
+
+
+def _value_of(mesh: Mesh, tiling: _Tiling) -> Value:
+    if tiling.tuple_elements is not None:
+        return [None if t is None else _value_of(mesh, t) for t in tiling.tuple_elements]
+    return _dims_of(mesh, tiling)
+
+
+@dataclass
+class _Dot:
+    """A dot or convolution met while carrying shardings: its operands' dims (kept mutable so
+    that an all-reduce of its result can fill in the contracting ones)."""
+
+    inst: Instruction
+    owner: str  # the instruction whose row it belongs to (its fusion, or itself)
+    lhs: list[DimAxes]
+    rhs: list[DimAxes]
+    sources: list[_Dot | None]  # the dots whose results its operands are
+
+
+class _Propagation:
+    """Carries shardings through the module's computations in program order."""
+
+    def __init__(
+        self,
+        module: Module,
+        mesh: Mesh,
+        tiles: dict[int, _Tiling],
+        groups: dict[int, tuple[int, ...]],
+        found: ModuleMesh,
+    ) -> None:
+        self.module = module
+        self.mesh = mesh
+        self.tiles = tiles
+        self.groups = groups
+        self.found = found
+        self.dots: list[_Dot] = []
+        # The dot whose result each value is (through ops that keep shardings), per value.
+        self.made_by: dict[int, _Dot] = {}
+        self.seen: set[str] = set()
+
+    def run(self) -> None:
+        entry = self.module.entry_computation
+        if entry is None:
+            return
+        self._computation(entry, {}, {}, None)
+        for dot in self.dots:
+            view = self._view(dot)
+            if view is not None:
+                self.found.global_views.setdefault(dot.owner, view)
+
+    def _computation(
+        self,
+        comp: Computation,
+        params: dict[int, Value],
+        param_dots: dict[int, _Dot | None],
+        owner: str | None,
+    ) -> tuple[Value, _Dot | None]:
+        """The root's value and the dot that made it, given the parameters' values."""
+        if len(self.seen) > 10_000:  # a call graph this deep is not a program: stop carrying
+            return None, None
+        self.seen.add(comp.name)
+        env: dict[str, Value] = {}
+        made: dict[str, _Dot] = {}
+        for inst in comp.instructions:
+            value, dot = self._instruction(inst, env, made, params, param_dots, owner)
+            env[inst.name] = value
+            if dot is not None:
+                made[inst.name] = dot
+        root = comp.root
+        if root is None:
+            return None, None
+        return env.get(root.name), made.get(root.name)
+
+    def _instruction(
+        self,
+        inst: Instruction,
+        env: dict[str, Value],
+        made: dict[str, _Dot],
+        params: dict[int, Value],
+        param_dots: dict[int, _Dot | None],
+        owner: str | None,
+    ) -> tuple[Value, _Dot | None]:
+        ops = [env.get(o) for o in inst.operands]
+        first = ops[0] if ops else None
+        from_first = made.get(inst.operands[0]) if inst.operands else None
+        op = inst.opcode
+        tiling = self.tiles.get(id(inst))
+        if tiling is not None and op != "custom-call":
+            return _value_of(self.mesh, tiling), None
+        if op == "parameter":
+            number = inst.parameter_number or 0
+            return params.get(number), param_dots.get(number)
+        if op in ("constant", "iota", "rng", "rng-bit-generator"):
+            return tuple(() for _ in inst.shape.dims), None
+        if op == "get-tuple-element":
+            index = inst.tuple_index or 0
+            if isinstance(first, list) and index < len(first):
+                return first[index], None
+            return None, None
+        if op == "tuple":
+            return list(ops), None
+        if op in _KEEPS_SHARDING or (op in ("bitcast", "reshape") and _same_dims(inst)):
+            value = next((v for v in ops if _rank(v) == inst.shape.rank), None)
+            if op.startswith("all-reduce"):
+                self._partial_sums(inst, from_first)
+                return value, None
+            return value, from_first if value is first else None
+        if op == "transpose" and isinstance(first, tuple) and inst.dimensions is not None:
+            if sorted(inst.dimensions) == list(range(len(first))):
+                return tuple(first[d] for d in inst.dimensions), None
+            return None, None
+        if op == "broadcast" and isinstance(first, tuple) and inst.dimensions is not None:
+            out: list[DimAxes] = [() for _ in inst.shape.dims]
+            for j, d in enumerate(inst.dimensions):
+                if j < len(first) and 0 <= d < len(out):
+                    out[d] = first[j]
+            return tuple(out), None
+        if op in ("all-gather", "reduce-scatter") and isinstance(first, tuple):
+            return self._regathered(inst, first), None
+        if op in ("dot", "convolution") or (op == "custom-call" and inst.conv_dims):
+            sources = [made.get(o) for o in inst.operands[:2]]
+            value, dot = self._dot(inst, ops, sources, owner or inst.name)
+            return ([value] if inst.shape.is_tuple else value), dot
+        if op in ("fusion", "call") and inst.called:
+            called = self.module.computation(inst.called[0])
+            if called is None or (called.name in self.seen and op == "call"):
+                return None, None
+            dots = {k: made.get(o) for k, o in enumerate(inst.operands)}
+            return self._computation(called, dict(enumerate(ops)), dots, owner or inst.name)
+        return None, None
+
+    def _regathered(self, inst: Instruction, value: Dims) -> Dims:
+        """An all-gather unsplits its dimension over its group's axes; a reduce-scatter splits
+        it."""
+        group = self.groups.get(id(inst))
+        dims = inst.dimensions or ()
+        if group is None or len(dims) != 1 or not 0 <= dims[0] < len(value):
+            return tuple(None for _ in inst.shape.dims)
+        axes = _axes_of(self.mesh, group)
+        d = dims[0]
+        before = value[d]
+        if before is None or any(" " in a for a in axes):  # part of an axis: not followed
+            return (*value[:d], None, *value[d + 1 :])
+        if inst.opcode == "all-gather":
+            after: DimAxes = tuple(a for a in before if a not in axes)
+        else:
+            after = tuple(sorted({*before, *axes}, key=self._order))
+        return (*value[:d], after, *value[d + 1 :])
+
+    def _order(self, axis: str) -> int:
+        return next((k for k, a in enumerate(self.mesh.axes) if a.name == axis), 0)
+
+    def _dot(
+        self, inst: Instruction, ops: list[Value], sources: list[_Dot | None], owner: str
+    ) -> tuple[Value, _Dot | None]:
+        lhs, rhs = ([*ops, None, None])[:2]
+        shapes = inst.operand_shapes
+        if len(shapes) < 2 or shapes[0] is None or shapes[1] is None:
+            return None, None
+        unknown: list[DimAxes] = [None] * max(shapes[0].rank, shapes[1].rank)
+        left = list(lhs) if isinstance(lhs, tuple) else unknown[: shapes[0].rank]
+        right = list(rhs) if isinstance(rhs, tuple) else unknown[: shapes[1].rank]
+        dot = _Dot(inst, owner, left, right, sources)
+        self.dots.append(dot)
+        return _result_dims(dot), dot
+
+    def _partial_sums(self, reduce: Instruction, dot: _Dot | None) -> None:
+        """An all-reduce of a dot's result: the dot summed partial products, its contracting
+        dimension split over the all-reduce's axes. Filled in where unknown, and carried back
+        to the dot that made its operand along that dimension."""
+        group = self.groups.get(id(reduce))
+        if dot is None or group is None or dot.inst.dot_dims is None:
+            return
+        dims = dot.inst.dot_dims
+        if len(dims.lhs_contracting) != 1 or len(dims.rhs_contracting) != 1:
+            return
+        axes = _axes_of(self.mesh, group)
+        for side, d in ((dot.lhs, dims.lhs_contracting[0]), (dot.rhs, dims.rhs_contracting[0])):
+            if 0 <= d < len(side) and side[d] is None:
+                side[d] = axes
+        for producer, contracting in zip(
+            dot.sources, (dims.lhs_contracting[0], dims.rhs_contracting[0]), strict=False
+        ):
+            if producer is not None:
+                _set_result_dim(producer, contracting, axes)
+
+    def _view(self, dot: _Dot) -> GlobalView | None:
+        shapes = dot.inst.operand_shapes
+        if len(shapes) < 2 or shapes[0] is None or shapes[1] is None:
+            return None
+        lhs, rhs = shapes[0], shapes[1]
+        result = _result_dims(dot)
+        ways: dict[str, int] = {}
+        for axes in (*dot.lhs, *dot.rhs):
+            for a in axes or ():
+                ways[a] = self.mesh.size([a])
+        if not ways:
+            return None  # not split at all (or nothing known): the local view is the global one
+        texts = (
+            _global(lhs, dot.lhs, self.mesh),
+            _global(rhs, dot.rhs, self.mesh),
+            _global(_result_shape(dot.inst), list(result), self.mesh),
+        )
+        known = all(a is not None for a in (*dot.lhs, *dot.rhs))
+        ordered = dict(sorted(ways.items(), key=lambda kv: self._order(kv[0])))
+        kind = "matmul" if dot.inst.opcode == "dot" else "convolution"
+        return GlobalView(kind, texts, ordered, known)
+
+
+def _set_result_dim(producer: _Dot, result_dim: int, axes: tuple[str, ...]) -> None:
+    """A dot's result dim `result_dim` is split over `axes`: set the operand dim that became
+    it, where unknown."""
+    dims = producer.inst.dot_dims
+    if dims is None or producer.inst.operand_shapes[0] is None:
+        return
+    lhs_rank = len(producer.lhs)
+    batch = len(dims.lhs_batch)
+    lhs_free = [d for d in range(lhs_rank) if d not in (*dims.lhs_batch, *dims.lhs_contracting)]
+    rhs_free = [
+        d for d in range(len(producer.rhs)) if d not in (*dims.rhs_batch, *dims.rhs_contracting)
+    ]
+    k = result_dim - batch
+    if 0 <= k < len(lhs_free) and producer.lhs[lhs_free[k]] is None:
+        producer.lhs[lhs_free[k]] = axes
+    elif 0 <= k - len(lhs_free) < len(rhs_free):
+        d = rhs_free[k - len(lhs_free)]
+        if producer.rhs[d] is None:
+            producer.rhs[d] = axes
+
+
+def _result_shape(inst: Instruction) -> Shape:
+    """The array a dot or convolution makes (a cuDNN call's first tuple element)."""
+    shape = inst.shape
+    return shape.tuple_shapes[0] if shape.is_tuple and shape.tuple_shapes else shape
+
+
+def _result_dims(dot: _Dot) -> Dims:
+    """A dot's result dims from its operands': batch, then lhs free, then rhs free; a
+    convolution's: batch from the input's, feature from the kernel's output feature, spatial
+    from the input's."""
+    conv = dot.inst.conv_dims
+    rank = _result_shape(dot.inst).rank
+    if conv is not None:
+        out: list[DimAxes] = [None] * rank
+        pairs = [
+            (conv.output_batch, dot.lhs, conv.input_batch),
+            (conv.output_feature, dot.rhs, conv.kernel_output_feature),
+            *zip(conv.output_spatial, [dot.lhs] * rank, conv.input_spatial, strict=False),
+        ]
+        for at, side, src in pairs:
+            if 0 <= at < rank and 0 <= src < len(side):
+                out[at] = side[src]
+        return tuple(out)
+    dims = dot.inst.dot_dims
+    if dot.inst.opcode != "dot" or dims is None:
+        return tuple(None for _ in range(rank))
+    lhs_free = [d for d in range(len(dot.lhs)) if d not in (*dims.lhs_batch, *dims.lhs_contracting)]
+    rhs_free = [d for d in range(len(dot.rhs)) if d not in (*dims.rhs_batch, *dims.rhs_contracting)]
+    out = [dot.lhs[d] for d in dims.lhs_batch]
+    out += [dot.lhs[d] for d in lhs_free] + [dot.rhs[d] for d in rhs_free]
+    return tuple(out)
+
+
+def _global(shape: Shape, dims: Sequence[DimAxes], mesh: Mesh) -> str:
+    """A local shape scaled to the global one: `?` after a dimension whose split is unknown."""
+    parts = []
+    for k, size in enumerate(shape.dims):
+        axes = dims[k] if k < len(dims) else None
+        parts.append(f"{size}*?" if axes is None else str(size * mesh.size(axes)))
+    return f"{shape.element_type}[{','.join(parts)}]"
+
+
+def _same_dims(inst: Instruction) -> bool:
+    shapes = inst.operand_shapes
+    return bool(shapes) and shapes[0] is not None and shapes[0].dims == inst.shape.dims
+
+
+def _rank(value: Value) -> int:
+    return len(value) if isinstance(value, tuple) else -1

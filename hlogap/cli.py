@@ -755,6 +755,12 @@ def main() -> None:
     debug = "--debug" in sys.argv[1:]
     if debug:
         sys.argv.remove("--debug")
+    else:
+        import logging
+
+        # Storage backends (gcsfs, s3fs) log each failed attempt with its traceback on stderr
+        # through Python's last-resort handler; hlogap's one error line says what failed.
+        logging.getLogger().addHandler(logging.NullHandler())
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(standalone_mode=False)

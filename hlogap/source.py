@@ -4,11 +4,13 @@ Layout written by jax.profiler / xprof:
     LOGDIR/plugins/profile/<run>/<host>.xplane.pb
 The newest run is the default; every host file of the run is read unless `host` narrows it.
 Remote logdirs (`gs://`, `s3://`, any fsspec URL) are listed and read through fsspec, as xprof
-does. Nothing here writes anywhere; `refuse_to_overwrite` keeps every writer out of profiles.
+does (`Remote`), with the backend's own credentials chain. Nothing here writes anywhere;
+`refuse_to_overwrite` keeps every writer out of profiles.
 """
 
 from __future__ import annotations
 
+import asyncio
 import stat
 import sys
 import zipfile
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hlogap.errors import HlogapError, InputError, UsageError
+from hlogap.units import printable
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -79,9 +82,118 @@ def is_url(path: str | Path) -> bool:
     return "://" in str(path)
 
 
+# A listing or metadata call on a remote store gives up after this long: a dead endpoint or a
+# network that drops packets is one line, not minutes of the backend's own retries (gcsfs
+# backs off for about a minute per request).
+REMOTE_TIMEOUT_S = 30.0
+# The extra (pyproject.toml) that installs each scheme's fsspec backend, and the backend.
+_EXTRAS = {"gs": ("gcs", "gcsfs"), "gcs": ("gcs", "gcsfs"), "s3": ("s3", "s3fs")}
+_EXTRAS["s3a"] = _EXTRAS["s3"]
+# Per-request timeouts in each backend's own terms, so that reads (which may rightly take
+# longer than REMOTE_TIMEOUT_S in all) still end when the endpoint stops answering. A user's
+# fsspec configuration (FSSPEC_S3_..., ~/.config/fsspec) of the same key wins.
+_BACKEND_OPTIONS: dict[str, dict[str, Any]] = {
+    "s3": {
+        "config_kwargs": {
+            "connect_timeout": 5,
+            "read_timeout": 30,
+            "retries": {"max_attempts": 3, "mode": "standard"},
+        }
+    },
+    "gs": {"requests_timeout": 30},
+    "gcs": {"requests_timeout": 30},
+}
+_CREDENTIALS = {
+    "gcs": "gcloud auth application-default login, or GOOGLE_APPLICATION_CREDENTIALS",
+    "s3": "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws/credentials",
+}
+
+
+def _scheme(url: str) -> str:
+    return url.split("://", 1)[0].lower()
+
+
+class Remote:
+    """A URL's fsspec filesystem and path; every call's failure is one `InputError` line that
+    says what to do (install the extra, fix the credentials or the bucket, check the endpoint),
+    never the backend's traceback."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        scheme = _scheme(url)
+        try:
+            import fsspec
+            import fsspec.config
+        except ImportError as exc:
+            raise InputError(f"reading {url} needs fsspec (pip install fsspec)") from exc
+        configured = fsspec.config.conf.get(scheme, {})
+        options = {k: v for k, v in _BACKEND_OPTIONS.get(scheme, {}).items() if k not in configured}
+        try:
+            self.fs, self.path = fsspec.core.url_to_fs(url, **options)
+        except ImportError as exc:
+            if scheme in _EXTRAS:
+                extra, package = _EXTRAS[scheme]
+                raise InputError(
+                    f"reading {scheme}:// URLs needs {package} (pip install 'hlogap[{extra}]')"
+                ) from exc
+            raise InputError(f"reading {url}: {_first_line(exc)}") from exc
+        except ValueError as exc:  # "Protocol not known"
+            raise InputError(f"cannot read {url}: {_first_line(exc)}") from exc
+        except Exception as exc:  # a backend's constructor: a bad configuration value
+            raise self.error(exc, "open") from exc
+
+    def call(self, method: str, *args: Any, timed: bool = True) -> Any:
+        """`fs.<method>(*args)`; `timed` calls on an asynchronous backend (gcsfs, s3fs) end
+        after REMOTE_TIMEOUT_S."""
+        timeout = {"timeout": REMOTE_TIMEOUT_S} if timed and self.fs.async_impl else {}
+        try:
+            return getattr(self.fs, method)(*args, **timeout)
+        except InputError:
+            raise
+        except Exception as exc:  # any backend's error (auth, network, missing bucket)
+            raise self.error(exc, "read") from exc
+
+    def error(self, exc: BaseException, verb: str) -> InputError:
+        """One line for a backend's failure, by what the user can do about it."""
+        extra = _EXTRAS.get(_scheme(self.url), ("", ""))[0]
+        if isinstance(exc, FileNotFoundError):
+            return InputError(f"not found: {self.url} (no such bucket or path)")
+        if isinstance(exc, PermissionError) or _is_auth_error(exc):
+            where = f" ({_CREDENTIALS[extra]})" if extra in _CREDENTIALS else ""
+            return InputError(
+                f"access denied to {self.url}: {_first_line(exc)}; check the credentials{where}"
+            )
+        if isinstance(exc, (TimeoutError, asyncio.TimeoutError)) or "Timeout" in type(exc).__name__:
+            return InputError(
+                f"cannot {verb} {self.url}: no answer from the storage endpoint within "
+                f"{REMOTE_TIMEOUT_S:g} s"
+            )
+        return InputError(f"cannot {verb} {self.url}: {_first_line(exc)}")
+
+
+def _is_auth_error(exc: BaseException) -> bool:
+    """Credentials refused or missing, as the backends raise it: botocore's NoCredentialsError,
+    google.auth's errors, gcsfs's 401/403."""
+    name = type(exc).__name__
+    text = str(exc)
+    return (
+        "Credentials" in name
+        or type(exc).__module__.startswith("google.auth")
+        or text.startswith("Forbidden")
+        or getattr(exc, "code", None) in (401, 403)
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def host_of(path: str | Path) -> str:
+    """The host a file is of, as every output prints it (`printable`: a file name is bytes)."""
     name = str(path).rstrip("/").rsplit("/", 1)[-1]
-    return name[: -len(XPLANE_SUFFIX)] if name.endswith(XPLANE_SUFFIX) else name.split(".")[0]
+    host = name[: -len(XPLANE_SUFFIX)] if name.endswith(XPLANE_SUFFIX) else name.split(".")[0]
+    return printable(host)
 
 
 def is_nsys_archive(path: str | Path) -> bool:
@@ -160,7 +272,7 @@ def find_profile(
 def _select_host(source: ProfileSource, host: str | None) -> ProfileSource:
     if host is None:
         return source
-    chosen = tuple(f for f in source.files if host_of(f) == host)
+    chosen = tuple(f for f in source.files if host_of(f) == printable(host))
     if not chosen:
         known = ", ".join(source.hosts) or "none"
         raise InputError(f"no host '{host}' in {source.path} (hosts: {known})")
@@ -169,47 +281,43 @@ def _select_host(source: ProfileSource, host: str | None) -> ProfileSource:
 
 def _find_remote(url: str, run: str | None) -> tuple[str | None, list[str]]:
     """The same search as for local paths, through fsspec (gs://, s3://, memory://, ...)."""
-    try:
-        import fsspec
+    remote = Remote(url)
+    fs = remote.fs
+    if remote.call("isfile", remote.path):
+        return None, [url]
+    root = remote.path.rstrip("/")
 
-        fs, root = fsspec.core.url_to_fs(url)
-        if fs.isfile(root):
-            return None, [url]
-        root = root.rstrip("/")
+    def children(directory: str) -> list[str]:
+        # Some fsspec backends let `*` match across `/`; keep direct children only.
+        return [
+            f
+            for f in remote.call("glob", f"{directory}/*{XPLANE_SUFFIX}")
+            if f.rsplit("/", 1)[0] == directory
+        ]
 
-        def children(directory: str) -> list[str]:
-            # Some fsspec backends let `*` match across `/`; keep direct children only.
-            return [
-                f
-                for f in fs.glob(f"{directory}/*{XPLANE_SUFFIX}")
-                if f.rsplit("/", 1)[0] == directory
-            ]
-
-        for base in (root, f"{root}/plugins/profile", f"{root}/profile"):
-            if children(base):
-                runs = [base]
-            else:
-                subdirs = (
-                    [d for d in fs.ls(base, detail=False) if fs.isdir(d)] if fs.isdir(base) else []
-                )
-                runs = sorted(d.rstrip("/") for d in subdirs if children(d.rstrip("/")))
-            if not runs:
-                continue
-            if run is None:
-                chosen = runs[-1]
-            else:
-                chosen = next((r for r in runs if r.rsplit("/", 1)[-1] == run), "")
-                if not chosen:
-                    names = ", ".join(r.rsplit("/", 1)[-1] for r in runs)
-                    raise InputError(f"no run '{run}' in {url} (runs: {names})")
-            files = sorted(children(chosen))
-            return chosen.rsplit("/", 1)[-1], [fs.unstrip_protocol(f) for f in files]
-    except InputError:
-        raise
-    except ImportError as exc:
-        raise InputError(f"reading {url} needs fsspec (pip install fsspec)") from exc
-    except Exception as exc:  # any backend's error (auth, network, missing bucket)
-        raise InputError(f"cannot list {url}: {exc}") from exc
+    for base in (root, f"{root}/plugins/profile", f"{root}/profile"):
+        if children(base):
+            runs = [base]
+        else:
+            subdirs = (
+                [d for d in remote.call("ls", base, False) if remote.call("isdir", d)]
+                if remote.call("isdir", base)
+                else []
+            )
+            runs = sorted(d.rstrip("/") for d in subdirs if children(d.rstrip("/")))
+        if not runs:
+            continue
+        if run is None:
+            chosen = runs[-1]
+        else:
+            chosen = next((r for r in runs if r.rsplit("/", 1)[-1] == run), "")
+            if not chosen:
+                names = ", ".join(r.rsplit("/", 1)[-1] for r in runs)
+                raise InputError(f"no run '{run}' in {url} (runs: {names})")
+        files = sorted(children(chosen))
+        return chosen.rsplit("/", 1)[-1], [fs.unstrip_protocol(f) for f in files]
+    if not remote.call("exists", root):  # backends list a missing bucket as empty
+        raise InputError(f"not found: {url} (no such bucket or path)")
     raise InputError(f"no profile found in {url} (expected plugins/profile/<run>/*.xplane.pb)")
 
 

@@ -64,8 +64,11 @@ def test_remote_logdir_through_fsspec(cpu_chip_file: Path) -> None:
     remote = audit("memory://bucket/logs", chip=str(cpu_chip_file), jobs=1)
     local = audit(SAMPLE_FILE, chip=str(cpu_chip_file))
     assert remote.measured_us == pytest.approx(local.measured_us)
+    fs.pipe("/bucket/other/notes.txt", b"no profile here")
     with pytest.raises(InputError, match="no profile found"):
-        find_profile("memory://bucket/empty")
+        find_profile("memory://bucket/other")
+    with pytest.raises(InputError, match="not found: memory://bucket/missing"):
+        find_profile("memory://bucket/missing")
 
 
 def test_urls_on_the_command_line(

@@ -23,7 +23,7 @@ from google.protobuf.message import DecodeError
 from hlogap.errors import InputError
 from hlogap.files import available_memory
 from hlogap.proto import xplane_pb2
-from hlogap.source import regular_file
+from hlogap.source import Remote, is_url, regular_file
 from hlogap.trace.columnar import LineColumns, RawLine, plane_lines
 from hlogap.trace.model import MAX_TIME_PS, AllocatorEvents, Step, TraceBuilder
 
@@ -44,18 +44,11 @@ def device_ordinal(plane: Plane, kind: str) -> int | None:
 
 def read_bytes(path: str | Path) -> bytes:
     """A local file, or a URL through fsspec; memory is checked before anything is read."""
-    if "://" in str(path):
-        try:
-            import fsspec
-
-            fs, remote = fsspec.core.url_to_fs(str(path))
-            _check_size(path, int(fs.size(remote)))
-            data: bytes = fs.cat_file(remote)
-            return data
-        except InputError:
-            raise
-        except Exception as exc:  # any backend's error (auth, network, missing object)
-            raise InputError(f"cannot read {path}: {exc}") from exc
+    if is_url(path):
+        remote = Remote(str(path))
+        _check_size(path, int(remote.call("size", remote.path)))
+        data: bytes = remote.call("cat_file", remote.path, timed=False)
+        return data
     local = regular_file(Path(path), "profile file")
     try:
         _check_size(path, local.stat().st_size)
@@ -236,18 +229,11 @@ class _MappedFile:
 def _open_profile(path: str | Path) -> Iterator[_Source]:
     """A local file (mapped), or a URL through fsspec, open for reading; memory is checked
     first."""
-    mapped = "://" not in str(path)
+    mapped = not is_url(path)
     if not mapped:
-        try:
-            import fsspec
-
-            fs, remote = fsspec.core.url_to_fs(str(path))
-            _check_size(path, int(fs.size(remote)))
-            f = fs.open(remote, "rb")
-        except InputError:
-            raise
-        except Exception as exc:  # any backend's error (auth, network, missing object)
-            raise InputError(f"cannot read {path}: {exc}") from exc
+        remote = Remote(str(path))
+        _check_size(path, int(remote.call("size", remote.path)))
+        f = remote.call("open", remote.path, "rb", timed=False)
     else:
         local = regular_file(Path(path), "profile file")
         try:

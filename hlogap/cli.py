@@ -371,11 +371,16 @@ def audit(
     for written in (target, plot):
         if written is not None:
             refuse_to_overwrite(written, read)
-    _write(report, "audit", fmt, output, top, steps, wide)
-    if plot is not None:
-        from hlogap.render.plot import write_plot
+    chart = None
+    if plot is not None:  # drawn first: a chart that fails leaves no output half written
+        from hlogap.render.plot import draw_plot
 
-        write_plot(report, plot)
+        chart = draw_plot(report, plot)
+    _write(report, "audit", fmt, output, top, steps, wide)
+    if plot is not None and chart is not None:
+        from hlogap.files import write_bytes
+
+        write_bytes(plot, chart)
 
 
 @app.command()

@@ -27,6 +27,7 @@ from hlogap.trace.summary import (
     transfer_pairs,
 )
 from hlogap.trace.timing import AsyncPairs
+from hlogap.units import printable
 
 if TYPE_CHECKING:
     from hlogap.executors.base import HostExecutor
@@ -210,9 +211,9 @@ def _audit_hosts(
     memory, memory_warnings = memory_section(modules, ran, the_chip.hbm_bytes, index, allocators)
     report = AuditReport(
         steps=step_table,
-        path=source.path,
-        run=source.run,
-        files=list(source.files),
+        path=printable(source.path),
+        run=None if source.run is None else printable(source.run),
+        files=[printable(f) for f in source.files],
         hosts=source.hosts,
         backend=run.backend,
         chip=the_chip,

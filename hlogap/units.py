@@ -1,4 +1,4 @@
-"""Numbers for people: SI prefixes, times in us/ms/s, percentages."""
+"""Numbers and names for people: SI prefixes, times in us/ms/s, percentages, printable text."""
 
 from __future__ import annotations
 
@@ -20,3 +20,13 @@ def fmt_us(us: float) -> str:
 
 def fmt_eff(eff: float | None) -> str:
     return "-" if eff is None else f"{eff:.0%}"
+
+
+def printable(text: str) -> str:
+    """A name (an op's, a module's, a host's, a path) fit for every output: control characters
+    (an ANSI escape, a newline) dropped, and bytes that are not UTF-8 (a Linux path's, kept by
+    Python as surrogate escapes) shown escaped (`\\xff`)."""
+    if text.isprintable():
+        return text
+    shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(c for c in shown if c.isprintable() or c == " ")

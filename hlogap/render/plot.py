@@ -10,10 +10,12 @@ from __future__ import annotations
 import io
 import math
 from pathlib import Path
+from typing import Any
 
-from hlogap.errors import UsageError
-from hlogap.files import check_output, write_bytes
-from hlogap.report.model import AuditReport
+from hlogap.chips import Chip
+from hlogap.errors import HlogapError, UsageError
+from hlogap.files import check_output
+from hlogap.report.model import AuditReport, OpRow
 from hlogap.units import fmt_si
 
 PLOT_SUFFIXES = (".svg", ".png", ".html")
@@ -30,7 +32,9 @@ def check_plot_target(target: Path) -> None:
     check_output(target)
 
 
-def write_plot(report: AuditReport, target: Path) -> None:
+def draw_plot(report: AuditReport, target: Path) -> bytes:
+    """The chart's bytes, for `target`'s kind: drawn before any output is written, so that a
+    chart that cannot be drawn fails the audit (one line, exit 3) with nothing written."""
     check_plot_target(target)
     suffix = target.suffix.lower()
     try:
@@ -44,7 +48,20 @@ def write_plot(report: AuditReport, target: Path) -> None:
     chip = report.chip
     if chip is None:
         raise UsageError(f"--plot needs the chip's peaks, and the report {report.path} names none")
-    rows = [r for r in report.ops if r.bound_by != "unmodeled" and r.flops > 0 and r.bytes > 0]
+    # An op with no measured time has no achieved rate to place.
+    rows = [
+        r
+        for r in report.ops
+        if r.bound_by != "unmodeled" and r.flops > 0 and r.bytes > 0 and r.measured_us > 0
+    ]
+    try:
+        return _drawn(plt, report, chip, rows, suffix)
+    except (ArithmeticError, ValueError, RuntimeError) as exc:  # matplotlib's, on odd numbers
+        raise HlogapError(f"cannot draw the roofline chart {target.name}: {exc}") from exc
+
+
+def _drawn(plt: Any, report: AuditReport, chip: Chip, rows: list[OpRow], suffix: str) -> bytes:
+    """Names are text, never markup: matplotlib's math text (`$...$`) is off for each label."""
     fig, ax = plt.subplots(figsize=(9, 6))
     intensities = [r.flops / r.bytes for r in rows]
     lo = min([*intensities, 0.1]) / 2
@@ -71,12 +88,19 @@ def write_plot(report: AuditReport, target: Path) -> None:
             if any(abs(at[0] - p[0]) < 0.35 and abs(at[1] - p[1]) < 0.25 for p in placed):
                 continue
             placed.append(at)
-            ax.annotate(r.name, (x, y), fontsize=7, xytext=(5, 4), textcoords="offset points")
+            ax.annotate(
+                r.name,
+                (x, y),
+                fontsize=7,
+                xytext=(5, 4),
+                textcoords="offset points",
+                parse_math=False,
+            )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / HBM byte)")
     ax.set_ylabel("achieved FLOP/s")
-    ax.set_title(f"{chip.display}: ops by time lost (area)")
+    ax.set_title(f"{chip.display}: ops by time lost (area)", parse_math=False)
     ax.grid(True, which="both", alpha=0.2)
     ax.legend(fontsize=8, loc="lower right")
     try:
@@ -88,4 +112,4 @@ def write_plot(report: AuditReport, target: Path) -> None:
     if suffix == ".html":
         head = b"<!doctype html><meta charset=utf-8><title>hlogap roofline</title>\n"
         data = head + data
-    write_bytes(target, data)
+    return data

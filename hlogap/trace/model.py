@@ -15,6 +15,7 @@ import numpy as np
 
 from hlogap.errors import InputError
 from hlogap.files import available_memory
+from hlogap.units import printable
 
 # An event whose module execution the trace does not tell (`TraceBuilder.add_line`).
 UNKNOWN_EXECUTION = np.iinfo(np.int64).min
@@ -51,11 +52,18 @@ Backend = Literal["cpu", "gpu", "tpu", "none"]
 
 @dataclass(frozen=True)
 class OpKey:
-    """An op is identified by its HLO module (name + program id) and instruction name."""
+    """An op is identified by its HLO module (name + program id) and instruction name. Names
+    come from the trace: what no output may print (control characters) is left out here."""
 
     module: str
     program_id: str
     name: str
+
+    def __post_init__(self) -> None:
+        for name in ("module", "program_id", "name"):
+            value = getattr(self, name)
+            if not value.isprintable():
+                object.__setattr__(self, name, printable(value))
 
 
 @dataclass

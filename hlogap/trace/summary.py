@@ -66,6 +66,8 @@ def module_pattern(module: str | None) -> ModulePattern | None:
     options.log_errors = False  # the error is ours to report, in one line
     try:
         pattern: ModulePattern = re2.compile(module, options)
+    except UnicodeEncodeError:  # bytes that are not UTF-8 in argv (surrogate escapes)
+        raise UsageError(f"bad --module regex '{module}': not UTF-8 text") from None
     except re2.error as exc:
         why = exc.args[0] if exc.args else exc
         why = why.decode(errors="replace") if isinstance(why, bytes) else str(why)

@@ -407,7 +407,7 @@ def demo(
     sample = Path(__file__).parent / "data" / "sample"
     with tempfile.TemporaryDirectory(prefix="hlogap-demo-") as scratch:
         if chip is None and calibrated_chip() is None:
-            print("hlogap: calibrating this CPU once (numpy matmul and copy)...", file=sys.stderr)
+            print("hlogap: calibrating this CPU once (dots and copies)...", file=sys.stderr)
             result = measure()
             _warn_if_noisy(result)
             try:
@@ -446,15 +446,21 @@ def calibrate(
         _write_stdout(chip_text(result))
     else:
         chip, result = run_calibrate(output)
+        peaks = ", ".join(f"{d} {f:.3g}" for d, f in chip.peak_flops.items())
         print(
-            f"wrote {output or calibrated_path()}: f32 {chip.peak_flops['f32']:.3g} FLOP/s, "
-            f"memory {chip.hbm_bw:.3g} B/s",
+            f"wrote {output or calibrated_path()}: FLOP/s {peaks}; memory {chip.hbm_bw:.3g} B/s",
             file=sys.stderr,
         )
     _warn_if_noisy(result)
 
 
 def _warn_if_noisy(result: Calibration) -> None:
+    if result.engine == "numpy":
+        print(
+            "hlogap: warning: JAX is not importable: dots measured with numpy's f32 matmul "
+            "(not XLA, which runs the programs), and bf16/f16/int8 take the f32 figure",
+            file=sys.stderr,
+        )
     if result.noisy:
         print(
             f"hlogap: warning: calibration rounds disagree by {result.flops_spread:.0%} "

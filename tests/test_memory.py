@@ -181,7 +181,7 @@ def test_a_calibrated_cpu_has_the_machines_ram(tmp_path: Path) -> None:
     from hlogap.chips.calibrate import Calibration, chip_text
 
     path = tmp_path / "cpu.toml"
-    path.write_text(chip_text(Calibration(1e11, 2e10, 0.0, 0.0)))
+    path.write_text(chip_text(Calibration({"f32": 1e11}, 2e10, 0.0, 0.0)))
     chip = load_chip(str(path))
     assert chip.hbm_bytes == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     assert "RAM" in chip.sources["memory.hbm_bytes"]

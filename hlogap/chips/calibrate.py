@@ -41,6 +41,30 @@ def _best_of(fn: Callable[..., object], args: tuple[object, ...], repeats: int) 
 # memory roof is the best copy bandwidth over working sets from L2-sized to DRAM-sized.
 COPY_SIZES_MIB = (1, 4, 16, 64, 256)
 MATMUL_SIZES = (512, 1024, 2048)
+# The dot types a chip file has peaks for, measured where the engine runs them. XLA:CPU runs
+# each (bf16, f16 through the CPU's own units where it has them, else converted to f32; s8 x s8
+# into s32), so each gets the rate XLA itself reaches.
+DTYPES = ("f32", "bf16", "f16", "int8")
+# /proc/cpuinfo flags that say which units a CPU has for each type (x86; others list none).
+ISA_FLAGS = (
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx512_vnni",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "amx_fp16",
+)
+UNITS = {
+    "bf16": ("amx_bf16", "avx512_bf16"),
+    "f16": ("amx_fp16", "avx512_fp16"),
+    "int8": ("amx_int8", "avx512_vnni", "avx_vnni"),
+}
 
 
 # Rounds of the whole measurement; runs that disagree by more than this are worth a warning.
@@ -50,28 +74,74 @@ NOISE_LIMIT = 0.10
 
 @dataclass(frozen=True)
 class Calibration:
-    """This machine's best f32 matmul FLOP/s and copy bandwidth (read + write, bytes/s), and
-    how much the rounds disagreed: (best - worst) / best of each round's best."""
+    """This machine's best dot FLOP/s per type and copy bandwidth (read + write, bytes/s), how
+    much the rounds disagreed ((best - worst) / best of each round's best, the worst type's),
+    the engine that ran the dots (`xla` through JAX, else `numpy`: f32 only), and the CPU's
+    ISA flags among `ISA_FLAGS`."""
 
-    flops: float
+    flops: dict[str, float]
     bandwidth: float
     flops_spread: float
     bandwidth_spread: float
+    engine: str = "xla"
+    isa: tuple[str, ...] = ()
 
     @property
     def noisy(self) -> bool:
         return max(self.flops_spread, self.bandwidth_spread) > NOISE_LIMIT
 
 
-def _round(repeats: int) -> tuple[float, float]:
-    """One round: (best f32 matmul FLOP/s, best copy bandwidth counting read + write)."""
+DotRate = Callable[[str, int, int], float]
+
+
+def _numpy_dot_rate(dtype: str, size: int, repeats: int) -> float:
+    """FLOP/s of an f32 numpy matmul (numpy has no bf16, and no BLAS for f16 or int8)."""
     rng = np.random.default_rng(0)
-    flops = 0.0
-    for size in MATMUL_SIZES:
-        a = rng.standard_normal((size, size), dtype=np.float32)
-        b = a.T.copy()
-        np.matmul(a, b)  # warm up BLAS threads
-        flops = max(flops, 2.0 * size**3 / _best_of(np.matmul, (a, b), repeats))
+    a = rng.standard_normal((size, size), dtype=np.float32)
+    b = a.T.copy()
+    np.matmul(a, b)  # warm up BLAS threads
+    return 2.0 * size**3 / _best_of(np.matmul, (a, b), repeats)
+
+
+def _xla_dot_rate() -> DotRate | None:
+    """A function timing XLA:CPU's own dot of a type and size; None without JAX."""
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    types = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16, "int8": jnp.int8}
+    cpu = jax.devices("cpu")[0]
+
+    def rate(dtype: str, size: int, repeats: int) -> float:
+        element = types[dtype]
+        wide = jnp.int32 if dtype == "int8" else None  # s8 x s8 accumulates in s32, as XLA does
+
+        def dot(a: jax.Array, b: jax.Array) -> jax.Array:
+            return jnp.matmul(a, b, preferred_element_type=wide)
+
+        run = jax.jit(dot)
+        a = jax.device_put(jnp.ones((size, size), element), cpu)
+        b = jax.device_put(jnp.ones((size, size), element), cpu)
+        run(a, b).block_until_ready()  # compile, warm up the thread pool
+
+        def once() -> None:
+            run(a, b).block_until_ready()
+
+        return 2.0 * size**3 / _best_of(once, (), repeats)
+
+    return rate
+
+
+def dot_peaks(
+    rate: DotRate, dtypes: tuple[str, ...], sizes: tuple[int, ...], repeats: int
+) -> dict[str, float]:
+    """Each type's best dot FLOP/s over square sizes."""
+    return {d: max(rate(d, n, repeats) for n in sizes) for d in dtypes}
+
+
+def _copy_bandwidth(repeats: int) -> float:
+    """The best copy bandwidth counting read + write, over buffer sizes."""
     bandwidth = 0.0
     for mib in COPY_SIZES_MIB:
         src = np.ones(mib * (1 << 20) // 4, dtype=np.float32)
@@ -79,19 +149,42 @@ def _round(repeats: int) -> tuple[float, float]:
         np.copyto(dst, src)
         t_copy = _best_of(np.copyto, (dst, src), repeats * max(1, 64 // mib))
         bandwidth = max(bandwidth, 2.0 * src.nbytes / t_copy)
-    return flops, bandwidth
+    return bandwidth
+
+
+def isa_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, ...]:
+    """The CPU's flags among `ISA_FLAGS` (Linux x86 `/proc/cpuinfo`); () where not told."""
+    try:
+        text = cpuinfo.read_text(errors="replace")
+    except OSError:
+        return ()
+    found: set[str] = set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            found.update(value.split())
+    return tuple(f for f in ISA_FLAGS if f in found)
 
 
 def measure(rounds: int = ROUNDS, repeats: int = 3) -> Calibration:
-    """The best of `rounds` rounds, and their spread."""
-    results = [_round(repeats) for _ in range(rounds)]
-    flops = [r[0] for r in results]
+    """The best of `rounds` rounds, and their spread. Dots run on XLA:CPU when JAX imports
+    (the engine that runs the programs hlogap audits), else numpy's f32 matmul."""
+    xla = _xla_dot_rate()
+    rate, dtypes = (xla, DTYPES) if xla is not None else (_numpy_dot_rate, ("f32",))
+    results = [
+        (dot_peaks(rate, dtypes, MATMUL_SIZES, repeats), _copy_bandwidth(repeats))
+        for _ in range(rounds)
+    ]
+    flops = {d: max(r[0][d] for r in results) for d in dtypes}
+    worst = {d: min(r[0][d] for r in results) for d in dtypes}
     bandwidth = [r[1] for r in results]
     return Calibration(
-        max(flops),
+        flops,
         max(bandwidth),
-        (max(flops) - min(flops)) / max(flops),
+        max((flops[d] - worst[d]) / flops[d] for d in dtypes),
         (max(bandwidth) - min(bandwidth)) / max(bandwidth),
+        "xla" if xla is not None else "numpy",
+        isa_flags(),
     )
 
 
@@ -104,6 +197,16 @@ def machine_memory_bytes() -> int | None:
     return pages * size if pages > 0 and size > 0 else None
 
 
+def _unit(dtype: str, isa: tuple[str, ...]) -> str:
+    """Which of the CPU's units runs a type's dots, as its flags say."""
+    if dtype == "f32":
+        return "FMA" if "fma" in isa else "no FMA flag"
+    found = [f for f in UNITS[dtype] if f in isa]
+    if found:
+        return found[0].upper().replace("_", "-")
+    return f"no {dtype} unit ({'/'.join(UNITS[dtype])} absent): XLA:CPU converts"
+
+
 def chip_text(c: Calibration) -> str:
     """The chip file of a calibration."""
     cpu = platform.processor() or platform.machine()
@@ -114,15 +217,27 @@ def chip_text(c: Calibration) -> str:
         if ram
         else ""
     )
+    peaks = "".join(f"{d} = {f:.4g}\n" for d, f in c.flops.items())
+    if c.engine == "xla":
+        how = "XLA:CPU (jax.jit) dot"
+        peak_sources = "".join(
+            f'"peak_flops.{d}" = "measured: {how}, {d}, best over 512/1024/2048 squares, this '
+            f'machine ({_unit(d, c.isa)})"\n'
+            for d in c.flops
+        )
+    else:
+        peak_sources = (
+            '"peak_flops.f32" = "measured: numpy f32 matmul, best over 512/1024/2048 squares, '
+            'this machine (JAX not importable: other types take the f32 figure)"\n'
+        )
+    isa = ", ".join(f'"{f}"' for f in c.isa)
     return f"""# Written by `hlogap calibrate` on {time.strftime("%Y-%m-%d %H:%M:%S")}.
 name = "cpu"
 vendor = "cpu"
 display = "CPU {cpu} ({os.cpu_count()} cores, calibrated)"
 
 [peak_flops]
-f32 = {c.flops:.4g}
-bf16 = {c.flops:.4g}
-
+{peaks}
 [memory]
 hbm_bw = {c.bandwidth:.4g}
 {ram_line}
@@ -133,11 +248,11 @@ bw = {c.bandwidth:.4g}
 # (best - worst) / best over {ROUNDS} rounds: above {NOISE_LIMIT:.0%}, the machine was busy.
 flops_spread = {c.flops_spread:.3f}
 memory_spread = {c.bandwidth_spread:.3f}
+engine = "{c.engine}"
+isa = [{isa}]
 
 [sources]
-"peak_flops.f32" = "measured: numpy f32 matmul, best over 512/1024/2048 squares, this machine"
-"peak_flops.bf16" = "no bf16 unit on this CPU: XLA:CPU computes bf16 in f32, so the f32 figure"
-"memory.hbm_bw" = "measured: numpy copy (read + write), best over 1-256 MiB buffers, this machine"
+{peak_sources}"memory.hbm_bw" = "measured: numpy copy (read + write), 1-256 MiB, this machine"
 "interconnect.bw" = "XLA:CPU devices of one process exchange data through memory: copy bandwidth"
 {ram_source}"""
 

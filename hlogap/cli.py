@@ -83,7 +83,9 @@ def _format_option(names: str, output: bool = False) -> typer.models.OptionInfo:
     return option
 
 
-AuditFormat = Annotated[str | None, _format_option("table, json, csv, md, html", output=True)]
+AuditFormat = Annotated[
+    str | None, _format_option("table, json, csv, md, html, perfetto", output=True)
+]
 DiffFormat = Annotated[str | None, _format_option("table, json, md")]
 PlainFormat = Annotated[str | None, _format_option("table, json")]
 TopOpt = Annotated[int, typer.Option("--top", "-n", help="Rows to show; 0 = all.")]
@@ -208,6 +210,10 @@ def _emit_bytes(data: Iterable[bytes], output: Path | None) -> None:
         return
     from hlogap.files import write_bytes
 
+    if target.name.lower().endswith(".gz"):
+        import gzip
+
+        data = [gzip.compress(b"".join(data))]
     write_bytes(target, data)
 
 
@@ -216,6 +222,13 @@ def _emit(text: str, output: Path | None) -> None:
     target = _file_target(output)
     if target is None:
         _write_stdout(text)
+        return
+    if target.name.lower().endswith(".gz"):  # trace.json.gz, report.json.gz: compressed
+        import gzip
+
+        from hlogap.files import write_bytes
+
+        write_bytes(target, [gzip.compress(text.encode())])
         return
     from hlogap.files import write_text
 
@@ -334,9 +347,9 @@ def audit(
       hlogap audit gs://bucket/pod-run --cluster tcp://scheduler:8786
     """
     from hlogap.pipeline import audit as run_audit
-    from hlogap.render.base import choose_format
+    from hlogap.render.base import choose_format, needs_timeline
 
-    choose_format("audit", fmt, output)  # a bad format fails before the profile is read
+    chosen = choose_format("audit", fmt, output)  # a bad format fails before the profile is read
     target = _file_target(output)
     if target is not None:
         from hlogap.files import check_output
@@ -364,6 +377,7 @@ def audit(
             skip_bad_hosts=skip_bad_hosts,
             cluster=cluster,
             model_flops=model_flops,
+            timeline=needs_timeline(chosen),
         )
     from hlogap.source import refuse_to_overwrite
 

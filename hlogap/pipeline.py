@@ -26,6 +26,7 @@ from hlogap.trace.summary import (
     modules_of,
     transfer_pairs,
 )
+from hlogap.trace.timeline import Timeline, host_events
 from hlogap.trace.timing import AsyncPairs
 from hlogap.units import printable
 
@@ -75,11 +76,13 @@ def audit(
     skip_bad_hosts: bool = False,
     cluster: str | None = None,
     model_flops: float | None = None,
+    timeline: bool = False,
 ) -> AuditReport:
     """Audit a profile (logdir, run directory or .xplane.pb) and return the report; `progress`
     hears what is being done (a line at a time). `cluster` (a Dask scheduler address or
     `local[:N]`) reads and reduces the hosts on a Dask cluster instead of local processes.
-    `model_flops` (the model's FLOPs per step, whole program) gives `summary.mfu`."""
+    `model_flops` (the model's FLOPs per step, whole program) gives `summary.mfu`. `timeline`
+    keeps the selected events themselves in `report.timeline` (a timeline export)."""
     sort_key = next((k for k in SORT_KEYS if k == sort), None)
     if sort_key is None:
         raise UsageError(f"unknown sort key '{sort}' (use one of: {', '.join(SORT_KEYS)})")
@@ -107,7 +110,7 @@ def audit(
     with open_hosts(
         source, cluster=cluster, jobs=jobs, progress=progress, skip_bad_hosts=skip_bad_hosts
     ) as hosts:
-        report = _audit_hosts(hosts, selection, source, chosen, dump_dir, progress)
+        report = _audit_hosts(hosts, selection, source, chosen, dump_dir, progress, timeline)
     report.ops, report.sort = sort_rows(report.ops, sort_key), sort_key
     report.model_flops = model_flops
     if group_key:
@@ -130,6 +133,7 @@ def _audit_hosts(
     chosen: tuple[Chip, ChipSource, str] | None,
     dump_dir: Path | None,
     progress: Progress | None,
+    timeline: bool = False,
 ) -> AuditReport:
     """Summaries of every host merged in host order, then the ops costed here and the steps
     summed on the hosts."""
@@ -206,6 +210,15 @@ def _audit_hosts(
         )
         for peak in peaks
     ]
+    events = (
+        Timeline(
+            run.hosts,
+            hosts.each(host_events, selection),
+            min([run.origin_ps or 0, *(s.start_ps for s in steps)]),
+        )
+        if timeline
+        else None
+    )
     hosts.close()  # the last task is done: the events are freed before the report is built
     step_table = step_rows(run, steps, totals)
     memory, memory_warnings = memory_section(modules, ran, the_chip.hbm_bytes, index, allocators)
@@ -226,6 +239,7 @@ def _audit_hosts(
         memory=memory,
     )
     report.host_skew = host_skew(run, rows, step_table, totals) or None
+    report.timeline = events
     report.mesh = _busiest_mesh(rows, index)
     return report
 

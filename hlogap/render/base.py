@@ -106,14 +106,23 @@ def choose_format(kind: DocumentKind, fmt: str | None, output: Path | None) -> s
     that cannot write this kind of document is a usage error."""
     allowed = formats(kind)
     if fmt is None and output is not None:
-        suffix = output.suffix.lower()
-        fmt = next((r.name for r in renderers() if suffix in r.extensions), None)
+        # The longest extension the name ends with: `.trace.json` before `.json`.
+        name = output.name.lower()
+        named = [(len(e), r.name) for r in renderers() for e in r.extensions if name.endswith(e)]
+        fmt = max(named)[1] if named else None
         if fmt is not None and fmt not in allowed:
             fmt = None
     fmt = fmt or "table"
     if fmt not in allowed:
         raise UsageError(f"unknown format '{fmt}' (use one of: {', '.join(allowed)})")
     return fmt
+
+
+def needs_timeline(fmt: str) -> bool:
+    """Whether format `fmt` draws the events themselves (hlogap.trace.timeline), which an
+    audit keeps only when asked."""
+    renderers()
+    return bool(getattr(_REGISTRY[fmt], "needs_timeline", False))
 
 
 def render(document: Document, fmt: str, options: RenderOptions) -> str:

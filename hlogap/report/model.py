@@ -19,6 +19,7 @@ from hlogap.hlo.mesh import Mesh
 from hlogap.memory.static import MemorySection
 from hlogap.source import regular_file
 from hlogap.trace.model import Backend, StepSource
+from hlogap.trace.timeline import Timeline
 
 SCHEMA = "hlogap.audit/3"
 # Version 2 added the timeline (steps, op paths); 3 puts steps per device, in wall time.
@@ -457,6 +458,9 @@ class AuditReport:
     memory: MemorySection | None = None
     # The device mesh of the module that took the most time, where it ran partitioned.
     mesh: Mesh | None = None
+    # The selected events themselves, only where a timeline export asked for them (audit
+    # --format perfetto); never written to JSON.
+    timeline: Timeline | None = field(default=None, repr=False, compare=False)
 
     @property
     def total_ops(self) -> int:

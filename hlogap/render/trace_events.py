@@ -1,0 +1,283 @@
+"""`--format perfetto` (`-o trace.json.gz`): the profile's timeline as Chrome trace-event JSON.
+
+Perfetto (ui.perfetto.dev) and chrome://tracing open it. Each device is a process of the trace;
+its ops are complete ("X") events on as few threads ("lanes") as keep them from overlapping
+(XLA:CPU runs several ops at once; a TPU while loop holds its body's ops), each with the op's
+bound, gap, efficiency and first hint as args and a colour by efficiency. Beside the lanes,
+each device has a track of its idle gaps (inside its own step, or between its first and last op
+without steps) and one of exposed communication (a collective or a host transfer running while
+no compute op does); a process of its own holds the steps. Times count from the same instant as
+the report's `start_us`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+import numpy as np
+import orjson
+
+from hlogap.errors import UsageError
+from hlogap.render.base import Document, DocumentKind, RenderOptions, register
+from hlogap.report.model import AuditReport, OpRow
+from hlogap.report.steps import op_step_costs
+from hlogap.trace.model import OpKey
+from hlogap.trace.timeline import HostEvents
+from hlogap.trace.timing import merged_intervals
+
+# chrome://tracing's reserved colour names (Perfetto colours by name and shows the efficiency
+# band as the event's category): efficiency at or above each floor.
+EFFICIENCY_COLOURS = ((0.6, "good"), (0.3, "yellow"), (0.1, "bad"), (0.0, "terrible"))
+UNMODELED_COLOUR = "grey"
+STEPS_PID = 0
+IDLE_TRACK, EXPOSED_TRACK = "idle", "exposed communication"
+
+
+def colour_of(efficiency: float | None) -> str:
+    if efficiency is None:
+        return UNMODELED_COLOUR
+    return next(name for floor, name in EFFICIENCY_COLOURS if efficiency >= floor)
+
+
+def lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The fewest lanes (numbered from 0) that hold events sorted by start with no two of a
+    lane overlapping: each event takes the free lane that ended first, as interval
+    partitioning does."""
+    lane = np.zeros(len(start), dtype=np.int64)
+    if len(start) < 2 or bool(np.all(start[1:] >= np.maximum.accumulate(end)[:-1])):
+        return lane  # nothing overlaps: one lane, no walk
+    free: list[tuple[int, int]] = []  # (end, lane) of each lane's last event
+    used = 0
+    for k, (s, e) in enumerate(zip(start.tolist(), end.tolist())):
+        if free and free[0][0] <= s:
+            _, lane_k = heapq.heappop(free)
+        else:
+            lane_k, used = used, used + 1
+        lane[k] = lane_k
+        heapq.heappush(free, (e, lane_k))
+    return lane
+
+
+def _gaps(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The gaps between sorted disjoint intervals."""
+    return end[:-1], start[1:]
+
+
+def _minus(
+    a_start: np.ndarray, a_end: np.ndarray, b_start: np.ndarray, b_end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint sorted intervals `a` less disjoint sorted intervals `b`."""
+    if not len(b_start) or not len(a_start):
+        return a_start, a_end
+    # `a` cut by the gaps of `b` (and what lies before and after `b`).
+    gap_start = np.concatenate([[np.iinfo(np.int64).min], b_end])
+    gap_end = np.concatenate([b_start, [np.iinfo(np.int64).max]])
+    starts, ends = [], []
+    first = np.searchsorted(gap_end, a_start, side="right")
+    last = np.searchsorted(gap_start, a_end, side="left")
+    for lo, hi, s, e in zip(first.tolist(), last.tolist(), a_start.tolist(), a_end.tolist()):
+        for g in range(lo, hi):
+            cut_start, cut_end = max(s, int(gap_start[g])), min(e, int(gap_end[g]))
+            if cut_end > cut_start:
+                starts.append(cut_start)
+                ends.append(cut_end)
+    return np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)
+
+
+class TraceEventRenderer:
+    name = "perfetto"
+    # `.json.gz` is how Perfetto and chrome://tracing traces travel; a plain `.json` stays the
+    # JSON report.
+    extensions: tuple[str, ...] = (".trace.json", ".trace.json.gz", ".json.gz")
+    kinds: frozenset[DocumentKind] = frozenset({"audit"})
+    needs_timeline = True
+
+    def render(self, document: Document, options: RenderOptions) -> str:
+        if not isinstance(document, AuditReport) or document.timeline is None:
+            raise UsageError(
+                "--format perfetto needs the profile's events: audit a profile, not a saved report"
+            )
+        return orjson.dumps(self.trace(document)).decode()
+
+    def trace(self, report: AuditReport) -> dict[str, Any]:
+        timeline = report.timeline
+        assert timeline is not None
+        events: list[dict[str, Any]] = [_name("process_name", STEPS_PID, 0, "steps")]
+        for step in report.steps:
+            events.append(
+                {
+                    "name": f"step {step.step}",
+                    "cat": "step",
+                    "ph": "X",
+                    "pid": STEPS_PID,
+                    "tid": 0,
+                    "ts": step.start_us,
+                    "dur": step.wall_us,
+                    "args": {
+                        "source": step.source,
+                        "devices": step.devices,
+                        "idle_us": step.idle_us,
+                        "exposed_comm_us": step.exposed_comm_us,
+                        "measured_us": step.measured_us,
+                        "bound_us": step.bound_us,
+                    },
+                }
+            )
+        rows = {OpKey(r.module, r.program_id, r.name): r for r in report.ops}
+        costs = op_step_costs(report.ops)
+        exposed = costs.collective | costs.host
+        windows = _device_windows(report)
+        pid = STEPS_PID
+        for host, host_events in zip(timeline.hosts, timeline.events):
+            for local, device_name in enumerate(host_events.devices):
+                pid += 1
+                events += self._device(
+                    host_events,
+                    local,
+                    pid,
+                    f"{host} {device_name}",
+                    rows,
+                    exposed,
+                    timeline.origin_ps,
+                    windows.get(pid - 1),
+                )
+        return {"traceEvents": events, "displayTimeUnit": "ns"}
+
+    def _device(
+        self,
+        host_events: HostEvents,
+        local: int,
+        pid: int,
+        name: str,
+        rows: dict[OpKey, OpRow],
+        exposed: frozenset[OpKey],
+        origin_ps: int,
+        windows: list[tuple[float, float]] | None,
+    ) -> list[dict[str, Any]]:
+        mine = host_events.device == local
+        op = host_events.op[mine]
+        start = host_events.start_ps[mine]
+        end = start + host_events.duration_ps[mine]
+        self_ps = host_events.self_ps[mine]
+        lane = lanes(start, end)
+        n_lanes = int(lane.max()) + 1 if len(lane) else 0
+        out = [_name("process_name", pid, 0, name)]
+        out += [
+            _name("thread_name", pid, k, "ops" if k == 0 else f"ops (running at once {k + 1})")
+            for k in range(n_lanes)
+        ]
+        described = [_describe(key, rows.get(key)) for key in host_events.ops]
+        for o, s, e, own, k in zip(
+            op.tolist(), start.tolist(), end.tolist(), self_ps.tolist(), lane.tolist()
+        ):
+            title, args, row = described[o]
+            efficiency, gap_us = _occurrence_figures(row, own)
+            band = colour_of(efficiency)
+            out.append(
+                {
+                    "name": title,
+                    "cat": f"op,{band}",
+                    "ph": "X",
+                    "pid": pid,
+                    "tid": k,
+                    "ts": (s - origin_ps) / 1e6,
+                    "dur": (e - s) / 1e6,
+                    "cname": band,
+                    "args": {
+                        **args,
+                        "self_us": own / 1e6,
+                        "efficiency": efficiency,
+                        "gap_us": gap_us,
+                    },
+                }
+            )
+        idle_tid, exposed_tid = n_lanes, n_lanes + 1
+        out.append(_name("thread_name", pid, idle_tid, IDLE_TRACK))
+        out.append(_name("thread_name", pid, exposed_tid, EXPOSED_TRACK))
+        busy_start, busy_end = merged_intervals(start, end)
+        gap_start, gap_end = _gaps(busy_start, busy_end)
+        if windows is not None:  # idle only inside the device's own steps
+            lo = np.array([origin_ps + round(a * 1e6) for a, _ in windows], dtype=np.int64)
+            hi = np.array([origin_ps + round(b * 1e6) for _, b in windows], dtype=np.int64)
+            step_of = np.searchsorted(lo, gap_start, side="right") - 1
+            inside = (step_of >= 0) & (gap_end <= hi[np.maximum(step_of, 0)])
+            gap_start, gap_end = gap_start[inside], gap_end[inside]
+        out += _spans(pid, idle_tid, "idle", gap_start, gap_end, origin_ps)
+        is_exposed = np.array([key in exposed for key in host_events.ops], dtype=bool)
+        if len(op) and is_exposed[op].any():
+            transfer = is_exposed[op]
+            comm = merged_intervals(start[transfer], end[transfer])
+            work = merged_intervals(start[~transfer], end[~transfer])
+            out += _spans(
+                pid, exposed_tid, "exposed communication", *_minus(*comm, *work), origin_ps
+            )
+        return out
+
+
+def _name(kind: str, pid: int, tid: int, name: str) -> dict[str, Any]:
+    return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
+
+
+def _spans(
+    pid: int, tid: int, title: str, start: np.ndarray, end: np.ndarray, origin_ps: int
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": title,
+            "cat": title,
+            "ph": "X",
+            "pid": pid,
+            "tid": tid,
+            "ts": (s - origin_ps) / 1e6,
+            "dur": (e - s) / 1e6,
+        }
+        for s, e in zip(start.tolist(), end.tolist())
+    ]
+
+
+def _describe(key: OpKey, row: OpRow | None) -> tuple[str, dict[str, Any], OpRow | None]:
+    """An op's event title and the args every one of its events carries."""
+    args: dict[str, Any] = {"module": key.module, "program_id": key.program_id}
+    if row is None:  # an op the report does not list
+        return key.name, args, None
+    per_occurrence = row.bound_us / row.occurrences if row.occurrences else 0.0
+    args |= {
+        "opcode": row.opcode,
+        "bound_by": row.bound_by,
+        "bound_us": per_occurrence,
+        "op_measured_us": row.measured_us,
+        "op_gap_us": row.gap_us,
+        "op_efficiency": row.efficiency,
+        "occurrences": row.occurrences,
+        "hint": row.hints[0] if row.hints else "",
+        "op_name": row.op_name,
+        "source": row.source,
+    }
+    return key.name, args, row
+
+
+def _occurrence_figures(row: OpRow | None, self_ps: int) -> tuple[float | None, float | None]:
+    """(efficiency, gap_us) of this event: its occurrence's bound against its self time where
+    one event is one occurrence; the op's efficiency and no gap where an occurrence has several
+    events (GPU kernels), one of them alone being only part of it."""
+    if row is None or row.bound_by == "unmodeled":
+        return None, None
+    if row.events != row.occurrences or self_ps <= 0:
+        return row.efficiency, None
+    bound_us = row.bound_us / row.occurrences
+    return bound_us / (self_ps / 1e6), self_ps / 1e6 - bound_us
+
+
+def _device_windows(report: AuditReport) -> dict[int, list[tuple[float, float]]]:
+    """Per device of the run: its own (start_us, end_us) in each step, in step order."""
+    windows: dict[int, list[tuple[float, float]]] = {}
+    for step in report.steps:
+        for part in step.per_device:
+            windows.setdefault(part.device, []).append(
+                (part.start_us, part.start_us + part.wall_us)
+            )
+    return {d: sorted(w) for d, w in windows.items()}
+
+
+register(TraceEventRenderer())

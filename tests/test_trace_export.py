@@ -1,0 +1,161 @@
+"""`audit -o trace.json.gz` / `--format perfetto`: the timeline as Chrome trace-event JSON.
+
+The file is loaded back as a trace viewer reads it (gzip, then the trace-event format's rules:
+complete events with `ts`/`dur` in microseconds, metadata events naming processes and threads,
+no two events of one thread overlapping unless nested) and checked against the audit itself:
+every device's op events add up to the report's device time, the steps are the report's steps,
+the idle track is the report's idle time, and an op's args are its row's figures. Where
+Perfetto's trace processor can run here, it loads the file too.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hlogap.render.trace_events import colour_of, lanes
+from tests.conftest import FIXTURES
+from tests.test_errors import run_cli
+
+TRAIN = FIXTURES / "mlp_train"  # XLA:CPU, annotated training steps
+SHARDED = FIXTURES / "sharded_train"  # 8 devices, collectives
+
+
+def _export(
+    logdir: Path, chip: Path, out: Path, capsys: pytest.CaptureFixture[str], *extra: str
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    code, _, err = run_cli(
+        ["audit", str(logdir), "--chip", str(chip), "-o", str(out), *extra], capsys
+    )
+    assert code == 0, err
+    code, report, err = run_cli(
+        ["audit", str(logdir), "--chip", str(chip), "-f", "json", "-n", "0", *extra], capsys
+    )
+    assert code == 0, err
+    opener = gzip.open if out.name.endswith(".gz") else open
+    with opener(out, "rt") as f:
+        trace = json.load(f)
+    return trace["traceEvents"], json.loads(report)
+
+
+def _check_format(events: list[dict[str, Any]]) -> None:
+    """The trace-event format's rules a viewer relies on."""
+    named: set[tuple[int, int]] = set()
+    processes: set[int] = set()
+    by_thread: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
+    for e in events:
+        assert e["ph"] in ("X", "M"), e
+        assert isinstance(e["pid"], int) and isinstance(e["tid"], int)
+        if e["ph"] == "M":
+            assert e["name"] in ("process_name", "thread_name") and e["args"]["name"]
+            if e["name"] == "process_name":
+                processes.add(e["pid"])
+            else:
+                named.add((e["pid"], e["tid"]))
+            continue
+        assert e["dur"] >= 0 and e["ts"] >= 0, e
+        by_thread[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+    for (pid, tid), spans in by_thread.items():
+        assert pid in processes
+        assert pid == 0 or (pid, tid) in named
+        spans.sort()
+        for (_, end), (start, _) in itertools.pairwise(spans):
+            assert start >= end - 1e-6, (pid, tid)  # lanes never overlap
+
+
+def test_trace_export_matches_the_audit(
+    cpu_chip_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    events, report = _export(TRAIN, cpu_chip_file, tmp_path / "trace.json.gz", capsys)
+    _check_format(events)
+    ops = [e for e in events if e["ph"] == "X" and e["cat"].startswith("op,")]
+    # Every op event of the profile, its self time adding up to the report's device time.
+    assert len(ops) == sum(o["events"] for o in report["ops"])
+    assert sum(e["args"]["self_us"] for e in ops) == pytest.approx(
+        report["summary"]["measured_us"], rel=1e-9
+    )
+    # One process per device (plus the steps'), named after its host and plane.
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert names[0] == "steps"
+    assert len(names) == report["summary"]["devices"] + 1
+    assert all(n.startswith("vm /host:CPU") for p, n in names.items() if p)
+    # The steps: the report's, where it puts them.
+    steps = [e for e in events if e.get("cat") == "step"]
+    assert [(s["ts"], s["dur"]) for s in steps] == [
+        pytest.approx((s["start_us"], s["wall_us"])) for s in report["steps"]
+    ]
+    # Idle gaps inside each device's own step: the report's idle time.
+    idle = sum(e["dur"] for e in events if e.get("cat") == "idle")
+    assert idle == pytest.approx(sum(s["idle_us"] for s in report["steps"]), rel=1e-6, abs=1e-3)
+    # An op's args are its row's figures; the colour follows the event's efficiency.
+    rows = {(o["module"], o["name"]): o for o in report["ops"]}
+    for e in ops:
+        row = rows[(e["args"]["module"], e["name"])]
+        assert e["args"]["bound_by"] == row["bound_by"]
+        assert e["args"]["op_gap_us"] == pytest.approx(row["gap_us"])
+        assert e["args"]["hint"] == (row["hints"][0] if row["hints"] else "")
+        assert e["args"]["bound_us"] == pytest.approx(row["bound_us"] / row["occurrences"])
+        assert e["cname"] == colour_of(e["args"]["efficiency"])
+        if row["events"] == row["occurrences"] and e["args"]["efficiency"] is not None:
+            assert e["args"]["gap_us"] == pytest.approx(
+                e["args"]["self_us"] - e["args"]["bound_us"]
+            )
+
+
+def test_collectives_show_as_exposed_communication(
+    cpu_chip_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    events, report = _export(
+        SHARDED, cpu_chip_file, tmp_path / "sharded.trace.json", capsys, "--device", "3"
+    )
+    _check_format(events)
+    exposed = sum(e["dur"] for e in events if e.get("cat") == "exposed communication")
+    assert exposed > 0
+    assert exposed == pytest.approx(
+        sum(s["exposed_comm_us"] + s.get("exposed_host_us", 0.0) for s in report["steps"]),
+        rel=1e-6,
+    )
+    devices = {e["pid"] for e in events if e.get("cat", "").startswith("op,")}
+    assert len(devices) == 1  # --device keeps one device's events
+
+
+def test_a_saved_report_has_no_timeline(
+    cpu_chip_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saved = tmp_path / "report.json"
+    code, out, _ = run_cli(
+        ["audit", str(TRAIN), "--chip", str(cpu_chip_file), "-f", "json"], capsys
+    )
+    saved.write_text(out)
+    code, out, err = run_cli(["diff", str(saved), str(saved), "-f", "perfetto"], capsys)
+    assert code == 2 and "unknown format 'perfetto'" in err
+
+
+def test_lanes_keep_overlapping_ops_apart() -> None:
+    start = np.array([0, 1, 2, 10, 11])
+    end = np.array([5, 3, 12, 11, 12])
+    lane = lanes(start, end)
+    assert lane.tolist() == [0, 1, 2, 1, 0]  # each takes the lane that ended first
+    assert lanes(np.array([0, 5]), np.array([5, 9])).tolist() == [0, 0]
+
+
+def test_perfetto_trace_processor_loads_it(
+    cpu_chip_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    processor = pytest.importorskip("perfetto.trace_processor")
+    out = tmp_path / "trace.json.gz"
+    _, report = _export(TRAIN, cpu_chip_file, out, capsys)
+    try:
+        tp = processor.TraceProcessor(trace=str(out))
+    except Exception as exc:  # its binary is downloaded on first use: no network here
+        pytest.skip(f"Perfetto's trace processor cannot start here: {exc}")
+    slices = list(tp.query("select count(*) as n from slice where category like 'op,%'"))
+    assert slices[0].n == sum(o["events"] for o in report["ops"])
+    tp.close()

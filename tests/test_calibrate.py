@@ -9,6 +9,7 @@ import pytest
 
 from hlogap.chips import calibrate as cal
 from hlogap.chips import load_chip
+from hlogap.errors import UsageError
 
 # A small square: the rate is XLA's at a size the test can afford (2 shared cores).
 SIZE = 1024
@@ -35,11 +36,15 @@ def test_peak_is_xlas_own_dot_rate(dtype: str) -> None:
     pytest.importorskip("jax")
     rate = cal._xla_dot_rate()
     assert rate is not None
-    # Interleaved, best of each: other work on the machine only ever slows a run down.
-    peak = apart = 0.0
+    # Interleaved, best of each: other work on the machine only ever slows a run down. A load
+    # spike can still slow every run of one side: up to 3 attempts.
     for _ in range(3):
-        peak = max(peak, cal.dot_peaks(rate, (dtype,), (SIZE,), repeats=3)[dtype])
-        apart = max(apart, _xla_rate_apart(dtype))
+        peak = apart = 0.0
+        for _ in range(3):
+            peak = max(peak, cal.dot_peaks(rate, (dtype,), (SIZE,), repeats=3)[dtype])
+            apart = max(apart, _xla_rate_apart(dtype))
+        if abs(peak - apart) <= 0.15 * apart:
+            break
     assert peak == pytest.approx(apart, rel=0.15)
 
 
@@ -75,8 +80,68 @@ def test_chip_file_per_type(tmp_path: Path) -> None:
 
 def test_numpy_fallback_measures_f32_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cal, "_xla_dot_rate", lambda: None)
+    monkeypatch.setattr(cal, "_xla_stream_rate", lambda: None)
     monkeypatch.setattr(cal, "MATMUL_SIZES", (128,))
-    monkeypatch.setattr(cal, "COPY_SIZES_MIB", (1,))
+    monkeypatch.setattr(cal, "STREAM_SIZES_KIB", (128, 1024))
     result = cal.measure(rounds=1, repeats=1)
     assert result.engine == "numpy" and set(result.flops) == {"f32"}
+    assert [size for size, _ in result.cache_bw] == [128 * 1024]  # the largest is the memory
     assert "JAX not importable" in cal.chip_text(result)
+
+
+# Committed CPU fixtures whose elementwise fusions move a few hundred KB: under the memory's
+# rate alone they run at up to 1.8x the roof (`mlp_rerun`'s 264 KB `broadcast_add_fusion`
+# at 1.09x); their bytes fit the L2 cache, whose rate bounds them.
+CACHE_RESIDENT = {
+    "mlp_rerun": "broadcast_add_fusion",
+    "mem_remat": "broadcast_multiply_fusion",
+    "sharded_train": "multiply_add_fusion",
+}
+
+
+def test_cache_resident_ops_stay_under_their_roof(tmp_path: Path) -> None:
+    pytest.importorskip("jax")
+    from hlogap import audit
+    from tests.conftest import FIXTURES
+
+    stream, dot = cal._xla_stream_rate(), cal._xla_dot_rate()
+    assert stream is not None and dot is not None
+    rates = cal.stream_bandwidths(stream, repeats=3)
+    sizes = sorted(rates)
+    result = cal.Calibration(
+        cal.dot_peaks(dot, ("f32",), (512,), repeats=3),
+        rates[sizes[-1]],
+        0.0,
+        0.0,
+        "xla",
+        cal.isa_flags(),
+        tuple((n, rates[n]) for n in sizes[:-1]),
+    )
+    path = tmp_path / "cpu.toml"
+    path.write_text(cal.chip_text(result))
+    for program, op in CACHE_RESIDENT.items():
+        report = audit(FIXTURES / program, str(path))
+        (row,) = (r for r in report.ops if r.name == op)
+        assert row.bound_by == "memory" and row.bytes < sizes[0] * 4
+        assert 0 < (row.efficiency or 0) <= 1.0, (program, op, row.efficiency)
+        assert any("working set gets from cache" in h for h in row.hints)
+        over = [(r.name, r.efficiency) for r in report.ops if r.bound_by == "memory"]
+        assert all((e or 0) <= 1.0 for _, e in over), over
+
+
+def test_memory_roof_by_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "cpu.toml"
+    path.write_text(
+        'name = "c"\n[peak_flops]\nf32 = 1e11\n[memory]\nhbm_bw = 2.5e10\n'
+        "cache_bw = [[8388608, 9e10], [524288, 1.1e11], [33554432, 2e10]]\n"
+    )
+    chip = load_chip(str(path))
+    assert chip.cache_bw[0] == (524288, 1.1e11)  # smallest first
+    assert chip.memory_bw(264_192) == 1.1e11
+    assert chip.memory_bw(4 << 20) == 9e10
+    assert chip.memory_bw(16 << 20) == 2.5e10  # a level slower than the memory is not a roof
+    assert chip.memory_bw(1 << 30) == 2.5e10
+    bad = tmp_path / "bad.toml"
+    bad.write_text(path.read_text().replace("[8388608, 9e10]", "[8388608]"))
+    with pytest.raises(UsageError, match="cache_bw"):
+        load_chip(str(bad))

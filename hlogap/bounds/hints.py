@@ -107,7 +107,13 @@ def _achieved(cost: OpCost, bound: Bound, chip: Chip, seconds: float) -> list[st
         return [f"achieves {fmt_si(rate, 'FLOP/s')}, {rate / peak:.0%} of the {dtype} peak"]
     if bound.bound_by == "memory" and cost.hbm_bytes:
         rate = cost.hbm_bytes / seconds
-        return [f"moves {fmt_si(rate, 'B/s')}, {rate / chip.hbm_bw:.0%} of HBM bandwidth"]
+        roof = chip.memory_bw(cost.hbm_bytes)
+        if roof == chip.hbm_bw:
+            return [f"moves {fmt_si(rate, 'B/s')}, {rate / roof:.0%} of HBM bandwidth"]
+        return [
+            f"moves {fmt_si(rate, 'B/s')}, {rate / roof:.0%} of the {fmt_si(roof, 'B/s')} its "
+            f"{fmt_si(cost.hbm_bytes, 'B')} working set gets from cache"
+        ]
     if bound.bound_by == "communication" and cost.comm_bytes and chip.interconnect_bw:
         rate = cost.comm_bytes / seconds
         return [f"sends {fmt_si(rate, 'B/s')}, {rate / chip.interconnect_bw:.0%} of the link"]

@@ -1,7 +1,7 @@
 """Roofline bounds: counts (hlogap.cost) and a chip's peaks (hlogap.chips) -> times.
 
 T_compute = matrix FLOPs / matrix peak(dtype) + vector FLOPs / vector peak(dtype)
-T_memory  = HBM bytes / HBM bandwidth
+T_memory  = HBM bytes / HBM bandwidth (a cache level's where the chip has levels the bytes fit)
 T_comm    = interconnect bytes / link bandwidth
 T_host    = bytes to or from host memory / host link bandwidth
 lower bound = max(T_compute, T_memory, T_comm, T_host); upper bound = their sum.
@@ -74,7 +74,7 @@ def bound_op(cost: OpCost, chip: Chip, role: AsyncRole = "") -> Bound:
         t_compute += cost.matrix_flops / chip.matrix_peak(cost.matrix_dtype or "bf16")
     if cost.vector_flops:
         t_compute += cost.vector_flops / chip.vector_peak(cost.vector_dtype or "f32")
-    t_memory = cost.hbm_bytes / chip.hbm_bw
+    t_memory = cost.hbm_bytes / chip.memory_bw(cost.hbm_bytes)
     t_comm = 0.0
     if cost.comm_bytes:
         if not chip.interconnect_bw:

@@ -86,6 +86,16 @@ class Chip:
     """Cores that run as one device (TPU v4/v5p megacore: 2); XLA's trace stats count per core."""
     host_bw: float | None = None
     """The device's link to host memory (PCIe, NVLink-C2C), bytes/s one direction: `[host] bw`."""
+    cache_bw: tuple[tuple[float, float], ...] = ()
+    """(working set bytes, bytes/s) per measured cache level, smallest first (`[memory]
+    cache_bw`, written by `hlogap calibrate`): an op whose bytes fit a level moves them at that
+    level's rate, not the memory's."""
+
+    def memory_bw(self, nbytes: float) -> float:
+        """The memory roof of an op moving `nbytes`: the fastest cache level its whole working
+        set fits, else `hbm_bw`. A CPU op of a few hundred KB runs from L2, above RAM's rate."""
+        fitting = [bw for size, bw in self.cache_bw if nbytes <= size]
+        return max([self.hbm_bw, *fitting])
 
     def matrix_peak(self, dtype: str) -> float:
         """FLOP/s of a dot or convolution whose (widest) operand type is ``dtype``.
@@ -125,6 +135,7 @@ class Chip:
             "hbm_bytes": self.hbm_bytes,
             "interconnect_bw": self.interconnect_bw,
             "host_bw": self.host_bw,
+            "cache_bw": [list(level) for level in self.cache_bw],
             "ridge_points": {k: v / self.hbm_bw for k, v in self.peak_flops.items()},
             "detect": self.detect,
             "sources": dict(self.sources),
@@ -336,6 +347,17 @@ def _parse(data: dict[str, object], path: Path) -> Chip:
     if "hbm_bw" not in memory:
         raise fail("[memory] hbm_bw (bytes/s) is required")
     hbm_bytes = memory.get("hbm_bytes")
+    levels = memory.get("cache_bw", [])
+    if not isinstance(levels, list) or not all(
+        isinstance(level, list) and len(level) == 2 for level in levels
+    ):
+        raise fail("[memory] cache_bw must be a list of [working set bytes, bytes/s] pairs")
+    cache_bw = tuple(
+        sorted(
+            (positive(size, "memory.cache_bw size"), positive(bw, "memory.cache_bw rate"))
+            for size, bw in levels
+        )
+    )
     interconnect_bw = table("interconnect").get("bw")
     host_bw = table("host").get("bw")
     detect = table("detect")
@@ -361,4 +383,5 @@ def _parse(data: dict[str, object], path: Path) -> Chip:
         path=str(path),
         cores_per_device=int(positive(data.get("cores_per_device", 1), "cores_per_device")),
         host_bw=None if host_bw is None else positive(host_bw, "host.bw"),
+        cache_bw=cache_bw,
     )

@@ -38,8 +38,14 @@ def _best_of(fn: Callable[..., object], args: tuple[object, ...], repeats: int) 
 
 
 # A roof must not be beaten: XLA:CPU ops whose arrays fit in cache run at cache speed, so the
-# memory roof is the best copy bandwidth over working sets from L2-sized to DRAM-sized.
-COPY_SIZES_MIB = (1, 4, 16, 64, 256)
+# memory rate is measured by the bytes an op moves (read + written), from L2-sized to
+# DRAM-sized, with XLA's own elementwise op where JAX imports (on all the cores it uses), else
+# numpy copies: each size below the largest is a cache level of the chip file (`[memory]
+# cache_bw`), the largest is its memory.
+STREAM_SIZES_KIB = (128, 512, 2 << 10, 8 << 10, 32 << 10, 128 << 10, 512 << 10)
+# Bytes moved per timing at least: small ops are timed in batches (a loop of them), so the call
+# overhead does not hide the rate of an op that takes a few microseconds.
+STREAM_BATCH_BYTES = 256 << 20
 MATMUL_SIZES = (512, 1024, 2048)
 # The dot types a chip file has peaks for, measured where the engine runs them. XLA:CPU runs
 # each (bf16, f16 through the CPU's own units where it has them, else converted to f32; s8 x s8
@@ -74,10 +80,11 @@ NOISE_LIMIT = 0.10
 
 @dataclass(frozen=True)
 class Calibration:
-    """This machine's best dot FLOP/s per type and copy bandwidth (read + write, bytes/s), how
-    much the rounds disagreed ((best - worst) / best of each round's best, the worst type's),
-    the engine that ran the dots (`xla` through JAX, else `numpy`: f32 only), and the CPU's
-    ISA flags among `ISA_FLAGS`."""
+    """This machine's best dot FLOP/s per type and copy bandwidth (read + write, bytes/s) of
+    the largest size, how much the rounds disagreed ((best - worst) / best of each
+    round's best, the worst type's), the engine that ran the dots (`xla` through JAX, else
+    `numpy`: f32 only), the CPU's ISA flags among `ISA_FLAGS`, and (bytes moved, bytes/s) of
+    each smaller size: the cache levels."""
 
     flops: dict[str, float]
     bandwidth: float
@@ -85,6 +92,7 @@ class Calibration:
     bandwidth_spread: float
     engine: str = "xla"
     isa: tuple[str, ...] = ()
+    cache_bw: tuple[tuple[int, float], ...] = ()
 
     @property
     def noisy(self) -> bool:
@@ -140,16 +148,61 @@ def dot_peaks(
     return {d: max(rate(d, n, repeats) for n in sizes) for d in dtypes}
 
 
-def _copy_bandwidth(repeats: int) -> float:
-    """The best copy bandwidth counting read + write, over buffer sizes."""
-    bandwidth = 0.0
-    for mib in COPY_SIZES_MIB:
-        src = np.ones(mib * (1 << 20) // 4, dtype=np.float32)
-        dst = np.empty_like(src)
-        np.copyto(dst, src)
-        t_copy = _best_of(np.copyto, (dst, src), repeats * max(1, 64 // mib))
-        bandwidth = max(bandwidth, 2.0 * src.nbytes / t_copy)
-    return bandwidth
+StreamRate = Callable[[int, int], float]
+
+
+def _numpy_stream_rate(nbytes: int, repeats: int) -> float:
+    """Bytes/s of numpy copies moving `nbytes` each (half read, half written), batched."""
+    src = np.ones(max(1, nbytes // 8), dtype=np.float32)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)  # the pages touched, the cache warm
+    batch = max(1, STREAM_BATCH_BYTES // nbytes)
+
+    def copies() -> None:
+        for _ in range(batch):
+            np.copyto(dst, src)
+
+    return 2.0 * src.nbytes * batch / _best_of(copies, (), repeats)
+
+
+def _xla_stream_rate() -> StreamRate | None:
+    """A function timing XLA:CPU's own elementwise op (y * a + b on f32, read and written
+    once) moving a number of bytes, as a loop of them; None without JAX."""
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    cpu = jax.devices("cpu")[0]
+
+    def rate(nbytes: int, repeats: int) -> float:
+        n = max(1, nbytes // 8)
+        trips = max(2, STREAM_BATCH_BYTES // nbytes)
+
+        def step(_: int, y: jax.Array) -> jax.Array:
+            return y * 1.0001 + 0.5
+
+        def loop(y: jax.Array) -> jax.Array:
+            out: jax.Array = jax.lax.fori_loop(0, trips, step, y)
+            return out
+
+        # The array is donated and handed back: each run updates it in place, so no run pays
+        # for allocating (and faulting in) a fresh buffer, which real ops in a loop do not.
+        run = jax.jit(loop, donate_argnums=0)
+        state = [run(jax.device_put(jnp.ones((n,), jnp.float32), cpu))]  # compile, warm up
+
+        def once() -> None:
+            state[0] = run(state[0])
+            state[0].block_until_ready()
+
+        return 8.0 * n * trips / _best_of(once, (), repeats)
+
+    return rate
+
+
+def stream_bandwidths(rate: StreamRate, repeats: int) -> dict[int, float]:
+    """Bytes/s by the bytes an op moves (read + written), over `STREAM_SIZES_KIB`."""
+    return {kib * 1024: rate(kib * 1024, repeats) for kib in STREAM_SIZES_KIB}
 
 
 def isa_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, ...]:
@@ -171,20 +224,24 @@ def measure(rounds: int = ROUNDS, repeats: int = 3) -> Calibration:
     (the engine that runs the programs hlogap audits), else numpy's f32 matmul."""
     xla = _xla_dot_rate()
     rate, dtypes = (xla, DTYPES) if xla is not None else (_numpy_dot_rate, ("f32",))
+    stream = _xla_stream_rate() or _numpy_stream_rate
     results = [
-        (dot_peaks(rate, dtypes, MATMUL_SIZES, repeats), _copy_bandwidth(repeats))
+        (dot_peaks(rate, dtypes, MATMUL_SIZES, repeats), stream_bandwidths(stream, repeats))
         for _ in range(rounds)
     ]
     flops = {d: max(r[0][d] for r in results) for d in dtypes}
     worst = {d: min(r[0][d] for r in results) for d in dtypes}
-    bandwidth = [r[1] for r in results]
+    sizes = sorted(results[0][1])
+    copies = {n: [r[1][n] for r in results] for n in sizes}
+    memory = copies[sizes[-1]]
     return Calibration(
         flops,
-        max(bandwidth),
+        max(memory),
         max((flops[d] - worst[d]) / flops[d] for d in dtypes),
-        (max(bandwidth) - min(bandwidth)) / max(bandwidth),
+        max((max(c) - min(c)) / max(c) for c in copies.values()),
         "xla" if xla is not None else "numpy",
         isa_flags(),
+        tuple((n, max(copies[n])) for n in sizes[:-1]),
     )
 
 
@@ -218,6 +275,16 @@ def chip_text(c: Calibration) -> str:
         else ""
     )
     peaks = "".join(f"{d} = {f:.4g}\n" for d, f in c.flops.items())
+    levels = ", ".join(f"[{size}, {bw:.4g}]" for size, bw in c.cache_bw)
+    cache_line = f"cache_bw = [{levels}]\n" if c.cache_bw else ""
+    stream = "XLA:CPU elementwise op" if c.engine == "xla" else "numpy copy"
+    largest = STREAM_SIZES_KIB[-1] // 1024
+    cache_source = (
+        f'"memory.cache_bw" = "measured: {stream} by bytes moved (read + written), this '
+        'machine; an op moving no more is bounded by the fastest it fits"\n'
+        if c.cache_bw
+        else ""
+    )
     if c.engine == "xla":
         how = "XLA:CPU (jax.jit) dot"
         peak_sources = "".join(
@@ -240,7 +307,7 @@ display = "CPU {cpu} ({os.cpu_count()} cores, calibrated)"
 {peaks}
 [memory]
 hbm_bw = {c.bandwidth:.4g}
-{ram_line}
+{ram_line}{cache_line}
 [interconnect]
 bw = {c.bandwidth:.4g}
 
@@ -252,8 +319,8 @@ engine = "{c.engine}"
 isa = [{isa}]
 
 [sources]
-{peak_sources}"memory.hbm_bw" = "measured: numpy copy (read + write), 1-256 MiB, this machine"
-"interconnect.bw" = "XLA:CPU devices of one process exchange data through memory: copy bandwidth"
+{peak_sources}"memory.hbm_bw" = "measured: {stream} moving {largest} MiB (read + write), here"
+{cache_source}"interconnect.bw" = "XLA:CPU devices of one process exchange data through memory"
 {ram_source}"""
 
 

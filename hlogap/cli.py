@@ -215,6 +215,13 @@ def _emit_bytes(data: Iterable[bytes], output: Path | None) -> None:
 
         data = [gzip.compress(b"".join(data))]
     write_bytes(target, data)
+    _wrote(target)
+
+
+def _wrote(target: Path) -> None:
+    """Say where the output went, on a terminal (a script's stderr stays quiet)."""
+    if sys.stderr is not None and sys.stderr.isatty():
+        print(f"hlogap: wrote {_escaped(str(target))}", file=sys.stderr)
 
 
 def _emit(text: str, output: Path | None) -> None:
@@ -229,10 +236,11 @@ def _emit(text: str, output: Path | None) -> None:
         from hlogap.files import write_bytes
 
         write_bytes(target, [gzip.compress(text.encode())])
-        return
-    from hlogap.files import write_text
+    else:
+        from hlogap.files import write_text
 
-    write_text(target, text)
+        write_text(target, text)
+    _wrote(target)
 
 
 def _write(
@@ -395,6 +403,7 @@ def audit(
         from hlogap.files import write_bytes
 
         write_bytes(plot, chart)
+        _wrote(plot)
 
 
 @app.command()
@@ -403,21 +412,28 @@ def demo(
     fmt: AuditFormat = None,
     chip: ChipOpt = None,
     wide: WideOpt = False,
+    output: OutputOpt = None,
 ) -> None:
     """Audit the sample CPU profile bundled with hlogap (calibrates this CPU if needed).
 
     \b
     Examples:
       hlogap demo --top 5
+      hlogap demo -o demo.html
     """
     import tempfile
 
     from hlogap.chips.calibrate import calibrated_chip, calibrated_path, chip_text, measure
     from hlogap.files import write_text
     from hlogap.pipeline import audit as run_audit
-    from hlogap.render.base import choose_format
+    from hlogap.render.base import choose_format, needs_timeline
 
-    choose_format("audit", fmt, None)
+    chosen = choose_format("audit", fmt, output)
+    target = _file_target(output)
+    if target is not None:
+        from hlogap.files import check_output
+
+        check_output(target)
     sample = Path(__file__).parent / "data" / "sample"
     with tempfile.TemporaryDirectory(prefix="hlogap-demo-") as scratch:
         if chip is None and calibrated_chip() is None:
@@ -430,8 +446,12 @@ def demo(
                 print(f"hlogap: warning: {exc}; this calibration is not kept", file=sys.stderr)
                 chip = str(Path(scratch) / "cpu.toml")
                 write_text(Path(chip), chip_text(result))
-        report = run_audit(sample, chip)
-    _write(report, "audit", fmt, None, top, wide=wide)
+        report = run_audit(sample, chip, timeline=needs_timeline(chosen))
+    if target is not None:
+        from hlogap.source import refuse_to_overwrite
+
+        refuse_to_overwrite(target, report.files)
+    _write(report, "audit", fmt, output, top, wide=wide)
 
 
 @app.command()

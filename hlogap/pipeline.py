@@ -158,6 +158,8 @@ def _audit_hosts(
         raise InputError(
             f"no XLA op events in {source.path} (was the jitted program run while tracing?)"
         )
+    if selection.module and not run.times.events.any():  # a typo would pass a CI gate
+        raise InputError(_no_module_match(selection.module, {o.key.module for o in run.ops}))
     the_chip, chip_source, reason = chosen or chip_from_trace(run)
     if selection.device is not None and run.times.devices == 0:
         raise UsageError(f"no device {selection.device} in this profile")
@@ -309,7 +311,16 @@ def load_report(
     report = load_json(p, role)
     if module_re is None:
         return report
-    return report.only_modules([o for o in report.ops if module_re.search(o.module)])
+    matched = [o for o in report.ops if module_re.search(o.module)]
+    if report.ops and not matched:
+        raise InputError(_no_module_match(module or "", {o.module for o in report.ops}))
+    return report.only_modules(matched)
+
+
+def _no_module_match(pattern: str, modules: set[str]) -> str:
+    names = sorted(modules)
+    listed = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    return f"no op matches --module '{pattern}' (modules: {listed or 'none'})"
 
 
 def load_pair(

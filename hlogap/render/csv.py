@@ -1,9 +1,12 @@
-"""`--format csv`: one row per op, the contract's op fields (hints joined by `; `)."""
+"""`--format csv`: one row per op, the contract's op fields (hints joined by `; `); with
+`--group-by`, one row per group instead, and with `--steps`, one row per step (a CSV file holds
+one table: the one the options ask for)."""
 
 from __future__ import annotations
 
 import csv
 import io
+from typing import Any
 
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.report.model import AuditReport
@@ -42,14 +45,42 @@ class CsvRenderer:
             raise TypeError(f"no CSV for {type(document).__name__}")
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(COLUMNS)
-        rows = document.ops if options.top <= 0 else document.ops[: options.top]
-        shares = document.shares(rows)
-        for rank, (row, share) in enumerate(zip(rows, shares, strict=True), 1):
-            values = row.to_dict(rank, *share)
-            values["hints"] = "; ".join(row.hints)
-            writer.writerow(["" if values[c] is None else values[c] for c in COLUMNS])
+        if options.steps:
+            _steps(document, options.top, writer)
+        elif document.group_by:
+            _groups(document, options.top, writer)
+        else:
+            writer.writerow(COLUMNS)
+            rows = document.ops if options.top <= 0 else document.ops[: options.top]
+            shares = document.shares(rows)
+            for rank, (row, share) in enumerate(zip(rows, shares, strict=True), 1):
+                values = row.to_dict(rank, *share)
+                values["hints"] = "; ".join(row.hints)
+                writer.writerow(["" if values[c] is None else values[c] for c in COLUMNS])
         return out.getvalue()
+
+
+def _groups(report: AuditReport, top: int, writer: Any) -> None:
+    """The `--group-by` rows, with the JSON's `groups` keys."""
+    rows = report.groups if top <= 0 else report.groups[:top]
+    table = [
+        g.to_dict(rank, *share)
+        for rank, (g, share) in enumerate(zip(rows, report.shares(rows), strict=True), 1)
+    ]
+    columns = list(table[0]) if table else ["rank", "name"]
+    writer.writerow([report.group_by if c == "name" else c for c in columns])
+    for values in table:
+        writer.writerow(["" if values[c] is None else values[c] for c in columns])
+
+
+def _steps(report: AuditReport, top: int, writer: Any) -> None:
+    """The steps (`--steps`), with the JSON's `steps` keys but the per-device parts."""
+    rows = report.steps if top <= 0 else report.steps[:top]
+    table = [{k: v for k, v in s.to_dict().items() if k != "per_device"} for s in rows]
+    columns = list(table[0]) if table else ["step"]
+    writer.writerow(columns)
+    for values in table:
+        writer.writerow(["" if values[c] is None else values[c] for c in columns])
 
 
 register(CsvRenderer())

@@ -29,6 +29,15 @@ def check_plot_target(target: Path) -> None:
     """Before any work: a chart file of a kind we draw, at a place we may write."""
     if target.suffix.lower() not in PLOT_SUFFIXES:
         raise UsageError(f"--plot takes a .svg, .png or .html file, not {target.name}")
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:  # before the audit, not after it
+        also = (
+            "; the HTML report (-o report.html) draws the same chart without it"
+            if target.suffix.lower() == ".html"
+            else ""
+        )
+        raise UsageError(f"--plot needs matplotlib: pip install 'hlogap[plot]'{also}")
     check_output(target)
 
 

@@ -207,6 +207,7 @@ class TraceBuilder:
         self.allocations: AllocatorEvents | None = None
         self._unknown = 0  # negative execution ids handed out where the trace gives none
         self._negative = 0  # events with a negative duration, left out
+        self.notes: list[str] = []  # what a reader changed in the events, said as warnings
         self._events = 0
         self._next_memory_check = EVENTS_PER_MEMORY_CHECK
         # The trace's execution ids seen so far, sorted, and the dense id of each.
@@ -348,6 +349,7 @@ class TraceBuilder:
                 *warnings,
                 f"{self._negative} events with a negative duration left out {CORRUPT_TRACE}",
             ]
+        warnings = [*warnings, *self.notes]
         trace = _trace(
             backend, self.devices, self.ops, self.modules, self.blocks, self.steps, warnings
         )

@@ -456,7 +456,15 @@ def demo(
 
 @app.command()
 def calibrate(
-    output: OutputOpt = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write the chip file to FILE ('-': stdout); default: hlogap's cache "
+            "(~/.cache/hlogap/cpu.toml), which audits of CPU profiles read.",
+        ),
+    ] = None,
 ) -> None:
     """Measure this CPU's matmul FLOP/s and memory bandwidth and save them as a chip file.
 

@@ -248,8 +248,8 @@ def plane_stats(path: Path) -> dict[str, dict[str, object]]:
 @pytest.mark.parametrize(
     ("file", "expected", "described"),
     [
-        ("mi300x_conv3d.xplane.pb", "mi300x", "AMD compute capability 9.4, 304 CUs, 192 GiB"),
-        ("mi355x_te_attention.xplane.pb", "mi355x", "AMD compute capability 9.5, 256 CUs"),
+        ("mi300x_conv3d.xplane.pb", "mi300x", "AMD GFX 9.4, 304 CUs, 192 GiB"),
+        ("mi355x_te_attention.xplane.pb", "mi355x", "AMD GFX 9.5, 256 CUs"),
     ],
 )
 def test_detect_real_amd_traces(file: str, expected: str, described: str) -> None:

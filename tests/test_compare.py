@@ -108,8 +108,9 @@ def test_module_regex_filters_a_saved_report(cpu_chip_file: Path, tmp_path: Path
     saved = tmp_path / "mlp.json"
     saved.write_text(json.dumps(audit(MLP, str(cpu_chip_file)).to_dict(0)))
     assert load_report(saved, "baseline", module="^jit_mlp$").total_ops == 4
-    none = load_report(saved, "baseline", module="no_such_module")
-    assert none.ops == [] and none.measured_us == 0.0
+    # A pattern that matches nothing is a typo to report, not an empty baseline to pass.
+    with pytest.raises(InputError, match="no op matches --module 'no_such_module'"):
+        load_report(saved, "baseline", module="no_such_module")
 
 
 # ------------------------------------------------------------------------ errors of the inputs

@@ -9,7 +9,7 @@ from hlogap.chips import Chip
 from hlogap.cost import OpCost
 from hlogap.hlo.ir import Instruction
 from hlogap.hlo.opcodes import COMMAND_BUFFER_FLAG, is_command_buffer
-from hlogap.units import fmt_si
+from hlogap.units import fmt_si, fmt_us
 
 # Padding above this share of the bytes moved is worth a hint.
 PADDING_HINT_FRACTION = 0.1
@@ -71,13 +71,13 @@ def hints_for(
     if bound.overlapped and transfer > 0:
         link = " on the host link" if bound.bound_by == "host" else ""
         out.append(
-            f"async transfer needs >= {transfer:.3g} us{link} and overlaps later ops; "
+            f"async transfer needs >= {_us(transfer)}{link} and overlaps later ops; "
             "waiting for it shows on its done"
         )
     elif bound.overlapped and measured_us:
         # The work is counted on the start; time on the done is the device waiting for it.
         out.append(
-            f"async op not overlapped: the device waits {measured_us:.3g} us per "
+            f"async op not overlapped: the device waits {_us(measured_us)} per "
             "occurrence at this done; schedule independent work between start and done"
         )
     if cost.collective and bound.bound_by == "communication":
@@ -91,11 +91,16 @@ def hints_for(
         )
     if bound.bound_by == "none" and not bound.overlapped:
         why = f" ({cost.note})" if cost.note else ""
-        spent = f": its {measured_us:.3g} us per occurrence are overhead" if measured_us else ""
+        spent = f": its {_us(measured_us)} per occurrence are overhead" if measured_us else ""
         out.append(f"no work the roofline counts{why}{spent}")
     if measured_us and not bound.overlapped:
         out.extend(_achieved(cost, bound, chip, measured_us * 1e-6))
     return out
+
+
+def _us(value: float) -> str:
+    """A time in its unit (85.2 ms, not 8.52e+04 us); three digits below a microsecond."""
+    return fmt_us(value) if abs(value) >= 1 else f"{value:.3g} us"
 
 
 def _achieved(cost: OpCost, bound: Bound, chip: Chip, seconds: float) -> list[str]:

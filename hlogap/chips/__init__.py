@@ -286,11 +286,15 @@ def _describe(stats: Mapping[str, object]) -> str:
     if "device_type_string" in stats:
         return f"device_type_string {stats['device_type_string']!r}"
     vendor = str(stats.get("device_vendor", "?"))
-    cc = f"{stats.get('compute_cap_major', '?')}.{stats.get('compute_cap_minor', '?')}"
-    units = "CUs" if vendor.lower() == "amd" else "SMs"
+    major, minor = stats.get("compute_cap_major", "?"), stats.get("compute_cap_minor", "?")
+    # ROCm puts the GFX major.minor in the compute-capability stats (9.5: gfx950, 9.4: gfx942):
+    # AMD has no "compute capability".
+    amd = vendor.lower() == "amd"
+    version = f"GFX {major}.{minor}" if amd else f"compute capability {major}.{minor}"
+    units = "CUs" if amd else "SMs"
     memory = stats.get("memory_size")
     gib = f"{memory / 2**30:.0f} GiB" if _is_number(memory) else "? GiB"
-    return f"{vendor} compute capability {cc}, {stats.get('core_count', '?')} {units}, {gib}"
+    return f"{vendor} {version}, {stats.get('core_count', '?')} {units}, {gib}"
 
 
 def _load_file(path: Path) -> Chip:

@@ -26,6 +26,7 @@ th { text-align: left; background: #f4f4f4; position: sticky; top: 0; cursor: po
      user-select: none; white-space: nowrap; }
 th.sorted::after { content: attr(data-dir); color: #888; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+th.num { text-align: right; }
 tr.op:hover, tr.step:hover { background: #f7f9ff; } tr.op, tr.step { cursor: pointer; }
 tr.found { background: #fff3c4; }
 tr.detail td { background: #fafafa; font-size: 12.5px; }
@@ -191,7 +192,7 @@ function renderChart() {
     const r = 3 + 14 * Math.sqrt(Math.max(0, p.o.gap_us) / maxGap);
     const dot = add("circle", {cx: sx(p.x), cy: sy(p.y), r: r.toFixed(1)});
     const t = document.createElementNS(NS, "title");
-    t.textContent = `${p.o.name}: ${si(p.y, "FLOP/s")} at ${p.x.toPrecision(3)} FLOP/B, lost ${fmtUs(p.o.gap_us)} (${pct(p.o.efficiency)} of its bound)`;
+    t.textContent = `${p.o.name}: ${si(p.y, "FLOP/s")} at ${p.x.toPrecision(3)} FLOP/B, lost ${fmtUs(p.o.gap_us)} (efficiency ${pct(p.o.efficiency)}: its bound over its time)`;
     dot.appendChild(t);
     dot.addEventListener("click", () => {
       filterText = ""; document.getElementById("filter").value = ""; renderOps();
@@ -209,7 +210,7 @@ function renderChart() {
 function renderScopes() {
   const groups = new Map();
   for (const o of R.ops) {
-    const scope = (o.op_name || "(no op_name)").split("/").slice(0, 3).join("/");
+    const scope = (o.op_name || "(unknown)").split("/").slice(0, 3).join("/");
     const g = groups.get(scope) || {ops: 0, measured: 0, bound: 0, gap: 0};
     g.ops += 1; g.measured += o.measured_us; g.bound += o.bound_us; g.gap += o.gap_us;
     groups.set(scope, g);
@@ -242,7 +243,7 @@ function renderSteps() {
     ["exposed coll", (d) => fmtUs(d.exposed_comm_us)], ["exposed host", (d) => fmtUs(d.exposed_host_us)],
     ["measured", (d) => fmtUs(d.measured_us)], ["bound", (d) => fmtUs(d.bound_us)]];
   const head = el("tr");
-  for (const [h] of cols) head.appendChild(el("th", {}, h));
+  for (const [h] of cols) head.appendChild(el("th", {class: "num"}, h));
   table.appendChild(head);
   for (const s of R.steps) {
     const tr = el("tr", {class: "step"});
@@ -254,7 +255,7 @@ function renderSteps() {
       const td = el("td", {colspan: String(cols.length)});
       const inner = el("table");
       const ihead = el("tr");
-      for (const [h] of dcols) ihead.appendChild(el("th", {}, h));
+      for (const [h] of dcols) ihead.appendChild(el("th", {class: "num"}, h));
       inner.appendChild(ihead);
       for (const d of s.per_device || []) {
         const dr = el("tr");

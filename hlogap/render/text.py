@@ -277,7 +277,9 @@ DIFF_COLUMNS = (
 # What the columns mean: status and the /occ columns per occurrence, the rest over all of them.
 DIFF_LEGEND = (
     "status, base/occ, new/occ, Δ/occ: one occurrence (the median); "
-    "Δ total, Δ bound, Δ gap: all occurrences (NEW - ratio x BASE)"
+    "Δ total, Δ bound, Δ gap: all occurrences, NEW - ratio x BASE, where ratio = NEW's "
+    "occurrences / BASE's (median over matched ops); mixed: per occurrence and in total "
+    "the op moved opposite ways"
 )
 
 

@@ -165,6 +165,8 @@ class DiffRow:
         if self.pair.method in ("appeared", "vanished"):
             return self.pair.method
         delta = self.measured_per_occ_delta_us
+        if delta * self.measured_delta_us < 0:  # slower per occurrence, less in total, or back
+            return "mixed"
         return "slower" if delta > 0 else "faster" if delta < 0 else "unchanged"
 
     def _per_occ(self, which: str, field_name: str) -> float | None:

@@ -28,6 +28,7 @@ from hlogap.trace.summary import (
 )
 from hlogap.trace.timeline import Timeline, host_events
 from hlogap.trace.timing import AsyncPairs
+from hlogap.trace.unauditable import no_xla_ops
 from hlogap.units import printable
 
 if TYPE_CHECKING:
@@ -40,10 +41,26 @@ if TYPE_CHECKING:
 def chip_from_trace(run: RunSummary) -> tuple[Chip, ChipSource, str]:
     """(chip, source, reason) without `--chip`: detected from device planes; CPU: calibrated."""
     if run.backend in ("gpu", "tpu"):
+        # Every device is detected (once per kind of plane and stats): hosts of different
+        # chips judged under one chip's peaks read wrong (an MI355X op at 120% of an MI300X).
+        seen: dict[tuple[str, str], tuple[Chip, str] | None] = {}
+        chips: dict[str, tuple[Chip, str, set[str]]] = {}
         for dev in run.devices:
-            found = detect_chip(dev.stats, dev.plane)
+            kind = (dev.plane.rstrip("0123456789"), repr(sorted(dev.stats.items())))
+            if kind not in seen:
+                seen[kind] = detect_chip(dev.stats, dev.plane)
+            found = seen[kind]
             if found:
-                return found[0], "detected", found[1]
+                chips.setdefault(found[0].name, (*found, set()))[2].add(dev.host)
+        if len(chips) > 1:
+            mixed = "; ".join(f"{n} on {', '.join(sorted(h))}" for n, (_, _, h) in chips.items())
+            raise InputError(
+                f"the hosts of this run are different chips ({mixed}): audit each chip's "
+                "hosts apart with --host NAME, or judge them all against one with --chip NAME"
+            )
+        if chips:
+            detected, why, _ = next(iter(chips.values()))
+            return detected, "detected", why
         raise InputError(
             f"cannot tell which {run.backend.upper()} this profile ran on; "
             "pass --chip NAME (see `hlogap chips`) or --chip FILE.toml"
@@ -156,7 +173,8 @@ def _audit_hosts(
     run.warnings += [f"skipped host {s.host}: {s.reason}" for s in skipped]
     if run.backend == "none":
         raise InputError(
-            f"no XLA op events in {source.path} (was the jitted program run while tracing?)"
+            no_xla_ops(source.files)
+            or f"no XLA op events in {source.path} (was the jitted program run while tracing?)"
         )
     if selection.module and not run.times.events.any():  # a typo would pass a CI gate
         raise InputError(_no_module_match(selection.module, {o.key.module for o in run.ops}))

@@ -25,6 +25,7 @@ from hlogap.files import available_memory
 from hlogap.proto import xplane_pb2
 from hlogap.source import Remote, is_url, regular_file
 from hlogap.trace.columnar import LineColumns, RawLine, plane_lines
+from hlogap.trace.exports import tool_export
 from hlogap.trace.model import MAX_TIME_PS, AllocatorEvents, Step, TraceBuilder
 
 LineT = TypeVar("LineT", xplane_pb2.XLine, RawLine)
@@ -261,7 +262,8 @@ def _space_fields(f: _Source, path: str | Path) -> tuple[list[Plane], list[str]]
     a corrupt profile."""
 
     def corrupt() -> InputError:
-        return InputError(f"corrupt or truncated profile (not an XSpace): {path}")
+        export = tool_export(path)  # JSON an xprof tool wrote is not corrupt, only not a profile
+        return InputError(export or f"corrupt or truncated profile (not an XSpace): {path}")
 
     end = f.seek(0, 2)
     f.seek(0)

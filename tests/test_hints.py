@@ -57,7 +57,7 @@ def test_layout_copy_and_transpose() -> None:
 def test_exposed_async_collective() -> None:
     hlo = "%ard = f32[1024]{0} all-reduce-done(f32[1024]{0} %ars)"
     found = hints(hlo, "tpu-v5e", measured_us=37.0)
-    assert any(h.startswith("async op not overlapped: the device waits 37 us") for h in found)
+    assert any(h.startswith("async op not overlapped: the device waits 37.0 us") for h in found)
 
 
 def test_unmodeled_custom_call_says_why() -> None:
@@ -134,6 +134,6 @@ def test_ops_that_do_no_work_are_bound_by_none() -> None:
         bound = bound_op(cost_instruction(inst), the_chip, async_role(inst.opcode, inst.name))
         assert bound.bound_by == "none" and bound.lower_s == 0
         (hint,) = hints(hlo, "h100-sxm", measured_us=3.0)
-        assert hint.startswith("no work the roofline counts") and "3 us" in hint
+        assert hint.startswith("no work the roofline counts") and "3.0 us" in hint
     work = "%a = f32[1024]{0} add(f32[1024]{0} %x, f32[1024]{0} %y)"
     assert bound_op(cost_instruction(parse_instruction(work)), the_chip).bound_by == "memory"

@@ -57,7 +57,7 @@ class TableRenderer:
         if isinstance(document, CheckResult):
             return _check(document, options.width)
         if isinstance(document, ChipList):
-            return _chips(document.chips)
+            return _chips(document.chips, options.width)
         if isinstance(document, MemoryView):
             return _memory(document.report, options.top, options.width)
         return _bound(document)
@@ -94,18 +94,22 @@ def _fitted(lines: list[str], width: int | None) -> list[str]:
 
 def _print(
     lines: list[str],
-    table: Table | None = None,
+    table: Table | list[str] | None = None,
     after: list[str] | None = None,
     width: int | None = DIFF_WIDTH,
     color: bool = False,
 ) -> str:
+    """Lines fitted to `width`, then the table (a Rich table, or one drawn already: its
+    lines as they are), then more lines."""
     from rich.console import Console
 
     out = io.StringIO()
     console = Console(file=out, width=width, force_terminal=color, no_color=not color)
     for line in _fitted(lines, width):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-    if table is not None:
+    if isinstance(table, list):
+        out.writelines(line + "\n" for line in table)
+    elif table is not None:
         console.print(table)
     for line in _fitted(after or [], width):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
@@ -118,14 +122,15 @@ def _audit(report: AuditReport, options: RenderOptions) -> str:
     # A terminal's width when known (every op one line, fitted to it); else wide: piped output
     # keeps whole rows for grep and diff.
     width = options.width or WIDE
+    drawn: Table | list[str]
     if report.group_by:
-        table, after = _groups(report, top)
+        drawn, after = _groups(report, top, options.width)
     else:
-        table, after = _ops(report, top, options.width)
+        drawn, after = _ops(report, top, options.width, color)
     checked = cross_check_lines(report)
     after = [*after, *(["", *checked] if checked else [])]
     after += [f"warning: {w}" for w in report.warnings]
-    text = _print([*header_lines(report), ""], table, after, width=width, color=color)
+    text = _print([*header_lines(report), ""], drawn, after, width=width, color=color)
     if options.steps:
         table, more = _steps(report, top, options.width)
         text += _print(["", *steps_overview(report), ""], table, more, width=width, color=color)
@@ -195,7 +200,9 @@ def _fit(
             shown.remove(text)
             left += 3
         return shown, max(min(left, natural["op"]), 4), 0
-    op_width = min(natural["op"], max(MIN_OP, left - text_natural))
+    # Names whole where they fit beside a reason column of MIN_WHY: a reason that does not
+    # fit then goes on lines of its own (`_ops`), not the name.
+    op_width = min(natural["op"], max(MIN_OP, left - min_text))
     return shown, op_width, min(text_natural, left - op_width)
 
 
@@ -229,7 +236,9 @@ def _fitted_table(
     return table, [f"({', '.join(dropped)} left out to fit {width} columns; --wide shows all)"]
 
 
-def _ops(report: AuditReport, top: int, width: int | None) -> tuple[Table, list[str]]:
+def _ops(
+    report: AuditReport, top: int, width: int | None, color: bool = False
+) -> tuple[Table | list[str], list[str]]:
     rows = report.ops if top <= 0 else report.ops[:top]
     cells = [
         {
@@ -253,32 +262,51 @@ def _ops(report: AuditReport, top: int, width: int | None) -> tuple[Table, list[
         for c in cells:
             table.add_row(*(c[name] for name, _ in OP_COLUMNS))
         return table, more_line(len(rows), len(report.ops), "--top 0 shows all")
-    table, dropped = _fitted_table(cells, OP_COLUMNS, DROP_FIRST, width)
-    return table, [*more_line(len(rows), len(report.ops), "--top 0 shows all"), *dropped]
+    more = more_line(len(rows), len(report.ops), "--top 0 shows all")
+    _, _, why_width = _fit(cells, OP_COLUMNS, DROP_FIRST, width)
+    if all(len(c["why"]) <= why_width for c in cells):
+        table, dropped = _fitted_table(cells, OP_COLUMNS, DROP_FIRST, width)
+        return table, [*more, *dropped]
+    # A reason cut to the column's width says too little: each goes on lines of its own under
+    # its row, wrapped between words, and the row keeps the room for its other columns.
+    table, dropped = _fitted_table(cells, OP_COLUMNS[:-1], DROP_FIRST, width, text=None)
+    return _with_reasons(table, [c["why"] for c in cells], width, color), [*more, *dropped]
 
 
-def _groups(report: AuditReport, top: int) -> tuple[Table, list[str]]:
-    table = _new_table()
-    _columns(
-        table,
-        (
-            ("#", "right"),
-            (report.group_by or "group", "left"),
-            ("ops", "right"),
-            ("n", "right"),
-            ("measured", "right"),
-            ("bound", "right"),
-            ("gap", "right"),
-            ("eff", "right"),
-        ),
-    )
+def _with_reasons(table: Table, reasons: list[str], width: int, color: bool) -> list[str]:
+    """The table drawn, each reason under its row, indented to the op column."""
+    import re
+    import textwrap
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    Console(file=out, width=width, force_terminal=color, no_color=not color).print(table)
+    drawn = [line.rstrip() for line in out.getvalue().splitlines()]
+    header = 2  # the column names and the rule under them: one line each (no_wrap)
+    plain_header = re.sub(r"\x1b\[[0-9;]*m", "", drawn[0])  # without its colour codes
+    indent = " " * (plain_header.index("┃") + 2)
+    lines = drawn[:header]
+    for row, reason in zip(drawn[header:], reasons, strict=True):
+        lines.append(row)
+        lines += textwrap.wrap(
+            reason,
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    return lines
+
+
+def _groups(report: AuditReport, top: int, width: int | None) -> tuple[Table, list[str]]:
+    """The `--group-by` rows; at a terminal's width, group names shortened to fit (a source
+    path from the left, keeping its `file:line`; other names in the middle)."""
     by_axis = report.group_by == "axis"
-    if by_axis:
-        table.add_column("bus bw", justify="right")
     rows = report.groups if top <= 0 else report.groups[:top]
-    for rank, g in enumerate(rows, 1):
-        bus = [fmt_si(g.bus_bw, "B/s") if g.bus_bw else "-"] if by_axis else []
-        table.add_row(
+    cells = [
+        [
             str(rank),
             g.name,
             str(g.ops),
@@ -287,9 +315,35 @@ def _groups(report: AuditReport, top: int) -> tuple[Table, list[str]]:
             fmt_us(g.bound_us),
             fmt_us(g.gap_us),
             fmt_eff(g.efficiency),
-            *bus,
+            *([fmt_si(g.bus_bw, "B/s") if g.bus_bw else "-"] if by_axis else []),
+        ]
+        for rank, g in enumerate(rows, 1)
+    ]
+    names = ["#", report.group_by or "group", "ops", "n", "measured", "bound", "gap", "eff"]
+    names += ["bus bw"] if by_axis else []
+    name_width = None
+    if width is not None and cells:
+        others = sum(
+            max(len(n), *(len(c[k]) for c in cells)) for k, n in enumerate(names) if k != 1
         )
+        name_width = max(width - others - 3 * len(names) + 1, MIN_OP)
+        cut = _left if report.group_by == "source" else middle
+        for c in cells:
+            c[1] = cut(c[1], name_width)
+    table = _new_table()
+    for k, n in enumerate(names):
+        if k == 1:
+            table.add_column(n, no_wrap=True, max_width=name_width)
+        else:
+            table.add_column(n, justify="right", no_wrap=True)
+    for c in cells:
+        table.add_row(*c)
     return table, more_line(len(rows), len(report.groups), "--top 0 shows all", "groups")
+
+
+def _left(text: str, width: int) -> str:
+    """`text` cut to `width` characters from the left: a path keeps its end (`…/mlp.py:42`)."""
+    return text if len(text) <= width else "…" + text[len(text) - width + 1 :]
 
 
 def _steps(report: AuditReport, top: int, width: int | None) -> tuple[Table, list[str]]:
@@ -297,7 +351,8 @@ def _steps(report: AuditReport, top: int, width: int | None) -> tuple[Table, lis
     # The start column goes first where the terminal is narrow: the step number says the order.
     columns = [c for c in STEP_COLUMNS if c != "start" or not width or width >= 90]
     table = _new_table()
-    _columns(table, tuple((c, "right") for c in columns))
+    for c in columns:  # a header is never split mid-word: its column is at least as wide
+        table.add_column(c, justify="right", min_width=len(c), no_wrap=True)
     for s in rows:
         cells = step_cells(s)
         table.add_row(*(cells[c] for c in columns))
@@ -441,23 +496,54 @@ def _allocators(allocators: tuple[AllocatorPeak, ...], width: int | None) -> str
     return _print([title], table, notes, width=width or WIDE)
 
 
-def _chips(chips: list[Chip]) -> str:
-    table = _new_table()
-    for col in ("name", "chip", "bf16", "int8", "f32", "HBM", "link", "host", "ridge bf16"):
-        table.add_column(col, justify="left" if col in ("name", "chip") else "right")
-    for c in chips:
-        peak = c.peak_flops
-        table.add_row(
-            c.name,
-            c.display,
-            *(fmt_si(peak[k], "FLOP/s") if k in peak else "-" for k in ("bf16", "int8", "f32")),
-            fmt_si(c.hbm_bw, "B/s"),
-            fmt_si(c.interconnect_bw, "B/s") if c.interconnect_bw else "-",
-            fmt_si(c.host_bw, "B/s") if c.host_bw else "-",
-            f"{c.ridge_point('bf16'):.0f}" if "bf16" in peak else "-",
+CHIP_COLUMNS = ("name", "chip", "bf16", "int8", "f32", "HBM", "link", "host", "ridge bf16")
+# Left out in this order where the terminal is narrow; the chip's name (what --chip takes) stays.
+CHIP_DROP_FIRST = ("host", "ridge bf16", "int8", "link", "f32")
+MIN_DISPLAY = 24
+
+
+def _chips(chips: list[Chip], width: int | None) -> str:
+    cells = []
+    for chip in chips:
+        peak = chip.peak_flops
+        flops = {
+            k: fmt_si(peak[k], "FLOP/s") if k in peak else "-" for k in ("bf16", "int8", "f32")
+        }
+        cells.append(
+            {
+                "name": chip.name,
+                "chip": chip.display,
+                **flops,
+                "HBM": fmt_si(chip.hbm_bw, "B/s"),
+                "link": fmt_si(chip.interconnect_bw, "B/s") if chip.interconnect_bw else "-",
+                "host": fmt_si(chip.host_bw, "B/s") if chip.host_bw else "-",
+                "ridge bf16": f"{chip.ridge_point('bf16'):.0f}" if "bf16" in peak else "-",
+            }
         )
+    natural = {k: max([len(k), *(len(c[k]) for c in cells)]) for k in CHIP_COLUMNS}
+    shown = list(CHIP_COLUMNS)
+
+    def room() -> int:  # what the display name may take
+        fixed = sum(natural[k] for k in shown if k != "chip")
+        return (width or WIDE) - fixed - 3 * len(shown) + 1
+
+    for name in CHIP_DROP_FIRST:
+        if room() >= min(natural["chip"], MIN_DISPLAY):
+            break
+        shown.remove(name)
+    display_width = max(min(room(), natural["chip"]), MIN_DISPLAY)
+    table = _new_table()
+    for k in shown:
+        left = k in ("name", "chip")
+        table.add_column(k, justify="left" if left else "right", no_wrap=True)
+    for c in cells:
+        table.add_row(*(middle(c[k], display_width) if k == "chip" else c[k] for k in shown))
+    dropped = [k for k in CHIP_COLUMNS if k not in shown]
+    notes = [f"({', '.join(dropped)} left out to fit {width} columns)"] if dropped else []
     sources = "Sources for every figure: `hlogap chips --format json` or hlogap/chips/specs/*.toml"
-    return _print([], table, [sources])
+    return _print([], table, [*notes, sources], width=width or WIDE)
+
+
 
 
 def _bound(result: InstructionBound) -> str:

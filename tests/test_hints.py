@@ -111,7 +111,7 @@ def test_collective_on_a_chip_without_link_bandwidth_says_why(tmp_path: Path) ->
     )
     assert result.bound.bound_by == "unmodeled"
     assert result.hints == [
-        "unmodeled: chip nolink has no interconnect bandwidth for its 6.14e+03 B"
+        "unmodeled: chip nolink has no interconnect bandwidth for its 6.14 kB"
     ]
 
 

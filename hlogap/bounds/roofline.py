@@ -17,6 +17,7 @@ import numpy as np
 from hlogap.chips import Chip
 from hlogap.cost import OpCost
 from hlogap.hlo.opcodes import AsyncRole
+from hlogap.units import fmt_si
 
 BoundBy = Literal["compute", "memory", "communication", "host", "none", "unmodeled"]
 """What bounds an op: its slowest resource (`host`: the link to host memory); `none` when it
@@ -79,7 +80,8 @@ def bound_op(cost: OpCost, chip: Chip, role: AsyncRole = "") -> Bound:
     if cost.comm_bytes:
         if not chip.interconnect_bw:
             reason = (
-                f"chip {chip.name} has no interconnect bandwidth for its {cost.comm_bytes:.3g} B"
+                f"chip {chip.name} has no interconnect bandwidth for its "
+                f"{fmt_si(cost.comm_bytes, 'B')}"
             )
             return Bound(0.0, 0.0, 0.0, "unmodeled", unmodeled=reason)
         t_comm = cost.comm_bytes / chip.interconnect_bw

@@ -544,8 +544,6 @@ def _chips(chips: list[Chip], width: int | None) -> str:
     return _print([], table, [*notes, sources], width=width or WIDE)
 
 
-
-
 def _bound(result: InstructionBound) -> str:
     d = result.to_dict()
     intensity = result.intensity

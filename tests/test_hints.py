@@ -110,9 +110,7 @@ def test_collective_on_a_chip_without_link_bandwidth_says_why(tmp_path: Path) ->
         str(chip),
     )
     assert result.bound.bound_by == "unmodeled"
-    assert result.hints == [
-        "unmodeled: chip nolink has no interconnect bandwidth for its 6.14 kB"
-    ]
+    assert result.hints == ["unmodeled: chip nolink has no interconnect bandwidth for its 6.14 kB"]
 
 
 def test_layout_hint_only_where_data_moves() -> None:

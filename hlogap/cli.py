@@ -55,11 +55,31 @@ def _options(
     the hardware's roofline, and why."""
 
 
+def _complete_chip(incomplete: str) -> list[str]:
+    """--chip's values for shell completion: the chips hlogap knows, by name."""
+    from hlogap.chips import builtin_chips
+
+    return [c.name for c in builtin_chips() if c.name.startswith(incomplete)]
+
+
+def _complete_sort(incomplete: str) -> list[str]:
+    from hlogap.report.model import SORT_KEYS
+
+    return [k for k in SORT_KEYS if k.startswith(incomplete)]
+
+
+def _complete_group_by(incomplete: str) -> list[str]:
+    from hlogap.report.groups import GROUP_KEYS
+
+    return [k for k in GROUP_KEYS if k.startswith(incomplete)]
+
+
 ChipOpt = Annotated[
     str | None,
     typer.Option(
         "--chip",
         help="Chip name (see `hlogap chips`) or a chip TOML file; default: detect from the trace.",
+        autocompletion=_complete_chip,
     ),
 ]
 # str, not Path: a Path would fold the `//` of a URL (gs://bucket/tb -> gs:/bucket/tb).
@@ -77,8 +97,15 @@ ModuleOpt = Annotated[str | None, typer.Option(help="Only modules matching REGEX
 def _format_option(names: str, output: bool = False) -> typer.models.OptionInfo:
     """--format for a command that renders `names` (tests check them against the registry)."""
     default = "from --output's extension, else table" if output else "table"
+
+    def complete(incomplete: str) -> list[str]:
+        return [n for n in names.split(", ") if n.startswith(incomplete)]
+
     option: typer.models.OptionInfo = typer.Option(
-        "--format", "-f", help=f"Output format: {names}; default: {default}."
+        "--format",
+        "-f",
+        help=f"Output format: {names}; default: {default}.",
+        autocompletion=complete,
     )
     return option
 
@@ -284,7 +311,11 @@ def audit(
     device: DeviceOpt = None,
     module: ModuleOpt = None,
     sort: Annotated[
-        str, typer.Option(help="gap, measured (largest first) or efficiency (lowest first).")
+        str,
+        typer.Option(
+            help="gap, measured (largest first) or efficiency (lowest first).",
+            autocompletion=_complete_sort,
+        ),
     ] = "gap",
     hlo_dump: Annotated[
         Path | None,
@@ -300,7 +331,9 @@ def audit(
     group_by: Annotated[
         str | None,
         typer.Option(
-            "--group-by", help="Roll ops up by scope (layer), category, source or module."
+            "--group-by",
+            help="Roll ops up by scope (layer), category, source or module.",
+            autocompletion=_complete_group_by,
         ),
     ] = None,
     depth: Annotated[

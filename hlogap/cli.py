@@ -217,6 +217,11 @@ def _load_pair(
         return load_pair(base, new, **selection, progress=progress)
 
 
+# zlib's own default: gzip's 9 took 2.7 s of a 6.3 s trace export (128 k events) for a file
+# a few percent smaller.
+GZIP_LEVEL = 6
+
+
 def _emit_bytes(data: Iterable[bytes], output: Path | None) -> None:
     """UTF-8 chunks to stdout (its buffer: the bytes as they are) as they come, or to `output`
     as `_emit` (whole or not at all)."""
@@ -240,7 +245,7 @@ def _emit_bytes(data: Iterable[bytes], output: Path | None) -> None:
     if target.name.lower().endswith(".gz"):
         import gzip
 
-        data = [gzip.compress(b"".join(data))]
+        data = [gzip.compress(b"".join(data), compresslevel=GZIP_LEVEL)]
     write_bytes(target, data)
     _wrote(target)
 
@@ -262,7 +267,7 @@ def _emit(text: str, output: Path | None) -> None:
 
         from hlogap.files import write_bytes
 
-        write_bytes(target, [gzip.compress(text.encode())])
+        write_bytes(target, [gzip.compress(text.encode(), compresslevel=GZIP_LEVEL)])
     else:
         from hlogap.files import write_text
 

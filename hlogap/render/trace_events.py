@@ -37,7 +37,10 @@ IDLE_TRACK, EXPOSED_TRACK = "idle", "exposed communication"
 def colour_of(efficiency: float | None) -> str:
     if efficiency is None:
         return UNMODELED_COLOUR
-    return next(name for floor, name in EFFICIENCY_COLOURS if efficiency >= floor)
+    for floor, name in EFFICIENCY_COLOURS:  # a loop, not next(generator): once per event
+        if efficiency >= floor:
+            return name
+    return EFFICIENCY_COLOURS[-1][1]  # below every floor: a negative efficiency
 
 
 def lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:

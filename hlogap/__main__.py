@@ -1,5 +1,11 @@
 """`python -m hlogap` runs the CLI."""
 
-from hlogap.cli import main
+import sys
+
+try:
+    from hlogap.cli import main
+except KeyboardInterrupt:  # interrupted while starting up: the contract's code and one line
+    sys.stderr.write("hlogap: interrupted\n")
+    sys.exit(130)
 
 main()

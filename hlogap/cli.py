@@ -863,6 +863,9 @@ def main() -> None:
         _error(f"usage error: {exc.format_message()}")
         code = getattr(exc, "exit_code", EXIT_USAGE)
     except (Abort, KeyboardInterrupt):
+        # The Ctrl-C that ended a reader first may still be pending here: it must not cut the
+        # cleanup short (Python would then die of the signal, not exit 130).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         _stop_children()
         _error("interrupted")
         code = 130

@@ -191,7 +191,7 @@ def _first_line(exc: BaseException) -> str:
 
 def host_of(path: str | Path) -> str:
     """The host a file is of, as every output prints it (`printable`: a file name is bytes)."""
-    name = str(path).rstrip("/").rsplit("/", 1)[-1]
+    name = str(path).split("::", 1)[0].rstrip("/").rsplit("/", 1)[-1]  # a chain's first URL
     host = name[: -len(XPLANE_SUFFIX)] if name.endswith(XPLANE_SUFFIX) else name.split(".")[0]
     return printable(host)
 
@@ -315,7 +315,9 @@ def _find_remote(url: str, run: str | None) -> tuple[str | None, list[str]]:
                 names = ", ".join(r.rsplit("/", 1)[-1] for r in runs)
                 raise InputError(f"no run '{run}' in {url} (runs: {names})")
         files = sorted(children(chosen))
-        return chosen.rsplit("/", 1)[-1], [fs.unstrip_protocol(f) for f in files]
+        # A chained URL (`zip://run::file://x.zip`) keeps its chain: fsspec strips it.
+        chain = url[url.index("::") :] if "::" in url else ""
+        return chosen.rsplit("/", 1)[-1], [fs.unstrip_protocol(f) + chain for f in files]
     if not remote.call("exists", root):  # backends list a missing bucket as empty
         raise InputError(f"not found: {url} (no such bucket or path)")
     raise InputError(f"no profile found in {url} (expected plugins/profile/<run>/*.xplane.pb)")

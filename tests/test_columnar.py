@@ -169,7 +169,7 @@ ONE_DECODER = [HealthCheck.function_scoped_fixture]
 @settings(max_examples=300, deadline=None, suppress_health_check=ONE_DECODER)
 @given(
     events=st.lists(odd_event, min_size=1, max_size=20),
-    timestamp_ns=st.integers(-(2**61) // 1000, 2**61 // 1000),
+    timestamp_ns=st.integers(-(2**61 // 1000), 2**61 // 1000),
     wanted=st.sampled_from([WANTED, [], [9, 9, 3], [5, 2**40]]),
 )
 def test_generated_lines_read_as_upb_reads_them(

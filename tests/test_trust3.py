@@ -9,12 +9,19 @@ no PASS from `check` where a time was made impossible.
 
 from __future__ import annotations
 
+import errno
+import importlib.util
 import json
 import math
+import os
 import random
 import re
+import shutil
 import signal
+import subprocess
 import sys
+import time
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -506,3 +513,229 @@ def test_a_backend_config_nested_past_the_parser_s_depth_is_kept_as_text(
     code, out, err = run_cli(["audit", str(profile), "--chip", str(chip), "-f", "json"], capsys)
     assert_clean(code, err, (0,))
     assert_sane_numbers(out)
+
+
+# --- class 2, 3 and 7: names, paths, the chart, signals, files changing while read -----------
+
+CONTROL = ["\x1b[31m", "\x07", "\n", "\r", "\x00", "\x9b"]
+
+
+def _renamed_ops(tmp: Path, rng: random.Random) -> Path:
+    """The CPU fixture with control characters in its op and module names (the names the
+    events' `hlo_op`/`hlo_module` refs point at)."""
+    space = SEEDS["cpu"](tmp)
+    for plane in space.planes:
+        if plane.name != "/host:CPU":
+            continue
+        refs = {s.ref_value for line in plane.lines for e in line.events for s in e.stats}
+        for key, md in plane.stat_metadata.items():
+            if key in refs and md.name:
+                cut = rng.randrange(len(md.name) + 1)
+                md.name = md.name[:cut] + rng.choice(CONTROL) + md.name[cut:]
+    return _write_run(tmp, "names", space)
+
+
+@pytest.mark.parametrize("case", range(4))
+@pytest.mark.parametrize("fmt", ["table", "md", "csv", "json", "html"])
+def test_control_characters_never_reach_any_output(
+    case: int, fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = _renamed_ops(tmp_path, random.Random(f"names-{case}"))
+    chip = _chip(tmp_path, random.Random(0), False)
+    code, out, err = run_cli(
+        ["audit", str(profile), "--chip", str(chip), "-f", fmt, "--top", "0"], capsys
+    )
+    assert_clean(code, err, (0,))
+    text = json.dumps(json.loads(out)) if fmt == "json" else out
+    if fmt == "json":  # what a consumer gets once it parses the strings
+        text = "".join(str(v) for v in _strings(json.loads(out)))
+    allowed = "\n\t" if fmt != "json" else ""
+    assert not [c for c in text if not c.isprintable() and c not in allowed], text[:500]
+
+
+def _strings(value: object) -> Iterator[str]:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+    elif isinstance(value, str):
+        yield value
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["-f", "json"], ["-o", "report.txt"], ["-o", "report.html"], ["-o", "x.json"], ["-f", "md"]],
+)
+def test_paths_that_are_not_utf8_are_printed_escaped(
+    args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = Path(os.fsdecode(bytes(tmp_path) + b"/run\xfe"))
+    run = root / "plugins" / "profile" / "r1"
+    run.mkdir(parents=True)
+    source = next((FIXTURES / "mlp").rglob("*.xplane.pb"))
+    (run / os.fsdecode(b"h\xff.xplane.pb")).write_bytes(source.read_bytes())
+    chip = _chip(tmp_path, random.Random(0), False)
+    option, value = args
+    target = str(tmp_path / value) if option == "-o" else value
+    code, out, err = run_cli(["audit", str(root), "--chip", str(chip), option, target], capsys)
+    assert_clean(code, err, (0,))
+    written = out if option == "-f" else (tmp_path / value).read_text()
+    if "json" in value:
+        written = "".join(_strings(json.loads(written)))
+    assert "h\\xff" in written and "run\\xfe" in written
+
+
+def test_a_module_regex_that_is_not_utf8_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = FIXTURES / "mlp"
+    chip = _chip(tmp_path, random.Random(0), False)
+    module = os.fsdecode(b"\xff")
+    code, _, err = run_cli(["audit", str(profile), "--chip", str(chip), "--module", module], capsys)
+    assert_clean(code, err, (2,))
+
+
+@pytest.mark.parametrize(
+    "name", ["$\\foo{$", "$\\sqrt{$", "\\", "$$", "_^{x}", "a$b", "%", "{}", "$\\frac{1}{$"]
+)
+def test_a_chart_draws_names_as_text(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    space = SEEDS["cpu"](tmp_path)
+    for plane in space.planes:
+        for md in plane.stat_metadata.values():
+            if md.name.startswith("dot"):
+                md.name = name + md.name
+    profile = _write_run(tmp_path, "chart", space)
+    chip = tmp_path / "chip.toml"
+    chip.write_text(f"name = 'c'\ndisplay = {json.dumps(name)}\n[peak_flops]\nf32 = 1e11\n")
+    chip.write_text(chip.read_text() + "[memory]\nhbm_bw = 2e10\n")
+    plot = tmp_path / "chart.svg"
+    code, _, err = run_cli(
+        ["audit", str(profile), "--chip", str(chip), "--plot", str(plot)], capsys
+    )
+    assert_clean(code, err, (0,))
+    assert plot.read_bytes().startswith(b"<?xml")
+
+
+def test_a_chart_with_ops_that_took_no_time_is_drawn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    space = SEEDS["cpu"](tmp_path)
+    for _, event in _op_events(space):
+        event.duration_ps = 0 if event.duration_ps % 2 else event.duration_ps
+    profile = _write_run(tmp_path, "zero", space)
+    chip = _chip(tmp_path, random.Random(0), False)
+    plot = tmp_path / "chart.png"
+    code, _, err = run_cli(
+        ["audit", str(profile), "--chip", str(chip), "--plot", str(plot)], capsys
+    )
+    assert_clean(code, err, (0,))
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_chart_that_cannot_be_drawn_fails_before_any_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib.figure
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ValueError("no renderer")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", broken)
+    chip = _chip(tmp_path, random.Random(0), False)
+    report = tmp_path / "report.json"
+    args = ["audit", str(FIXTURES / "mlp"), "--chip", str(chip), "-o", str(report)]
+    code, out, err = run_cli([*args, "--plot", str(tmp_path / "c.svg")], capsys)
+    assert_clean(code, err, (3,))
+    assert "roofline chart" in err and not out and not report.exists()
+
+
+def test_a_profile_truncated_while_mapped_is_an_input_error(tmp_path: Path) -> None:
+    """The file is mapped, cut to nothing, then its lines are read: one line, exit 3 (the
+    reader would otherwise die of SIGBUS)."""
+    path = tmp_path / "vm.xplane.pb"
+    path.write_bytes(next((FIXTURES / "mlp").rglob("*.xplane.pb")).read_bytes())
+    code = (
+        "import os, sys\n"
+        "from hlogap.trace.xspace import read_planes\n"
+        "planes, _ = read_planes(sys.argv[1])\n"
+        "os.truncate(sys.argv[1], 0)\n"
+        "for plane in planes:\n"
+        "    for line in plane.raw_lines:\n"
+        "        line.columns([])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60
+    )
+    if done.returncode == 0:
+        pytest.skip("no C extension here: the file is read, not mapped")
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.count("\n") == 1 and "truncated while it was read" in done.stderr
+
+
+def test_cross_check_without_room_for_its_copy_is_an_input_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    if importlib.util.find_spec("xprof") is None:
+        pytest.skip("xprof (tensorboard-plugin-profile) is not installed")
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", full)
+    chip = _chip(tmp_path, random.Random(0), False)
+    args = ["audit", str(FIXTURES / "mlp"), "--chip", str(chip), "--cross-check"]
+    code, _, err = run_cli(args, capsys)
+    assert_clean(code, err, (3,))
+    assert "private copy" in err
+
+
+def test_a_chained_url_keeps_its_chain(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    archive = tmp_path / "x.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in (FIXTURES / "mlp").rglob("*.xplane.pb"):
+            z.write(f, str(f.relative_to(FIXTURES / "mlp")))
+    chip = _chip(tmp_path, random.Random(0), False)
+    url = f"zip://plugins::file://{archive}"
+    code, out, err = run_cli(["audit", url, "--chip", str(chip), "-f", "json"], capsys)
+    assert_clean(code, err, (0,))
+    report = json.loads(out)
+    assert report["source"]["hosts"] == ["vm"]
+    assert all(f.endswith(f"::file://{archive}") for f in report["source"]["files"])
+
+
+def test_an_interrupt_during_a_many_host_check_is_130(tmp_path: Path) -> None:
+    """SIGINT to the process group (Ctrl-C), which reaches the readers too, at a few moments."""
+    source = next((FIXTURES / "sharded_train").rglob("*.xplane.pb"))
+    run = tmp_path / "tb" / "plugins" / "profile" / "r1"
+    run.mkdir(parents=True)
+    for h in range(24):
+        shutil.copy(source, run / f"h{h:02d}.xplane.pb")
+    chip = _chip(tmp_path, random.Random(0), False)
+    base = ["-m", "hlogap", "audit", str(tmp_path / "tb"), "--chip", str(chip), "-f", "json"]
+    baseline = subprocess.run([sys.executable, *base], capture_output=True, timeout=120)
+    (tmp_path / "base.json").write_bytes(baseline.stdout)
+    check = ["-m", "hlogap", "check", str(tmp_path / "tb"), "--chip", str(chip)]
+    for delay in (0.4, 1.0):
+        proc = subprocess.Popen(
+            [sys.executable, *check, "--baseline", str(tmp_path / "base.json")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        time.sleep(delay)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        if proc.returncode in (0, 1):
+            continue  # it finished before the interrupt
+        assert proc.returncode == 130, err
+        assert err.strip() == "hlogap: interrupted", err

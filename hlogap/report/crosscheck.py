@@ -153,21 +153,27 @@ def _compare(op: OpRow, x: dict[str, object] | None) -> CrossCheckRow:
 
 def _xprof_rows(files: list[str]) -> dict[tuple[str, str], dict[str, object]]:
     """xprof's hlo_stats rows by (program id, op name)."""
-    with tempfile.TemporaryDirectory(prefix="hlogap-xprof-") as tmp:
-        copies = []
-        for f in files:  # a private copy: the converter writes its cache beside its input
-            copy = Path(tmp) / f"{host_of(f)}.xplane.pb"
-            copy.write_bytes(read_bytes(f))
-            copies.append(str(copy))
-        try:
-            done = subprocess.run(
-                [sys.executable, "-c", _CONVERT, *copies],
-                capture_output=True,
-                text=True,
-                timeout=TIMEOUT_S,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise InputError(f"xprof's converter ran over {TIMEOUT_S} s") from exc
+    try:
+        with tempfile.TemporaryDirectory(prefix="hlogap-xprof-") as tmp:
+            copies = []
+            for f in files:  # a private copy: the converter writes its cache beside its input
+                copy = Path(tmp) / f"{host_of(f)}.xplane.pb"
+                copy.write_bytes(read_bytes(f))
+                copies.append(str(copy))
+            try:
+                done = subprocess.run(
+                    [sys.executable, "-c", _CONVERT, *copies],
+                    capture_output=True,
+                    text=True,
+                    timeout=TIMEOUT_S,
+                )
+            except subprocess.TimeoutExpired as exc:
+                raise InputError(f"xprof's converter ran over {TIMEOUT_S} s") from exc
+    except OSError as exc:  # no room or no right to write the copy (a full or read-only TMPDIR)
+        raise InputError(
+            f"--cross-check cannot write its private copy of the profile under "
+            f"{tempfile.gettempdir()}: {exc.strerror or exc} (set TMPDIR elsewhere)"
+        ) from exc
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
         raise InputError(f"xprof's converter failed on this profile: {last}")

@@ -377,10 +377,54 @@ static PyObject *plane_lines(PyObject *self, PyObject *arg) {
     return result;
 }
 
+#ifndef _WIN32
+#include <signal.h>
+#include <unistd.h>
+
+/* A mapped profile that shrinks under its reader (truncated while it is read) faults with
+   SIGBUS on its missing pages; the access would fault again on return, so the handler says so
+   in one line and ends the process with the input-error code. */
+static char sigbus_message[1024];
+static size_t sigbus_length;
+
+static void on_sigbus(int signum) {
+    (void)signum;
+    ssize_t written = write(2, sigbus_message, sigbus_length);
+    (void)written;
+    _exit(3);
+}
+#endif
+
+/* exit_on_sigbus(message) -> bool: from now on a SIGBUS writes `message` to stderr and exits
+   with 3; False where there is no SIGBUS to catch (Windows). */
+static PyObject *exit_on_sigbus(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_buffer message;
+    if (PyObject_GetBuffer(arg, &message, PyBUF_SIMPLE) < 0)
+        return NULL;
+#ifndef _WIN32
+    size_t n = (size_t)message.len < sizeof sigbus_message ? (size_t)message.len
+                                                           : sizeof sigbus_message;
+    memcpy(sigbus_message, message.buf, n);
+    sigbus_length = n;
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_sigbus;
+    sigemptyset(&action.sa_mask);
+    int failed = sigaction(SIGBUS, &action, NULL);
+    PyBuffer_Release(&message);
+    return PyBool_FromLong(failed == 0);
+#else
+    PyBuffer_Release(&message);
+    Py_RETURN_FALSE;
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"line_head", line_head, METH_O, "A serialized XLine's head fields and event count."},
     {"plane_lines", plane_lines, METH_O, "A serialized XPlane's lines as spans, and the rest."},
     {"line_columns", line_columns, METH_VARARGS, "A serialized XLine's events in columns."},
+    {"exit_on_sigbus", exit_on_sigbus, METH_O, "On SIGBUS: write the message, exit with 3."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -68,6 +68,12 @@ class LineColumns:
                 self.stats[k][i] = ABSENT
 
 
+def exit_on_sigbus(message: bytes) -> bool:
+    """Make a SIGBUS (a mapped file truncated under its reader) write `message` and exit with
+    3; False where it cannot (no C extension, no SIGBUS): the caller then reads, not maps."""
+    return _xline is not None and _xline.exit_on_sigbus(message)
+
+
 def plane_lines(raw: bytes | memoryview) -> tuple[bytes, list[tuple[int, int]]] | None:
     """A serialized XPlane without its lines, and each line's span in `raw` (C decoder); None
     without the C decoder, or for a plane it does not read (upb decides)."""

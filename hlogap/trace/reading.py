@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hlogap.errors import HlogapError
+from hlogap.errors import EXIT_INPUT, HlogapError, InputError
 from hlogap.source import is_nsys_archive
 from hlogap.trace.backends.base import detect
 from hlogap.trace.model import TraceBuilder, TraceData
@@ -135,12 +135,16 @@ def read_files(
 def _fork(task: Callable[[], TraceData | SkippedHost]) -> tuple[int, int]:
     """Fork a child that runs `task` and writes its pickled result (or error) to a pipe."""
     read_end, write_end = os.pipe()
+    # Held during the fork: one arriving while Python runs its at-fork hooks (logging's) is
+    # swallowed there, and the interrupt would be lost; it is delivered once both sides are set.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     pid = os.fork()
     if pid == 0:  # the child: leaves only through os._exit, whatever fails
         try:
             # An interrupt or a kill ends a reader at once: the parent reports it.
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
             os.close(read_end)
             try:
                 result: object = task()
@@ -154,6 +158,7 @@ def _fork(task: Callable[[], TraceData | SkippedHost]) -> tuple[int, int]:
             os._exit(0)
     os.close(write_end)
     _READERS.add(pid)
+    signal.pthread_sigmask(signal.SIG_SETMASK, held)
     return pid, read_end
 
 
@@ -161,8 +166,13 @@ def _collect(child: tuple[int, int]) -> TraceData | SkippedHost:
     pid, read_end = child
     with os.fdopen(read_end, "rb") as src:
         data = src.read()
-    os.waitpid(pid, 0)
+    _, status = os.waitpid(pid, 0)
     _READERS.discard(pid)
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGINT:
+        raise KeyboardInterrupt  # the interrupt reached the readers first: exit 130
+    if not data and os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_INPUT:
+        # Its file was truncated while mapped: it said so on stderr (hlogap.trace.xspace).
+        raise InputError("a profile reader stopped: its file changed while it was read")
     result = pickle.loads(data) if data else RuntimeError("a profile reader process died")
     if isinstance(result, BaseException):
         raise result

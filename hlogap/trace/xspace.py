@@ -24,9 +24,10 @@ from hlogap.errors import InputError
 from hlogap.files import available_memory
 from hlogap.proto import xplane_pb2
 from hlogap.source import Remote, is_url, regular_file
-from hlogap.trace.columnar import LineColumns, RawLine, plane_lines
+from hlogap.trace.columnar import LineColumns, RawLine, exit_on_sigbus, plane_lines
 from hlogap.trace.exports import tool_export
 from hlogap.trace.model import MAX_TIME_PS, AllocatorEvents, Step, TraceBuilder
+from hlogap.units import printable
 
 LineT = TypeVar("LineT", xplane_pb2.XLine, RawLine)
 DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):(\d+)$")
@@ -244,9 +245,15 @@ def _open_profile(path: str | Path) -> Iterator[_Source]:
             raise InputError(f"permission denied: {path}") from exc
         except OSError as exc:
             raise InputError(f"cannot read {path}: {exc.strerror}") from exc
+    # A mapped file truncated while it is read faults (SIGBUS) on its missing pages: mapped
+    # only where that fault can end the process with one line and exit 3, else read.
+    truncated = f"hlogap: error: {printable(str(path))} was truncated while it was read\n"
     with f:
         try:
-            yield _MappedFile(f) if mapped else f  # the mapping outlives the descriptor
+            if mapped and exit_on_sigbus(truncated.encode()):
+                yield _MappedFile(f)  # the mapping outlives the descriptor
+            else:
+                yield f
         except OSError as exc:
             raise InputError(f"cannot read {path}: {exc}") from exc
 

@@ -106,7 +106,12 @@ def test_cache_resident_ops_stay_under_their_roof(tmp_path: Path) -> None:
 
     stream, dot = cal._xla_stream_rate(), cal._xla_dot_rate()
     assert stream is not None and dot is not None
-    rates = cal.stream_bandwidths(stream, repeats=3)
+    # The best of 3 rounds, as `hlogap calibrate` keeps: other work only ever slows one down.
+    rounds = [cal.stream_bandwidths(stream, repeats=3) for _ in range(3)]
+    rates = {n: max(r[n] for r in rounds) for n in rounds[0]}
+    spread = max((rates[n] - min(r[n] for r in rounds)) / rates[n] for n in rates)
+    if spread > cal.NOISE_LIMIT:  # what `hlogap calibrate` warns of: no roof to test against
+        pytest.skip(f"the machine is busy: stream rounds disagree by {spread:.0%}")
     sizes = sorted(rates)
     result = cal.Calibration(
         cal.dot_peaks(dot, ("f32",), (512,), repeats=3),

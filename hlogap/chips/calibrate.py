@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from hlogap.chips import Chip, load_chip
+from hlogap.errors import HlogapError
 from hlogap.files import write_text
 
 
@@ -120,8 +121,10 @@ def _xla_dot_rate() -> DotRate | None:
         return None
     types = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16, "int8": jnp.int8}
     cpu = jax.devices("cpu")[0]
+    # One compiled dot and its operands per (type, size), made on first use: rounds reuse them.
+    runs: dict[tuple[str, int], Callable[[], object]] = {}
 
-    def rate(dtype: str, size: int, repeats: int) -> float:
+    def make(dtype: str, size: int) -> Callable[[], object]:
         element = types[dtype]
         wide = jnp.int32 if dtype == "int8" else None  # s8 x s8 accumulates in s32, as XLA does
 
@@ -133,9 +136,15 @@ def _xla_dot_rate() -> DotRate | None:
         b = jax.device_put(jnp.ones((size, size), element), cpu)
         run(a, b).block_until_ready()  # compile, warm up the thread pool
 
-        def once() -> None:
-            run(a, b).block_until_ready()
+        def once() -> object:
+            return run(a, b).block_until_ready()
 
+        return once
+
+    def rate(dtype: str, size: int, repeats: int) -> float:
+        once = runs.get((dtype, size))
+        if once is None:
+            once = runs[(dtype, size)] = make(dtype, size)
         return 2.0 * size**3 / _best_of(once, (), repeats)
 
     return rate
@@ -175,7 +184,9 @@ def _xla_stream_rate() -> StreamRate | None:
         return None
     cpu = jax.devices("cpu")[0]
 
-    def rate(nbytes: int, repeats: int) -> float:
+    runs: dict[int, tuple[Callable[[], object], int]] = {}  # per size, reused by rounds
+
+    def make(nbytes: int) -> tuple[Callable[[], object], int]:
         n = max(1, nbytes // 8)
         trips = max(2, STREAM_BATCH_BYTES // nbytes)
 
@@ -191,11 +202,18 @@ def _xla_stream_rate() -> StreamRate | None:
         run = jax.jit(loop, donate_argnums=0)
         state = [run(jax.device_put(jnp.ones((n,), jnp.float32), cpu))]  # compile, warm up
 
-        def once() -> None:
+        def once() -> object:
             state[0] = run(state[0])
-            state[0].block_until_ready()
+            return state[0].block_until_ready()
 
-        return 8.0 * n * trips / _best_of(once, (), repeats)
+        return once, 8 * n * trips
+
+    def rate(nbytes: int, repeats: int) -> float:
+        found = runs.get(nbytes)
+        if found is None:
+            found = runs[nbytes] = make(nbytes)
+        once, moved = found
+        return moved / _best_of(once, (), repeats)
 
     return rate
 
@@ -219,9 +237,10 @@ def isa_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, ...]:
     return tuple(f for f in ISA_FLAGS if f in found)
 
 
-def measure(rounds: int = ROUNDS, repeats: int = 3) -> Calibration:
-    """The best of `rounds` rounds, and their spread. Dots run on XLA:CPU when JAX imports
-    (the engine that runs the programs hlogap audits), else numpy's f32 matmul."""
+def measure(rounds: int = ROUNDS, repeats: int = 1) -> Calibration:
+    """The best of `rounds` rounds (`repeats` timings of each figure in each), and their
+    spread. Dots run on XLA:CPU when JAX imports (the engine that runs the programs hlogap
+    audits), else numpy's f32 matmul."""
     xla = _xla_dot_rate()
     rate, dtypes = (xla, DTYPES) if xla is not None else (_numpy_dot_rate, ("f32",))
     stream = _xla_stream_rate() or _numpy_stream_rate
@@ -327,6 +346,11 @@ isa = [{isa}]
 def calibrate(path: Path | None = None) -> tuple[Chip, Calibration]:
     """Measure, write the chip file (default: the cache) and load it back."""
     target = path or calibrated_path()
+    if path is None:  # the cache's directory, made first: an unwritable one fails at once
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise HlogapError(f"cannot write {target}: {exc.strerror or exc}") from exc
     result = measure()
     write_text(target, chip_text(result), make_parents=path is None)
     return load_chip(str(target)), result

@@ -150,3 +150,25 @@ def test_memory_roof_by_bytes(tmp_path: Path) -> None:
     bad.write_text(path.read_text().replace("[8388608, 9e10]", "[8388608]"))
     with pytest.raises(UsageError, match="cache_bw"):
         load_chip(str(bad))
+
+
+def test_no_committed_cpu_fixture_op_beats_a_fresh_calibration(tmp_path: Path) -> None:
+    pytest.importorskip("jax")
+    from hlogap import audit
+    from tests.conftest import cpu_fixtures
+
+    result = cal.measure(rounds=3)
+    if result.noisy:  # what `hlogap calibrate` warns of: no roof to test against
+        pytest.skip(
+            f"the machine is busy: rounds disagree by {result.flops_spread:.0%} (dots) and "
+            f"{result.bandwidth_spread:.0%} (memory)"
+        )
+    path = tmp_path / "cpu.toml"
+    path.write_text(cal.chip_text(result))
+    over = [
+        (program.name, row.name, row.efficiency)
+        for program in cpu_fixtures()
+        for row in audit(program, str(path)).ops
+        if (row.efficiency or 0) > 1.0
+    ]
+    assert over == []

@@ -6,7 +6,7 @@ the cost model) are imported while a large profile is still being read by other 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +22,7 @@ from hlogap.hlo.ir import Instruction, Module
 from hlogap.hlo.mesh import ModuleMesh
 from hlogap.hlo.opcodes import AsyncRole, async_role, collective_kind
 from hlogap.hlo.printer import print_instruction
+from hlogap.report.command_buffers import command_buffer, estimated_rows, split_hint
 from hlogap.report.model import OpRow
 from hlogap.trace.model import Backend, OpInfo, OpKey, devices_in
 from hlogap.trace.summary import RunSummary
@@ -34,14 +35,9 @@ PairsOnHosts = Callable[[list[tuple[OpKey, OpKey]]], list[AsyncPairs]]
 
 
 def op_rows(
-    run: RunSummary,
-    index: HloIndex,
-    chip: Chip,
-    pairs_on_hosts: PairsOnHosts,
-    what_if: Sequence[Chip] = (),
+    run: RunSummary, index: HloIndex, chip: Chip, pairs_on_hosts: PairsOnHosts
 ) -> list[OpRow]:
-    """One row per op that ran (among the selected events); each op is costed once, and
-    bounded on `chip` and on each `what_if` chip."""
+    """One row per op that ran (among the selected events); each op is costed once."""
     loop_runs: dict[int, dict[str, int | None]] = {}  # per module object
     rows: list[OpRow] = []
     times = run.times
@@ -50,6 +46,11 @@ def op_rows(
     ops = {int(i): index.resolve(run.ops[i]) for i in np.flatnonzero(times.events)}
     host_waits = _host_waits(run.ops, ops, chip, pairs_on_hosts)
     fusion_kernels = _fusion_kernels(run.ops, ops)
+    timed: dict[tuple[str, str], set[str]] = {}  # the ops timed on their own, per module
+    for i in ops:
+        timed.setdefault((run.ops[i].key.module, run.ops[i].key.program_id), set()).add(
+            run.ops[i].key.name
+        )
     for i, resolved in ops.items():
         info = run.ops[i]
         inst = resolved.instruction
@@ -68,6 +69,20 @@ def op_rows(
                     cost, info.xla_flops, info.xla_bytes, info.key.name, chip.cores_per_device
                 )
         bound = bound_op(cost, chip, _timed_role(inst, run.backend) if inst else "")
+        buffer = (
+            command_buffer(
+                inst,
+                resolved.module,
+                chip,
+                lambda op: _timed_role(op, run.backend),
+                timed[(info.key.module, info.key.program_id)],
+                num_devices,
+            )
+            if inst is not None
+            else None
+        )
+        if buffer is not None:  # a CUDA graph: the sum of its ops' bounds
+            bound = buffer.bound
         occurrences = int(times.occurrences[i])
         events = int(times.events[i])
         runs = 1
@@ -144,16 +159,11 @@ def op_rows(
         )
         if counters:
             rows[-1].hints.append(counters_hint(counters))
+        if buffer is not None:
+            rows[-1].command_buffer_ops = estimated_rows(rows[-1], buffer, chip)
+            rows[-1].hints.append(split_hint(rows[-1]))
         if inst is not None:
             _place_on_mesh(rows[-1], inst, index.mesh(info.key.module, info.key.program_id))
-        if what_if:
-            role = _timed_role(inst, run.backend) if inst else ""
-            other = {c.name: bound_op(cost, c, role) for c in what_if}
-            rows[-1].what_if_us = {
-                name: b.lower_s * 1e6 * runs * occurrences
-                for name, b in other.items()
-                if b.bound_by != "unmodeled"
-            }
     return rows
 
 

@@ -1,1 +1,0 @@
-"""One module per cause of lost time; each registers itself with hlogap.advice.base."""

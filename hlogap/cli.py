@@ -356,6 +356,15 @@ def audit(
             help="The model's FLOPs per step, whole program (e.g. 6 x params x tokens): gives MFU.",
         ),
     ] = None,
+    what_if: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--what-if",
+            metavar="CHIP",
+            help="Also bound the ops on another chip (name or .toml; repeatable): the ceiling "
+            "on the speedup there and the ops that would cap it.",
+        ),
+    ] = None,
     wide: WideOpt = False,
     skip_bad_hosts: Annotated[
         bool,
@@ -424,6 +433,7 @@ def audit(
             cluster=cluster,
             model_flops=model_flops,
             timeline=needs_timeline(chosen),
+            what_if=what_if or (),
         )
     from hlogap.source import refuse_to_overwrite
 
@@ -566,6 +576,12 @@ def bound(
             help="Devices in a collective whose replica_groups are empty.",
         ),
     ] = None,
+    what_if: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--what-if", metavar="CHIP", help="Also bound it on another chip (repeatable)."
+        ),
+    ] = None,
 ) -> None:
     """Roofline of one HLO instruction on one device: FLOPs, bytes, times, what bounds it.
 
@@ -580,7 +596,8 @@ def bound(
 
     choose_format("bound", fmt, None)
     text = sys.stdin.read() if hlo == "-" else hlo
-    _write(bound_instruction(text, chip, num_devices=devices), "bound", fmt, None)
+    result = bound_instruction(text, chip, num_devices=devices, what_if=what_if or ())
+    _write(result, "bound", fmt, None)
 
 
 @app.command()

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hlogap.advice.actions import changes, findings, point_hints, ranked, step_savings
+from hlogap.advice.base import Context
+from hlogap.advice.what_if import ceiling_change
+from hlogap.advice.what_if import what_if as advise_what_if
 from hlogap.chips import Chip, detect_chip, load_chip
 from hlogap.errors import InputError, UsageError
 from hlogap.memory.runtime import allocator_peaks, on_run
@@ -94,6 +99,7 @@ def audit(
     cluster: str | None = None,
     model_flops: float | None = None,
     timeline: bool = False,
+    what_if: Sequence[str] = (),
 ) -> AuditReport:
     """Audit a profile (logdir, run directory or .xplane.pb) and return the report; `progress`
     hears what is being done (a line at a time). `cluster` (a Dask scheduler address or
@@ -119,6 +125,7 @@ def audit(
     chosen: tuple[Chip, ChipSource, str] | None = (
         (load_chip(chip), "user", f"--chip {chip}") if chip else None
     )
+    others = [load_chip(name) for name in what_if]  # a typo fails before reading too
     source = find_profile(path, run=run, host=host)
     if progress is not None:
         progress(f"reading {len(source.files)} host file(s) of {source.path}")
@@ -127,7 +134,9 @@ def audit(
     with open_hosts(
         source, cluster=cluster, jobs=jobs, progress=progress, skip_bad_hosts=skip_bad_hosts
     ) as hosts:
-        report = _audit_hosts(hosts, selection, source, chosen, dump_dir, progress, timeline)
+        report = _audit_hosts(
+            hosts, selection, source, chosen, dump_dir, progress, timeline, others
+        )
     report.ops, report.sort = sort_rows(report.ops, sort_key), sort_key
     report.model_flops = model_flops
     if group_key:
@@ -151,14 +160,17 @@ def _audit_hosts(
     dump_dir: Path | None,
     progress: Progress | None,
     timeline: bool = False,
+    what_if: Sequence[Chip] = (),
 ) -> AuditReport:
     """Summaries of every host merged in host order, then the ops costed here and the steps
-    summed on the hosts."""
+    summed on the hosts (re-timed with each action's change and each `what_if` chip's
+    bounds)."""
     # Heavy imports, while forked readers run.
     from hlogap.hlo.index import HloIndex
     from hlogap.report.analysis import op_rows
     from hlogap.report.hosts import host_skew
     from hlogap.report.steps import op_step_costs, step_rows
+    from hlogap.trace.steps import StepTotals
 
     merger = RunMerger()
     skipped: list[SkippedHost] = []
@@ -206,7 +218,7 @@ def _audit_hosts(
 
     # One index: the ops' rows and the memory section share each module's decoded HLO.
     index = HloIndex(modules, dump_dir)
-    rows = op_rows(run, index, the_chip, pairs_on_hosts)
+    rows = op_rows(run, index, the_chip, pairs_on_hosts, what_if)
     ran = {(o.key.module, o.key.program_id) for o, n in zip(run.ops, run.times.events) if n > 0}
     steps = run.steps
     dominant: str | None = None
@@ -216,9 +228,6 @@ def _audit_hosts(
             [s for spans in hosts.each(module_spans, selection, dominant) for s in spans.values()]
         )
     windows = [(s.start_ps, s.end_ps) for s in steps]
-    totals = (
-        hosts.each(step_totals, selection, windows, op_step_costs(rows), dominant) if steps else []
-    )
     numbered = [(s.number, s.start_ps, s.end_ps) for s in steps]
     allocators = [
         on_run(peak, host, offset)
@@ -230,6 +239,17 @@ def _audit_hosts(
         )
         for peak in peaks
     ]
+    memory, memory_warnings = memory_section(modules, ran, the_chip.hbm_bytes, index, allocators)
+    # What to change: each action's ops shortened, and each other chip's bounds, re-time the
+    # steps in the same pass over the events as the step totals.
+    found = findings(Context(rows, the_chip, run.backend, index, memory))
+    ceilings = [ceiling_change(rows, c.name) for c in what_if]
+    changed = [*changes(found), *(c for c in ceilings if c is not None)]
+    totals = (
+        hosts.each(step_totals, selection, windows, op_step_costs(rows), dominant, changed)
+        if steps
+        else []
+    )
     events = (
         Timeline(
             run.hosts,
@@ -241,7 +261,8 @@ def _audit_hosts(
     )
     hosts.close()  # the last task is done: the events are freed before the report is built
     step_table = step_rows(run, steps, totals)
-    memory, memory_warnings = memory_section(modules, ran, the_chip.hbm_bytes, index, allocators)
+    saved = step_savings(StepTotals.stacked(totals), len(changed)) if totals else None
+    saved_by_ceiling = iter([] if saved is None else saved[len(found) :])
     report = AuditReport(
         steps=step_table,
         path=printable(source.path),
@@ -261,6 +282,14 @@ def _audit_hosts(
     report.host_skew = host_skew(run, rows, step_table, totals) or None
     report.timeline = events
     report.mesh = _busiest_mesh(rows, index)
+    report.actions = ranked(found, None if saved is None else saved[: len(found)], step_table)
+    point_hints(rows, report.actions)
+    report.what_if = [
+        advise_what_if(
+            rows, chip.name, step_table, next(saved_by_ceiling) if ceiling is not None else None
+        )
+        for chip, ceiling in zip(what_if, ceilings, strict=True)
+    ] or None
     return report
 
 

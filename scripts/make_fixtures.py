@@ -624,6 +624,42 @@ def build_mem_temp() -> list[Module]:
     return [(mem_temp, (_f32(rng, 2048, 128), _f32(rng, 128, 2048)))]
 
 
+def build_flaws() -> list[Module]:
+    """One deliberate flaw per module, each for the action that names it (tests/test_advice.py):
+    a matmul of 8 rows per weight read (under the ridge), an f32 matmul that could be bf16, a
+    transpose materialised between two matmuls, and a loop of thousands of tiny ops."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    def skinny_matmul(x: Any, w: Any) -> Any:
+        return x @ w
+
+    def f32_matmul(a: Any, b: Any) -> Any:
+        return a @ b
+
+    def transpose_between(x: Any, a: Any, b: Any) -> Any:
+        # Heads moved in front of the rows: a transpose of two major dims, which no dot's
+        # dimension numbers can absorb, between the two matmuls.
+        h = (x @ a).reshape(256, 32, 32)
+        t = jnp.transpose(h, (1, 0, 2)).reshape(32, 8192)
+        return t @ b
+
+    def tiny_ops(v: Any, w: Any, n: Any) -> Any:
+        # A loop of a traced trip count (not unrolled; big enough that XLA:CPU does not compile
+        # it into one call): each trip runs its counter, its test and a few small kernels, each
+        # a few microseconds of launch for little work, 200 times a step.
+        return jax.lax.fori_loop(0, n, lambda i, c: jnp.tanh(c @ w) * 0.5 + i, v)
+
+    rng = _rng()
+    return [
+        (skinny_matmul, (_f32(rng, 8, 1024), _f32(rng, 1024, 1024))),
+        (f32_matmul, (_f32(rng, 512, 512), _f32(rng, 512, 512))),
+        (transpose_between, (_f32(rng, 256, 512), _f32(rng, 512, 1024), _f32(rng, 8192, 64))),
+        (tiny_ops, (_f32(rng, 16, 128), _f32(rng, 128, 128), _device(np.int32(200)))),
+    ]
+
+
 PROGRAMS: dict[str, Callable[[], list[Module]]] = {
     "mlp": build_mlp,
     "mlp_rerun": build_mlp,
@@ -655,6 +691,7 @@ PROGRAMS: dict[str, Callable[[], list[Module]]] = {
     "mem_kept": build_mem_donate,
     "mem_remat": build_mem_remat,
     "mem_temp": build_mem_temp,
+    "flaws": build_flaws,
 }
 
 

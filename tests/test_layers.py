@@ -33,6 +33,7 @@ STAGES = [
     {"chips"},
     {"bounds"},
     {"report"},
+    {"advice"},  # what to change and what it saves: reads the report model, shown by renderers
     {"render"},
     {"pipeline", "cli", "__init__", "__main__"},  # the API and the command line
 ]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from hlogap.bounds.hints import hints_for
 from hlogap.bounds.roofline import Bound, bound_op
@@ -21,6 +22,8 @@ class InstructionBound:
     cost: OpCost
     bound: Bound
     hints: list[str]
+    # `--what-if CHIP`: the same cost bounded on other chips.
+    what_if: list[tuple[Chip, Bound]] = field(default_factory=list)
 
     @property
     def intensity(self) -> float | None:
@@ -44,11 +47,26 @@ class InstructionBound:
             "upper_bound_us": self.bound.upper_s * 1e6,
             "bound_by": self.bound.bound_by,
             "hints": self.hints,
+            "what_if": [
+                {
+                    "chip": chip.name,
+                    "bound_us": other.lower_s * 1e6,
+                    "bound_by": other.bound_by,
+                    # How many times faster its bound is there (null where either has none).
+                    "speedup": self.bound.lower_s / other.lower_s
+                    if other.lower_s > 0 and self.bound.lower_s > 0
+                    else None,
+                }
+                for chip, other in self.what_if
+            ],
         }
 
 
-def bound_instruction(text: str, chip: str, num_devices: int | None = None) -> InstructionBound:
+def bound_instruction(
+    text: str, chip: str, num_devices: int | None = None, what_if: Sequence[str] = ()
+) -> InstructionBound:
     the_chip = load_chip(chip)
+    others = [load_chip(name) for name in what_if]
     if not text.strip():
         raise UsageError("no HLO instruction given")
     try:
@@ -57,6 +75,12 @@ def bound_instruction(text: str, chip: str, num_devices: int | None = None) -> I
         raise UsageError(f"malformed HLO: {exc}") from exc
     cost = cost_instruction(inst, None, num_devices=num_devices)
     result = bound_op(cost, the_chip, async_role(inst.opcode, inst.name))
+    role = async_role(inst.opcode, inst.name)
     return InstructionBound(
-        inst, the_chip, cost, result, hints_for(inst, cost, result, the_chip, None)
+        inst,
+        the_chip,
+        cost,
+        result,
+        hints_for(inst, cost, result, the_chip, None),
+        [(other, bound_op(cost, other, role)) for other in others],
     )

@@ -334,12 +334,35 @@ function renderMemory() {
   }
 }
 
+// --- actions: ranked by the step time they save ------------------------------------------
+function renderActions() {
+  const box = document.getElementById("actions");
+  const A = R.actions || [];
+  if (!A.length) { box.appendChild(el("p", {class: "muted"}, "No change found that saves step time.")); return; }
+  const steps = (R.steps || []).length;
+  const frame = A[0].frame === "wall" ? `wall time summed over the ${steps} steps, each re-timed on every device's critical path` : "device time (no steps to re-time)";
+  box.appendChild(el("p", {class: "muted"}, `By the time each saves (${frame}); each op in one action.`));
+  const table = el("table");
+  const head = el("tr");
+  for (const h of ["#", "saves", "cause", "ops", "why", "change"]) head.appendChild(el("th", {}, h));
+  table.appendChild(head);
+  for (const a of A) {
+    const tr = el("tr");
+    const ops = a.ops.slice(0, 3).map((o) => o.name).join(", ") + (a.ops.length > 3 ? ` and ${a.ops.length - 3} more` : "");
+    for (const [v, num] of [[String(a.rank), true], [fmtUs(a.saving_us), true], [a.cause, false], [ops, false], [a.evidence, false], [a.change, false]])
+      tr.appendChild(el("td", num ? {class: "num"} : {}, v));
+    table.appendChild(tr);
+  }
+  box.appendChild(table);
+}
+
 document.getElementById("filter").addEventListener("input", (e) => { filterText = e.target.value; renderOps(); });
 renderOps();
 renderChart();
 renderScopes();
 renderSteps();
 renderMemory();
+renderActions();
 document.body.setAttribute("data-ready", "1");
 """
 
@@ -374,6 +397,8 @@ class HtmlRenderer:
 <h2>Ops <span id="shown" class="muted"></span></h2>
 <input id="filter" type="search" placeholder="filter: op, category, bound by, module, hint">
 <table id="ops"></table>
+<h2>What to change</h2>
+<div id="actions"></div>
 <h2>By scope (op_name, 3 levels)</h2>
 <table id="scopes"></table>
 <h2>Steps</h2>

@@ -21,6 +21,7 @@ from hlogap.render.text import (
     DIFF_COLUMNS,
     DIFF_LEGEND,
     STEP_COLUMNS,
+    action_lines,
     check_notes,
     cross_check_lines,
     diff_cells,
@@ -30,6 +31,7 @@ from hlogap.render.text import (
     multi_module,
     step_cells,
     steps_overview,
+    what_if_lines,
 )
 from hlogap.report.compare import Diff, DiffRow
 from hlogap.report.gate import CheckResult
@@ -129,6 +131,8 @@ def _audit(report: AuditReport, options: RenderOptions) -> str:
         drawn, after = _ops(report, top, options.width, color)
     checked = cross_check_lines(report)
     after = [*after, *(["", *checked] if checked else [])]
+    actions = [*action_lines(report, top), *what_if_lines(report)]
+    after += ["", *actions] if actions else []
     after += [f"warning: {w}" for w in report.warnings]
     text = _print([*header_lines(report), ""], drawn, after, width=width, color=color)
     if options.steps:
@@ -569,4 +573,10 @@ def _bound(result: InstructionBound) -> str:
         f"upper bound {d['upper_bound_us']:.4g} us",
     ]
     lines += [f"  hint: {h}" for h in result.hints]
+    for other in d["what_if"]:  # type: ignore[attr-defined]
+        speedup = other["speedup"]
+        lines.append(
+            f"  what if on {other['chip']}: bound {other['bound_us']:.4g} us ({other['bound_by']})"
+            + (f", {speedup:.2f}x faster" if speedup else "")
+        )
     return "\n".join(lines) + "\n"

@@ -37,6 +37,57 @@ def header_lines(report: AuditReport) -> list[str]:
     ]
 
 
+SHOWN_ACTIONS = 5
+
+
+def action_lines(report: AuditReport, top: int) -> list[str]:
+    """What to change, by the step time it saves: the first few actions, each with its ops,
+    the numbers that show it and the change."""
+    actions = report.actions
+    if not actions:
+        return []
+    steps = len(report.steps)
+    frame = (
+        f"wall time, summed over the {steps} steps"
+        if actions[0].frame == "wall"
+        else "device time (no steps to re-time)"
+    )
+    lines = [f"what to change, by the time it saves ({frame}; each op in one action):"]
+    shown = actions[: min(SHOWN_ACTIONS, top)] if top > 0 else actions
+    for rank, a in enumerate(shown, 1):
+        each = f" ({fmt_us(a.saving_us / steps)} a step)" if a.frame == "wall" and steps else ""
+        names = ", ".join(o.name for o in a.ops[:3]) + (
+            f" and {len(a.ops) - 3} more" if len(a.ops) > 3 else ""
+        )
+        lines += [
+            f" {rank}. saves {fmt_us(a.saving_us)}{each}: {a.cause}: {names}",
+            f"    why: {a.evidence}",
+            f"    change: {a.change}",
+        ]
+    if len(shown) < len(actions):
+        lines.append(f"({len(shown)} of {len(actions)} actions; --top 0 or --format json: all)")
+    return lines
+
+
+def what_if_lines(report: AuditReport) -> list[str]:
+    """`--what-if`: each other chip's ceiling, the ops it would spend longest on, the ops at
+    this chip's roof already."""
+    lines = []
+    for w in report.what_if or []:
+        ceiling = "-" if w.speedup is None else f"{w.speedup:.2f}x"
+        step = "" if w.step_speedup is None else f", step {w.step_speedup:.2f}x (wall, median)"
+        line = (
+            f"what if on {w.chip}: every op at its roofs there {ceiling} the op time now "
+            f"(device time){step}; longest there: {', '.join(w.new_top_ops[:3])}"
+        )
+        if w.capped_by:
+            line += f"; near this chip's roof already: {', '.join(w.capped_by)}"
+        if w.unmodeled_us:
+            line += f"; {fmt_us(w.unmodeled_us)} of ops neither chip bounds kept as measured"
+        lines.append(line)
+    return lines
+
+
 def mesh_lines(report: AuditReport) -> list[str]:
     """The mesh the devices ran the busiest partitioned module on, or that none is known."""
     if report.mesh is not None:

@@ -6,7 +6,7 @@ the cost model) are imported while a large profile is still being read by other 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,9 +35,14 @@ PairsOnHosts = Callable[[list[tuple[OpKey, OpKey]]], list[AsyncPairs]]
 
 
 def op_rows(
-    run: RunSummary, index: HloIndex, chip: Chip, pairs_on_hosts: PairsOnHosts
+    run: RunSummary,
+    index: HloIndex,
+    chip: Chip,
+    pairs_on_hosts: PairsOnHosts,
+    what_if: Sequence[Chip] = (),
 ) -> list[OpRow]:
-    """One row per op that ran (among the selected events); each op is costed once."""
+    """One row per op that ran (among the selected events); each op is costed once, and
+    bounded on `chip` and on each `what_if` chip."""
     loop_runs: dict[int, dict[str, int | None]] = {}  # per module object
     rows: list[OpRow] = []
     times = run.times
@@ -164,6 +169,14 @@ def op_rows(
             rows[-1].hints.append(split_hint(rows[-1]))
         if inst is not None:
             _place_on_mesh(rows[-1], inst, index.mesh(info.key.module, info.key.program_id))
+        if what_if:
+            role = _timed_role(inst, run.backend) if inst else ""
+            other = {c.name: bound_op(cost, c, role) for c in what_if}
+            rows[-1].what_if_us = {
+                name: b.lower_s * 1e6 * runs * occurrences
+                for name, b in other.items()
+                if b.bound_by != "unmodeled"
+            }
     return rows
 
 

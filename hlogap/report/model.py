@@ -85,6 +85,9 @@ class OpRow(Totals):
     mesh_axes: list[str] | None = None
     global_shapes: list[str] | None = None
     sharding: dict[str, int] | None = None
+    # `--what-if CHIP`: the op's bound on each other chip (total, like `bound_us`); a chip
+    # that cannot bound it is left out.
+    what_if_us: dict[str, float] | None = None
     # Hardware counters (TPU `_counters_`): each unit's time-weighted utilisation, 0-1, over
     # the op's occurrences; None where the profile has none.
     counters: dict[str, float] | None = None
@@ -142,6 +145,7 @@ class OpRow(Totals):
             "mesh_axes": self.mesh_axes,
             "global_shapes": self.global_shapes,
             "sharding": self.sharding,
+            "what_if_us": self.what_if_us,
             "counters": self.counters,
             "estimated": self.estimated,
             "command_buffer_ops": [r.to_dict(k) for k, r in enumerate(self.command_buffer_ops, 1)],
@@ -171,10 +175,10 @@ class OpRow(Totals):
                     )
                 ):
                     raise ValueError(f"{what} is not an object of axis sizes")
-            elif f.name == "counters":
+            elif f.name in ("counters", "what_if_us"):
                 if value is not None:
                     if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-                        raise ValueError(f"{what} is not an object of unit utilisations")
+                        raise ValueError(f"{what} is not an object of numbers")
                     value = {k: _number(u, f"{what}.{k}") for k, u in value.items()}
             elif f.name == "estimated":
                 if not isinstance(value, bool):
@@ -437,6 +441,103 @@ class GroupRow(Totals):
         }
 
 
+ActionCause = Literal[
+    "below the ridge",
+    "activation-bound",
+    "layout copy",
+    "dtype",
+    "launch-bound",
+    "exposed collective",
+    "host offload wait",
+    "slow kernel",
+]
+SavingFrame = Literal["wall", "device-time"]
+
+
+@dataclass(frozen=True)
+class OpRef:
+    module: str
+    program_id: str
+    name: str
+
+
+@dataclass
+class Action:
+    """One change to make (hlogap.advice), with the time it would save.
+
+    `saving_us` is wall time of the steps saved, summed over the steps (each step re-timed with
+    the change's ops shortened on each device's critical path: an op hidden behind another saves
+    nothing); without steps it is device time (`frame`). `op_saving_us` is the device time the
+    ops would lose, never more than their gap."""
+
+    cause: ActionCause
+    ops: tuple[OpRef, ...]
+    saving_us: float
+    frame: SavingFrame
+    op_saving_us: float
+    evidence: str
+    change: str
+
+    def to_dict(self, rank: int) -> dict[str, object]:
+        return {
+            "rank": rank,
+            "cause": self.cause,
+            "ops": [
+                {"module": o.module, "program_id": o.program_id, "name": o.name} for o in self.ops
+            ],
+            "saving_us": self.saving_us,
+            "frame": self.frame,
+            "op_saving_us": self.op_saving_us,
+            "evidence": self.evidence,
+            "change": self.change,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: object, where: str) -> Action:
+        if not isinstance(raw, dict) or not isinstance(raw.get("ops"), list):
+            raise ValueError(f"{where} is not an action with an 'ops' list")
+        cause = next((c for c in get_args(ActionCause) if c == raw.get("cause")), None)
+        frame = next((f for f in get_args(SavingFrame) if f == raw.get("frame", "wall")), None)
+        if cause is None or frame is None:
+            raise ValueError(f"{where}: cause {raw.get('cause')!r} or its frame is not known")
+        ops = tuple(
+            OpRef(*(_text(o.get(k, ""), f"{where}.ops") for k in ("module", "program_id", "name")))
+            for o in raw["ops"]
+            if isinstance(o, dict)
+        )
+        return cls(
+            cause=cause,
+            ops=ops,
+            saving_us=_number(raw.get("saving_us"), f"{where}.saving_us"),
+            frame=frame,
+            op_saving_us=_number(raw.get("op_saving_us", 0.0), f"{where}.op_saving_us"),
+            evidence=_text(raw.get("evidence", ""), f"{where}.evidence"),
+            change=_text(raw.get("change", ""), f"{where}.change"),
+        )
+
+
+@dataclass
+class WhatIf:
+    """`--what-if CHIP`: the same ops bounded on another chip (hlogap.advice.what_if)."""
+
+    chip: str
+    speedup: float | None  # op time now / op time at the other chip's bounds (device time)
+    step_speedup: float | None  # median step wall now / with every op at the other's bound
+    new_top_ops: list[str]  # the ops that take longest at the other chip's bounds
+    capped_by: list[str]  # ops that gain least: at or near this chip's roof already
+    unmodeled_us: float  # device time of ops neither chip bounds, kept as measured
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "chip": self.chip,
+            "speedup": self.speedup,
+            "step_speedup": self.step_speedup,
+            "new_top_ops": self.new_top_ops,
+            "capped_by": self.capped_by,
+            "unmodeled_us": self.unmodeled_us,
+        }
+
+
 @dataclass(frozen=True)
 class Unlisted:
     """What a report saved with `--top N` left out of `ops`: its summary still counts it."""
@@ -476,6 +577,9 @@ class AuditReport:
     memory: MemorySection | None = None
     # The device mesh of the module that took the most time, where it ran partitioned.
     mesh: Mesh | None = None
+    # What to change, ranked by the step time it saves (hlogap.advice); None: not analysed.
+    actions: list[Action] | None = None
+    what_if: list[WhatIf] | None = None
     # The selected events themselves, only where a timeline export asked for them (audit
     # --format perfetto); never written to JSON.
     timeline: Timeline | None = field(default=None, repr=False, compare=False)
@@ -662,6 +766,10 @@ class AuditReport:
             ),
             "memory": self.memory.to_dict() if self.memory else None,
             "mesh": self.mesh.to_dict() if self.mesh else None,
+            "actions": None
+            if self.actions is None
+            else [a.to_dict(k) for k, a in enumerate(self.actions, 1)],
+            "what_if": None if self.what_if is None else [w.to_dict() for w in self.what_if],
             **({"hosts": self.host_skew} if self.host_skew else {}),
             **({"cross_check": self.cross_check} if self.cross_check else {}),
             "warnings": self.warnings,
@@ -709,6 +817,7 @@ class AuditReport:
             model_flops=_optional_number(summary.get("model_flops"), "summary.model_flops"),
             memory=MemorySection.from_dict(data.get("memory")),
             mesh=Mesh.from_dict(data.get("mesh")),
+            actions=_actions(data.get("actions")),
         )
 
     def only_modules(self, keep: list[OpRow]) -> AuditReport:
@@ -820,3 +929,12 @@ def sort_rows(rows: list[Ranked], key: SortKey) -> list[Ranked]:
             r.name,
         ),
     )
+
+
+def _actions(raw: object) -> list[Action] | None:
+    """A saved report's actions (None when absent); ValueError when malformed."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise ValueError("'actions' is not a list")
+    return [Action.from_dict(a, f"actions[{k}]") for k, a in enumerate(raw)]

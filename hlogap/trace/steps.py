@@ -10,6 +10,7 @@ and occurrences that start in the step.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -95,6 +96,9 @@ class StepTotals:
     # float64: how much shorter [first, last) would be with every op at its bound, the
     # device's concurrency, idle gaps and order kept (`_saving`).
     saving_ps: np.ndarray
+    # float64 (changes, devices, steps): the same with only one change's ops shortened, for
+    # each change asked for (`step_totals(..., changes=...)`: hlogap.advice's actions).
+    change_saving_ps: np.ndarray
 
     @property
     def ran(self) -> np.ndarray:
@@ -105,7 +109,13 @@ class StepTotals:
     @classmethod
     def stacked(cls, hosts: list[StepTotals]) -> StepTotals:
         """Every host's table, one under the other in host order (one copy, however many)."""
-        return cls(*(np.vstack([getattr(h, f.name) for h in hosts]) for f in fields(cls)))
+        return cls(
+            *(
+                np.concatenate([getattr(h, f.name) for h in hosts], axis=1 if changes else 0)
+                for f in fields(cls)
+                for changes in [f.name == "change_saving_ps"]
+            )
+        )
 
 
 FIRST_NONE = np.iinfo(np.int64).max
@@ -117,21 +127,27 @@ def step_totals(
     windows: list[tuple[int, int]],
     costs: OpStepCosts,
     module: str | None = None,
+    changes: Sequence[Mapping[OpKey, float]] = (),
 ) -> StepTotals:
     """One host's `StepTotals` over the selected events, a device at a time. With `module`
     (steps that are executions of that module), a device's step k is its own k-th execution
-    of it: devices that run apart (skew) never share a window."""
+    of it: devices that run apart (skew) never share a window. Each of `changes` (the fraction
+    of its time each of some ops would take) gets its own saving, the other ops kept."""
     steps, n_dev = len(windows), len(trace.devices)
     first = np.full((n_dev, steps), FIRST_NONE, dtype=np.int64)
     last = np.full((n_dev, steps), FIRST_NONE, dtype=np.int64)
     sums = {name: np.zeros((n_dev, steps)) for name in _SUMS}
+    changed = np.zeros((len(changes), n_dev, steps))
     selected = selection.events(trace)
     if not steps or not selected.any():
-        return StepTotals(first, last, **sums)
+        return StepTotals(first, last, **sums, change_saving_ps=changed)
     window_start = np.array([a for a, _ in windows], dtype=np.int64)
     window_end = np.array([b for _, b in windows], dtype=np.int64)
     keys = [o.key for o in trace.ops]
     at_bound = np.array([min(max(costs.at_bound.get(k, 1.0), 0.0), 1.0) for k in keys])
+    change_ratios = [
+        np.array([min(max(change.get(k, 1.0), 0.0), 1.0) for k in keys]) for change in changes
+    ]
     is_collective = np.array([k in costs.collective for k in keys], dtype=bool)
     is_host = np.array([k in costs.host for k in keys], dtype=bool)
     # Views of the trace's columns where everything is selected (`take`), and one device's
@@ -187,10 +203,13 @@ def step_totals(
                 sums["no_host_ps"][d] = covered
         sums["measured_ps"][d] = np.bincount(k, weights=d_self[inside], minlength=steps)
         leaf = d_self == d_duration  # nothing nests inside it
-        if leaf.all():  # GPU kernels, TPU lines without loops: the steps found above serve
-            sums["saving_ps"][d] = _saving(d_start, d_end, at_bound[d_op], lo, hi, step_of)
-        else:
-            sums["saving_ps"][d] = _saving(d_start[leaf], d_end[leaf], at_bound[d_op[leaf]], lo, hi)
+        for ratio, into in [(at_bound, sums["saving_ps"][d])] + [
+            (r, changed[c, d]) for c, r in enumerate(change_ratios)
+        ]:
+            if leaf.all():  # GPU kernels, TPU lines without loops: the steps found above serve
+                into[:] = _saving(d_start, d_end, ratio[d_op], lo, hi, step_of)
+            else:
+                into[:] = _saving(d_start[leaf], d_end[leaf], ratio[d_op[leaf]], lo, hi)
         # Each occurrence counts in the step its first event starts in.
         at = occurrences[occurrence_device == d]
         step, inside = _step_of(trace.start_ps[at], window_start, window_end)
@@ -198,7 +217,7 @@ def step_totals(
         sums["bound_us"][d] = np.bincount(step[inside], weights=per_bound[at_op], minlength=steps)
         sums["flops"][d] = np.bincount(step[inside], weights=per_flops[at_op], minlength=steps)
         del mine, d_end
-    return StepTotals(first, last, **sums)
+    return StepTotals(first, last, **sums, change_saving_ps=changed)
 
 
 _SUMS = (

@@ -1,0 +1,68 @@
+"""What a cause of lost time needs to look at, what it reports, and the registry of causes.
+
+A cause is one module in `hlogap.advice.causes` that calls `register` with a function from the
+audit's `Context` to `Finding`s: the ops it covers, how much device time changing them would
+remove (never more than their gap), the numbers that show it and the one change to make.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from hlogap._plugins import import_all
+from hlogap.chips import Chip
+from hlogap.hlo.index import HloIndex
+from hlogap.hlo.ir import Instruction, Module
+from hlogap.memory.static import MemorySection
+from hlogap.report.model import ActionCause, OpRow
+from hlogap.trace.model import Backend
+
+
+@dataclass
+class Context:
+    """The audit as the causes see it."""
+
+    rows: list[OpRow]
+    chip: Chip
+    backend: Backend
+    index: HloIndex
+    memory: MemorySection | None = None
+
+    def instruction(self, row: OpRow) -> tuple[Instruction | None, Module | None]:
+        """The op's instruction and module (None where the profile has no HLO for it)."""
+        module = self.index.module(row.module, row.program_id)
+        if module is None:
+            return None, None
+        return module.instructions().get(row.name), module
+
+
+@dataclass(frozen=True)
+class Finding:
+    cause: ActionCause
+    ops: tuple[OpRow, ...]
+    # Device time the change would remove from these ops (summed over devices and occurrences):
+    # at most the sum of their gaps.
+    op_saving_us: float
+    evidence: str
+    change: str
+
+
+Cause = Callable[[Context], Iterator[Finding]]
+_CAUSES: list[Cause] = []
+
+
+def register(cause: Cause) -> Cause:
+    _CAUSES.append(cause)
+    return cause
+
+
+def causes() -> list[Cause]:
+    """Every cause of this package, imported on first use (in module-name order)."""
+    import_all("hlogap.advice.causes")
+    return list(_CAUSES)
+
+
+def capped(row: OpRow, removable_us: float) -> float:
+    """What a change can save on one op: what it removes, never more than the op's gap."""
+    return max(0.0, min(row.gap_us, removable_us))

@@ -1,0 +1,1 @@
+"""One module per cause of lost time; each registers itself with hlogap.advice.base."""

@@ -1,0 +1,75 @@
+"""A matmul under the chip's ridge point: the batch (rows per weight read) it needs to reach
+it (the seeds' chapter 1: the critical batch), or, where its bytes are its activations, that no
+batch will."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from hlogap.advice.base import Context, Finding, capped, register
+from hlogap.advice.graph import consumers, producers
+from hlogap.advice.matrix import matrix_op
+from hlogap.report.model import OpRow
+from hlogap.units import fmt_si
+
+
+def below_ridge(ctx: Context) -> Iterator[Finding]:
+    chip = ctx.chip
+    for row in ctx.rows:
+        m = matrix_op(ctx, row)
+        if m is None:
+            continue
+        dtype = row.dtype or "bf16"
+        ridge = chip.ridge_point(dtype)
+        intensity = m.flops / m.bytes
+        if intensity >= ridge:
+            continue
+        saving = capped(row, row.measured_us - row.t_compute_us * row.occurrences)
+        if saving <= 0:
+            continue
+        where = f"intensity {intensity:.1f} FLOP/B is under {chip.name}'s {dtype} ridge {ridge:.0f}"
+        scale = m.batch_to_reach(ridge)
+        if scale is None:
+            yield Finding(
+                "activation-bound",
+                (row,),
+                saving,
+                f"{where}; {fmt_si(m.activation_bytes, 'B')} of its {fmt_si(m.bytes, 'B')} per "
+                f"run are activations (inputs and outputs), its weight only "
+                f"{fmt_si(m.weight_bytes, 'B')}: no batch lifts it past "
+                f"{m.flops / max(m.activation_bytes, 1.0):.0f} FLOP/B",
+                _fuse(ctx, row),
+            )
+            continue
+        rows = m.rows_per_weight_read
+        evidence = (
+            f"{where}; about {rows:.0f} rows per weight read, the ridge needs about "
+            f"{rows * scale:.0f} ({scale:.1f}x the batch)"
+        )
+        room = ctx.memory.batch_scale if ctx.memory is not None else None
+        if room is not None:
+            enough = "enough" if room >= scale else "not enough: shard the weights or remat"
+            evidence += f"; the memory headroom fits {room:.1f}x the batch ({enough})"
+        yield Finding(
+            "below the ridge",
+            (row,),
+            saving,
+            evidence,
+            f"raise the rows per weight read (batch, or tokens per step) to about "
+            f"{rows * scale:.0f}",
+        )
+
+
+def _fuse(ctx: Context, row: OpRow) -> str:
+    """Keep the activations on chip: fuse with the op that reads (or makes) them."""
+    inst, module = ctx.instruction(row)
+    readers = consumers(module, inst) if inst is not None and module is not None else []
+    makers = producers(module, inst) if inst is not None and module is not None else []
+    if readers and not readers[0].startswith("the "):
+        return f"fuse it with {readers[0]}, which reads its output, or keep its output narrower"
+    if makers:
+        return f"fuse it with {makers[0]}, which makes its input, or keep its input narrower"
+    return "fuse it with the op that reads its output, or keep its activations narrower"
+
+
+register(below_ridge)

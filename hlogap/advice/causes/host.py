@@ -1,0 +1,45 @@
+"""Waits on transfers to or from host memory (host offload): the bytes, what the link carried,
+and the overlap that would hide them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from hlogap.advice.base import Context, Finding, capped, register
+from hlogap.units import fmt_si
+
+WAITS_FOR = "waits for a "  # the host-wait hint's start (hlogap.bounds.hints.host_wait_hint)
+
+
+def host_waits(ctx: Context) -> Iterator[Finding]:
+    waits = [
+        r for r in ctx.rows if r.bound_by == "host" or any(h.startswith(WAITS_FOR) for h in r.hints)
+    ]
+    saving = sum(capped(r, r.gap_us) for r in waits)
+    if saving <= 0:
+        return
+    top = max(waits, key=lambda r: r.gap_us)
+    link = ctx.chip.host_bw
+    detail = next((h for h in top.hints if h.startswith(WAITS_FOR)), "")
+    evidence = (
+        f"{len(waits)} op(s) wait {fmt_si(sum(r.measured_us for r in waits) / 1e6, 's')} "
+        f"(device time) on host transfers"
+        + (f"; the longest, {top.name}, {detail}" if detail else "")
+    )
+    room = ctx.memory.headroom_bytes if ctx.memory is not None else None
+    keep = (
+        f", or keep the offloaded tensors on the device ({fmt_si(room, 'B')} free)"
+        if room and room > 0
+        else ""
+    )
+    yield Finding(
+        "host offload wait",
+        tuple(waits),
+        saving,
+        evidence + (f"; host link {fmt_si(link, 'B/s')}" if link else ""),
+        "start each transfer earlier so it runs beside compute (prefetch the offloaded tensor "
+        f"a step ahead, as the scheduler's host-offload overlap does){keep}",
+    )
+
+
+register(host_waits)

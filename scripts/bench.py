@@ -4,8 +4,9 @@ A real GPU trace (the MI300X profile in ../shared/fixtures, or a committed CPU f
 is absent) is scaled up by repeating the events of its op lines N times, each copy shifted past
 the previous one, to ~0.3, 1, 3 and 10 M events; the 3 M file is also audited on one core
 (`taskset -c 0`, `--jobs 1`: ms/MB); the MI355X trace (one kernel stream) and the TPU v6e
-profile are scaled to ~3 M events and a committed CPU fixture to ~1 M. In the same run, on
-the same file:
+profile are scaled to ~3 M events and a committed CPU fixture to ~1 M; NVIDIA's nsys-jax
+archive (MaxText on 4 H100s) is scaled to ~1 M NVTX ranges by repeating its trace's rows (with
+pyarrow, the `nsys` extra). In the same run, on the same file:
 - `hlogap audit FILE --format json` (the CLI, as a user runs it), and
 - xprof's converter `xspace_to_tool_data([FILE], "hlo_stats", {})` on a fresh copy of the file
   in its own directory (xprof writes a cache file beside its input).
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import importlib.util
+import io
 import os
 import platform
 import shutil
@@ -28,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +43,7 @@ from hlogap.proto import xplane_pb2  # noqa: E402
 REAL_GPU = ROOT.parent / "shared" / "fixtures" / "amd-gpu" / "mi300x_conv3d.xplane.pb"
 # Its kernels are on one stream: scaled, one line of 3 M events (a long capture of one stream).
 ONE_LINE_GPU = ROOT.parent / "shared" / "fixtures" / "amd-gpu" / "mi355x_te_attention.xplane.pb"
+NSYS_TRACE = "nvtx_gpu_proj_trace/trace.parquet"
 XPROF_SNIPPET = (
     "import sys; from xprof.convert import raw_to_tool_data as r; "
     "r.xspace_to_tool_data([sys.argv[1]], 'hlo_stats', {})"
@@ -129,6 +134,43 @@ def scale_profile(source: Path, target: Path, events_wanted: int) -> int:
         out += _field(4, host.encode())
     target.write_bytes(bytes(out))
     return total
+
+
+def scale_archive(source: Path, target: Path, events_wanted: int) -> int:
+    """Write the nsys-jax archive `source` with its trace's rows (NVTX ranges) repeated to about
+    `events_wanted`; return the count. Copy k is shifted by k times the trace's span, and its
+    range ids by k times the largest id, so that each copy's ranges nest in their own copy's.
+    The archive's other members (the HLO dumps, the target config) are copied as they are."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    with zipfile.ZipFile(source) as archive:
+        table = pq.read_table(io.BytesIO(archive.read(NSYS_TRACE)))
+        start, duration = table["Projected Start"], table["Projected Duration"]
+        shift = pc.max(pc.add(start, duration)).as_py() - pc.min(start).as_py() + 1000
+        id_shift = pc.max(table["RangeId"]).as_py() + 1
+        copies = max(1, round(events_wanted / table.num_rows))
+        parts = []
+        for k in range(copies):
+            moved = {
+                "Projected Start": pc.add(start, k * shift),
+                "RangeId": pc.add(table["RangeId"], float(k * id_shift)),
+                "ParentId": pc.add(table["ParentId"], float(k * id_shift)),
+            }
+            parts.append(
+                pa.table(
+                    [moved.get(name, table[name]) for name in table.column_names],
+                    schema=table.schema,
+                )
+            )
+        scaled = io.BytesIO()
+        pq.write_table(pa.concat_tables(parts), scaled)
+        with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as out:
+            for member in archive.infolist():
+                data = scaled.getvalue() if member.filename == NSYS_TRACE else archive.read(member)
+                out.writestr(member, data)
+    return copies * table.num_rows
 
 
 def _device_offsets(
@@ -282,6 +324,9 @@ def _format_pod_row(r: dict[str, object]) -> str:
 
 REAL_TPU = ROOT.parent / "shared" / "fixtures" / "tpu-v6e-offload" / "tpu_inference_2.xplane.pb"
 CPU_FIXTURE = ROOT / "tests" / "fixtures" / "mlp_train"
+NSYS_ARCHIVE = (
+    ROOT.parent / "shared" / "fixtures" / "nvidia-h100-nsys-jax" / "maxtext_fsdp4_test_data.zip"
+)
 CPU_CHIP = (
     'name = "bench-cpu"\n[peak_flops]\nf32 = 1.0e11\nbf16 = 1.0e11\n[memory]\nhbm_bw = 2.0e10\n'
 )
@@ -310,6 +355,9 @@ def cases(sizes: list[int], chip: str, chip_file: Path) -> list[Case]:
         found.append(Case("TPU", REAL_TPU, 3_000_000, ("--chip", "tpu-v6e")))
     cpu = next(CPU_FIXTURE.rglob("*.xplane.pb"))
     found.append(Case("CPU", cpu, 1_000_000, ("--chip", str(chip_file)), xprof=False))
+    # xprof reads no nsys-jax archive; the chip is detected from the archive's target config.
+    if NSYS_ARCHIVE.is_file() and importlib.util.find_spec("pyarrow") is not None:
+        found.append(Case("GPU, nsys-jax", NSYS_ARCHIVE, 1_000_000, (), xprof=False))
     return found
 
 
@@ -317,8 +365,12 @@ def bench(all_cases: list[Case], repeats: int, tmp: Path) -> list[dict[str, obje
     hlogap = [str(Path(sys.executable).parent / "hlogap")]
     results = []
     for case in all_cases:
-        big = tmp / f"scaled_{case.events}.xplane.pb"
-        events = scale_profile(case.source, big, case.events)
+        if case.source.suffix == ".zip":  # an nsys-jax archive
+            big = tmp / f"scaled_{case.events}.zip"
+            events = scale_archive(case.source, big, case.events)
+        else:
+            big = tmp / f"scaled_{case.events}.xplane.pb"
+            events = scale_profile(case.source, big, case.events)
         size_mb = big.stat().st_size / 1e6
         # Past 5 M events one run each: xprof alone needs minutes and ~17x the file there.
         runs = 1 if case.events > 5_000_000 else repeats

@@ -252,3 +252,27 @@ def test_nsys_graph_launches_are_split_and_graph_nodes_measured(
         assert call.measured_us == pytest.approx(12.0)
         assert sum(r.measured_us for r in call.command_buffer_ops) == pytest.approx(12.0)
         assert all(r.estimated for r in call.command_buffer_ops)
+
+
+def test_what_if_bounds_the_buffer_by_its_ops_on_the_other_chip(tmp_path: Path) -> None:
+    from hlogap.bounds.roofline import bound_op
+    from hlogap.chips import load_chip
+    from hlogap.cost import cost_instruction
+    from hlogap.hlo.text import parse_module
+
+    logdir = _gpu_trace(tmp_path / "logdir", "jit_step", GRAPH_LAUNCHES)
+    report = audit(
+        logdir, "h100-sxm", hlo_dump=_dump(tmp_path / "dump", ONE_BUFFER), what_if=["b200"]
+    )
+    module = parse_module(ONE_BUFFER.read_text())
+    body = module.computation("command_buffer")
+    assert body is not None
+    b200 = load_chip("b200")
+    per_launch_s = sum(
+        bound_op(cost_instruction(op, module), b200).lower_s
+        for op in body.instructions
+        if op.name in ("fusion.2", "fusion.3", "custom-call.1")
+    )
+    what_if = _row(report, "call").what_if_us
+    assert what_if is not None
+    assert what_if["b200"] == pytest.approx(per_launch_s * 1e6 * 3, rel=1e-12)

@@ -171,7 +171,9 @@ def op_rows(
             _place_on_mesh(rows[-1], inst, index.mesh(info.key.module, info.key.program_id))
         if what_if:
             role = _timed_role(inst, run.backend) if inst else ""
-            other = {c.name: bound_op(cost, c, role) for c in what_if}
+            other = {
+                c.name: buffer.on(c).bound if buffer else bound_op(cost, c, role) for c in what_if
+            }
             rows[-1].what_if_us = {
                 name: b.lower_s * 1e6 * runs * occurrences
                 for name, b in other.items()

@@ -13,7 +13,7 @@ their own, and nothing is estimated.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hlogap.bounds.hints import hints_for
 from hlogap.bounds.roofline import Bound, BoundBy, bound_op
@@ -50,6 +50,7 @@ class BufferedOp:
 
     inst: Instruction
     cost: OpCost
+    role: AsyncRole  # as a GPU times it
     bound: Bound
 
 
@@ -60,6 +61,11 @@ class CommandBuffer:
     call: Instruction
     module: Module
     ops: tuple[BufferedOp, ...]
+
+    def on(self, chip: Chip) -> CommandBuffer:
+        """The same ops bounded on another chip (`--what-if`)."""
+        ops = tuple(replace(o, bound=bound_op(o.cost, chip, o.role)) for o in self.ops)
+        return replace(self, ops=ops)
 
     @property
     def bound(self) -> Bound:
@@ -106,7 +112,8 @@ def command_buffer(
         if op.opcode in FREE:
             continue
         cost = cost_instruction(op, module, num_devices=num_devices)
-        ops.append(BufferedOp(op, cost, bound_op(cost, chip, role(op))))
+        timed_as = role(op)
+        ops.append(BufferedOp(op, cost, timed_as, bound_op(cost, chip, timed_as)))
     return CommandBuffer(inst, module, tuple(ops))
 
 

@@ -18,8 +18,10 @@ import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from collections.abc import Callable, Iterator
@@ -739,3 +741,65 @@ def test_an_interrupt_during_a_many_host_check_is_130(tmp_path: Path) -> None:
             continue  # it finished before the interrupt
         assert proc.returncode == 130, err
         assert err.strip() == "hlogap: interrupted", err
+
+
+# --- class 4: clusters that fail -------------------------------------------------------------
+
+
+def _server(reply: bytes | None) -> tuple[str, socket.socket]:
+    """A local TCP server that accepts every connection and answers `reply` to what it reads
+    (None: never answers)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            held.append(conn)
+            if reply is not None:
+                conn.recv(65536)
+                conn.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"tcp://127.0.0.1:{server.getsockname()[1]}", server
+
+
+@pytest.mark.parametrize(
+    "kind", ["never answers", "http", "tls", "ucx", "empty", "nobody listens", "bad scheme"]
+)
+def test_every_cluster_failure_is_one_line_naming_the_address(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("distributed")
+    server = None
+    if kind == "never answers":
+        address, server = _server(None)
+    elif kind == "http":
+        address, server = _server(b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello" * 100)
+    else:
+        address = {
+            "tls": "tls://127.0.0.1:1",
+            "ucx": "ucx://127.0.0.1:8786",
+            "empty": "",
+            "nobody listens": "tcp://127.0.0.1:1",
+            "bad scheme": "nonsense://x",
+        }[kind]
+    chip = _chip(tmp_path, random.Random(0), False)
+    started = time.monotonic()
+    try:
+        code, _, err = run_cli(
+            ["audit", str(FIXTURES / "mlp"), "--chip", str(chip), "--cluster", address], capsys
+        )
+    finally:
+        if server is not None:
+            server.close()
+    assert time.monotonic() - started < 12 + 1  # the documented 10 s, and starting Dask
+    assert_clean(code, err, (2,) if kind == "empty" else (3,))
+    assert err.count("\n") == 1
+    if address:
+        assert address in err

@@ -22,7 +22,7 @@ def open_hosts(
     """A Dask cluster's workers with `cluster` (an address or `local[:N]`), else this machine's
     processes (`jobs` of them, default one per core)."""
     processes = workers(jobs, len(source.files) if len(source.files) > 1 else 1 << 16)
-    if cluster:
+    if cluster is not None:  # an empty address is refused, never read as none
         from hlogap.executors.dask import DaskHosts
 
         return DaskHosts(cluster, source, progress, skip_bad_hosts)

@@ -9,10 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hlogap.advice.actions import changes, findings, point_hints, ranked, step_savings
-from hlogap.advice.base import Context
-from hlogap.advice.what_if import ceiling_change
-from hlogap.advice.what_if import what_if as advise_what_if
 from hlogap.chips import Chip, detect_chip, load_chip
 from hlogap.errors import InputError, UsageError
 from hlogap.memory.runtime import allocator_peaks, on_run
@@ -166,6 +162,10 @@ def _audit_hosts(
     summed on the hosts (re-timed with each action's change and each `what_if` chip's
     bounds)."""
     # Heavy imports, while forked readers run.
+    from hlogap.advice.actions import changes, findings, point_hints, ranked, step_savings
+    from hlogap.advice.base import Context
+    from hlogap.advice.what_if import ceiling_change
+    from hlogap.advice.what_if import what_if as advise_what_if
     from hlogap.hlo.index import HloIndex
     from hlogap.report.analysis import op_rows
     from hlogap.report.hosts import host_skew

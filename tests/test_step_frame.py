@@ -348,3 +348,23 @@ def test_json_written_a_block_of_steps_at_a_time_is_the_report(
         chunks = list(json_renderer.JsonRenderer().render_chunks(report, RenderOptions(top=0)))
         assert json.loads(b"".join(chunks)) == expected
         assert len(chunks) == 2 + -(-len(report.steps) // per_chunk)
+
+
+def test_a_change_of_a_few_ops_is_re_timed_exactly_over_its_own_events() -> None:
+    """`_change_saving` (only the changed ops' events and the spans of the others that meet
+    them) gives exactly `_saving` over every event, on random overlapping timelines."""
+    from hlogap.trace.steps import _change_saving, _saving
+
+    rng = np.random.default_rng(7)
+    for trial in range(50):
+        n = int(rng.integers(1, 400))
+        start = np.sort(rng.integers(0, 10_000, n)).astype(np.int64)
+        end = start + rng.integers(1, 300, n)
+        ratio = np.ones(n)
+        changed = rng.random(n) < (0.05 if trial % 2 else 0.5)
+        ratio[changed] = rng.random(int(changed.sum()))
+        lo = np.array([0, 3_000, 7_000], dtype=np.int64)
+        hi = np.array([3_000, 7_000, 10_400], dtype=np.int64)
+        assert _change_saving(start, end, ratio, lo, hi) == pytest.approx(
+            _saving(start, end, ratio, lo, hi), abs=1e-6
+        )

@@ -276,3 +276,25 @@ def test_what_if_bounds_the_buffer_by_its_ops_on_the_other_chip(tmp_path: Path) 
     what_if = _row(report, "call").what_if_us
     assert what_if is not None
     assert what_if["b200"] == pytest.approx(per_launch_s * 1e6 * 3, rel=1e-12)
+
+
+def test_group_by_scope_gives_the_buffer_time_to_its_ops_scopes(tmp_path: Path) -> None:
+    from hlogap.report.groups import group_rows
+
+    text = ONE_BUFFER.read_text()
+    for name, scope in (("fusion.2", "jit(step)/add"), ("custom-call.1", "jit(step)/dense")):
+        line = next(ln for ln in text.splitlines() if ln.lstrip().startswith(f"%{name} ="))
+        text = text.replace(line, f'{line}, metadata={{op_name="{scope}"}}')
+    logdir = _gpu_trace(tmp_path / "logdir", "jit_step", GRAPH_LAUNCHES)
+    report = audit(logdir, "h100-sxm", hlo_dump=_dump(tmp_path / "dump", ONE_BUFFER, text))
+    (call,) = report.ops
+    by_op = {r.name: r for r in call.command_buffer_ops}
+    groups = {g.name: g for g in group_rows(report.ops, "scope", 3, "gap")}
+    assert set(groups) == {"jit(step)/add", "jit(step)/dense", "(unknown)"}
+    assert groups["jit(step)/dense"].measured_us == by_op["custom-call.1"].measured_us
+    assert groups["(unknown)"].measured_us == by_op["fusion.3"].measured_us
+    assert sum(g.measured_us for g in groups.values()) == pytest.approx(call.measured_us)
+    assert sum(g.bound_us for g in groups.values()) == pytest.approx(call.bound_us)
+    # By category the call stays one command buffer.
+    (category,) = group_rows(report.ops, "category", 3, "gap")
+    assert category.name == "command buffer" and category.measured_us == call.measured_us

@@ -56,7 +56,11 @@ def group_rows(ops: list[OpRow], by: GroupBy, depth: int, sort: SortKey) -> list
     """One row per group, with its ops' totals, ranked like the ops."""
     members: dict[str, list[OpRow]] = {}
     for op in ops:
-        members.setdefault(group_key(op, by, depth), []).append(op)
+        # A command buffer's call has no scope or source of its own: its ops' estimated shares
+        # go to theirs (they add up to its time, and their bounds to its bound when it has one).
+        spread = by in ("scope", "source") and op.bound_by != "unmodeled"
+        for row in (op.command_buffer_ops or [op]) if spread else [op]:
+            members.setdefault(group_key(row, by, depth), []).append(row)
     groups = [
         GroupRow(
             name=name,

@@ -298,3 +298,31 @@ def test_group_by_scope_gives_the_buffer_time_to_its_ops_scopes(tmp_path: Path) 
     # By category the call stays one command buffer.
     (category,) = group_rows(report.ops, "category", 3, "gap")
     assert category.name == "command buffer" and category.measured_us == call.measured_us
+
+
+def test_a_buffer_faster_than_its_summed_roof_is_bounded_by_its_time(tmp_path: Path) -> None:
+    """Launches of 0.5 us, under the ops' summed HBM bound (1.06 us): the GPU's L2 cache kept
+    data between the graph's nodes. The call's floor is its measured time, and so is each
+    op's: its estimate."""
+    launches: list[Kernel] = [("call", 100.0 * k, 0.5) for k in range(3)]
+    report = _audit(tmp_path, "jit_step", launches, ONE_BUFFER)
+    (call,) = report.ops
+    assert call.bound_us == call.measured_us == pytest.approx(1.5)
+    assert any(h.startswith("beats the HBM roof") for h in call.hints)
+    for op in call.command_buffer_ops:
+        assert op.bound_us == op.measured_us
+    assert sum(r.bound_us for r in call.command_buffer_ops) == pytest.approx(call.bound_us)
+
+
+def test_a_buffer_with_an_unmodeled_op_is_split_equally(tmp_path: Path) -> None:
+    """XLA's scheduling test runs custom calls of `some target`: with one inside, the call has
+    no bound (its share of the time is unknown) and the time is split equally."""
+    text = ONE_BUFFER.read_text().replace("__cublas$gemm", "some target")
+    logdir = _gpu_trace(tmp_path / "logdir", "jit_step", GRAPH_LAUNCHES)
+    report = audit(logdir, "h100-sxm", hlo_dump=_dump(tmp_path / "dump", ONE_BUFFER, text))
+    (call,) = report.ops
+    assert call.bound_by == "unmodeled" and call.bound_us == 0
+    ops = call.command_buffer_ops
+    assert [r.measured_us for r in ops] == pytest.approx([50.0, 50.0, 50.0])
+    assert ops[2].bound_by == "unmodeled" and ops[0].bound_us > 0
+    assert all("equally" in r.hints[0] for r in ops)

@@ -79,7 +79,8 @@ def test_a_catastrophic_module_regex_runs_in_linear_time(pattern: str, tmp_path:
         tmp_path,
         timeout=20,
     )
-    assert_clean(result, (0, 2))
+    # Quick, whatever it finds: a pattern that matches no module is exit 3 (no op matches).
+    assert_clean(result, (0, 2, 3))
 
 
 def test_a_huge_kernel_window_is_bounded(tmp_path: Path) -> None:

@@ -1,24 +1,26 @@
 """Hosts read on a Dask cluster (`audit --cluster`, docs/pods.md).
 
 Each host file is read by a worker, where it lives (a local path the worker sees, or an fsspec
-URL it opens itself); the host's events stay in that worker's memory as a Dask future, and the
-audit's tasks run next to them. Only summaries and per-step totals come back. A worker that
-dies takes its hosts' events with it: Dask reads them again on another worker when a later task
-needs them.
+URL it opens itself); the worker summarizes it and keeps its columns on its own disk, not in
+memory (hlogap.executors.spill), and the audit's later tasks are sent to that worker. Only
+summaries and per-step totals come back. A task that runs where the columns are not (the worker
+died, or Dask moved the task to another machine) reads the host file again.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 from hlogap.errors import InputError, UsageError
-from hlogap.executors.base import HostExecutor, HostTask, P, T, summarize_read
+from hlogap.executors.base import HostExecutor, HostTask, P, T
+from hlogap.executors.spill import SpilledHost, on_spilled, read_summarize_spill, remove_spills
 from hlogap.source import ProfileSource
-from hlogap.trace.reading import Progress, SkippedHost, read_host
+from hlogap.trace.reading import Progress, SkippedHost
 from hlogap.trace.summary import HostSummary, Selection
 
 if TYPE_CHECKING:
@@ -50,21 +52,28 @@ class DaskHosts(HostExecutor):
                 f"Dask cluster {address}: {workers} workers, dashboard {self.client.dashboard_link}"
             )
         self._hosts = list(source.hosts)
-        self._reads = [
-            self.client.submit(read_host, path, host, skip_bad_hosts, pure=False)
-            for path, host in zip(source.files, source.hosts)
-        ]
-        self._read: list[Future] = []
+        self._files = list(source.files)
+        self._skip_bad_hosts = skip_bad_hosts
+        self._audit = uuid.uuid4().hex  # names this audit's spill directories on the workers
+        self._read: list[SpilledHost] = []
 
     def summaries(self, selection: Selection) -> Iterator[HostSummary | SkippedHost]:
         from distributed import as_completed
 
-        tasks = [
-            self.client.submit(summarize_read, read, selection, host, pure=False)
-            for read, host in zip(self._reads, self._hosts)
+        tasks: list[Future] = [
+            self.client.submit(
+                read_summarize_spill,
+                path,
+                host,
+                self._skip_bad_hosts,
+                selection,
+                self._audit,
+                pure=False,
+            )
+            for path, host in zip(self._files, self._hosts)
         ]
         position = {task.key: k for k, task in enumerate(tasks)}
-        arrived: dict[int, HostSummary | SkippedHost] = {}
+        arrived: dict[int, tuple[HostSummary | SkippedHost, SpilledHost | None]] = {}
         following = 0
         # Summaries arrive in any order and are handed on in host order: only those that
         # arrive ahead of a slower host wait here.
@@ -76,26 +85,42 @@ class DaskHosts(HostExecutor):
             if self._progress is not None:
                 self._progress(f"read host {count} of {len(tasks)} ({self._hosts[k]})")
             while following in arrived:
-                summary = arrived.pop(following)
-                if isinstance(summary, SkippedHost):
-                    self._reads[following].release()
-                else:
-                    self._read.append(self._reads[following])
+                summary, spilled = arrived.pop(following)
+                if spilled is not None:
+                    self._read.append(spilled)
                 following += 1
                 yield summary
 
     def each(self, task: HostTask[P, T], *args: P.args, **kwargs: P.kwargs) -> list[T]:
         shared = self._shared(args)
         futures = [
-            self.client.submit(task, read, *shared, pure=False, **kwargs) for read in self._read
+            self.client.submit(
+                on_spilled,
+                spilled,
+                task,
+                *shared,
+                workers=[spilled.worker],
+                allow_other_workers=True,
+                pure=False,
+                **kwargs,
+            )
+            for spilled in self._read
         ]
         with worker_errors(self.address):
             results: list[T] = self.client.gather(futures)
         return results
 
     def one(self, host: int, task: HostTask[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        spilled = self._read[host]
         future = self.client.submit(
-            task, self._read[host], *self._shared(args), pure=False, **kwargs
+            on_spilled,
+            spilled,
+            task,
+            *self._shared(args),
+            workers=[spilled.worker],
+            allow_other_workers=True,
+            pure=False,
+            **kwargs,
         )
         with worker_errors(self.address):
             result: T = future.result()
@@ -112,9 +137,12 @@ class DaskHosts(HostExecutor):
         if self._closed:
             return
         self._closed = True
-        for future in self._reads:
-            future.release()
-        self._reads, self._read = [], []
+        self._read = []
+        # The spilled columns are deleted on every worker that lives; a dead one's local
+        # directory goes with it. Best effort: closing after the cluster failed must still
+        # close the client and say the failure itself, not this one.
+        with suppress(Exception):
+            self.client.run(remove_spills, self._audit, on_error="ignore")
         self.client.close()
         if self._cluster is not None:
             self._cluster.close()

@@ -326,3 +326,15 @@ def test_a_buffer_with_an_unmodeled_op_is_split_equally(tmp_path: Path) -> None:
     assert [r.measured_us for r in ops] == pytest.approx([50.0, 50.0, 50.0])
     assert ops[2].bound_by == "unmodeled" and ops[0].bound_us > 0
     assert all("equally" in r.hints[0] for r in ops)
+
+
+def test_a_command_buffer_formed_from_thunks_is_named_for_what_it_is(tmp_path: Path) -> None:
+    """Newer XLA:GPU forms command buffers from the thunk sequence (CommandBufferConversionPass)
+    and names each `command_buffer_<id of its first thunk>`: the HLO has no such instruction and
+    does not say which ops it ran. The row says so, not just "no instruction"."""
+    launches: list[Kernel] = [("command_buffer_7", 100.0 * k, 20.0) for k in range(2)]
+    report = _audit(tmp_path, "jit_step", launches, ONE_BUFFER)
+    (row,) = report.ops
+    assert row.category == "command buffer" and row.bound_by == "unmodeled"
+    assert row.measured_us == pytest.approx(40.0) and not row.command_buffer_ops
+    assert row.hints[0].startswith("unmodeled: a command buffer XLA:GPU formed from its thunks")

@@ -13,7 +13,7 @@ from pathlib import Path
 from hlogap.hlo.decode import HloDecodeError, decode_hlo_proto
 from hlogap.hlo.ir import Instruction, Module
 from hlogap.hlo.mesh import ModuleMesh, module_mesh
-from hlogap.hlo.opcodes import categorize
+from hlogap.hlo.opcodes import COMMAND_BUFFER_FLAG, THUNK_COMMAND_BUFFER, categorize
 from hlogap.hlo.text import HloParseError, parse_instruction, parse_module
 from hlogap.trace.model import OpInfo
 
@@ -94,6 +94,14 @@ class HloIndex:
         if isinstance(module, str):
             return ResolvedOp(None, None, info.category or "unknown", module)
         inst = self._by_name[(key.module, key.program_id)].get(key.name)
+        if inst is None and THUNK_COMMAND_BUFFER.fullmatch(key.name):
+            return ResolvedOp(
+                None,
+                module,
+                "command buffer",
+                "a command buffer XLA:GPU formed from its thunks, whose ops the HLO does not "
+                f"name (XLA_FLAGS={COMMAND_BUFFER_FLAG} times each op)",
+            )
         if inst is None:
             return ResolvedOp(
                 None,

@@ -141,6 +141,9 @@ def async_role(opcode: str, name: str) -> AsyncRole:
 # `command_buffer.N`: CommandBufferScheduling) and runs each as one CUDA graph.
 _COMMAND_BUFFER = re.compile(r"%?command_buffer(\.\d+)?")
 COMMAND_BUFFER_FLAG = "--xla_gpu_enable_command_buffer="
+# Newer XLA:GPU forms command buffers from the thunk sequence instead (CommandBufferConversionPass)
+# and names each `command_buffer_<id of its first thunk>`: a name the HLO does not hold.
+THUNK_COMMAND_BUFFER = re.compile(r"command_buffer_\d+")
 
 
 def is_command_buffer(inst: Instruction) -> bool:

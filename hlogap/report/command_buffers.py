@@ -25,7 +25,7 @@ from hlogap.hlo.ir import Instruction, Module
 from hlogap.hlo.opcodes import COMMAND_BUFFER_FLAG, FREE, AsyncRole, categorize, is_command_buffer
 from hlogap.hlo.printer import print_instruction
 from hlogap.report.model import OpRow
-from hlogap.units import fmt_us
+from hlogap.units import fmt_us, printable
 
 # Ops named in the call's hint of estimated times; the rest are in `command_buffer_ops`.
 HINTED_OPS = 5
@@ -171,9 +171,10 @@ def estimated_rows(call: OpRow, buffer: CommandBuffer, chip: Chip) -> list[OpRow
                 t_compute_us=op.bound.t_compute_s * 1e6 * runs,
                 t_memory_us=op.bound.t_memory_s * 1e6 * runs,
                 t_comm_us=op.bound.t_comm_s * 1e6 * runs,
-                op_name=inst.op_name or "",
-                source=inst.source or "",
-                hlo=print_instruction(inst),
+                # From the HLO's metadata: printed as names are (no control characters).
+                op_name=printable(inst.op_name or ""),
+                source=printable(inst.source or ""),
+                hlo=printable(print_instruction(inst)),
                 fingerprint=fingerprint(inst, buffer.module),
                 estimated=True,
                 hints=[

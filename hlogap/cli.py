@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -242,12 +242,19 @@ def _emit_bytes(data: Iterable[bytes], output: Path | None) -> None:
         return
     from hlogap.files import write_bytes
 
-    if target.name.lower().endswith(".gz"):
-        import gzip
-
-        data = [gzip.compress(b"".join(data), compresslevel=GZIP_LEVEL)]
-    write_bytes(target, data)
+    write_bytes(target, _gzipped(data) if target.name.lower().endswith(".gz") else data)
     _wrote(target)
+
+
+def _gzipped(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The chunks gzip-compressed as they come (never the whole file in memory at once)."""
+    import zlib
+
+    packer = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)  # wbits 31: gzip's header, trailer
+    for chunk in chunks:
+        if packed := packer.compress(chunk):
+            yield packed
+    yield packer.flush()
 
 
 def _wrote(target: Path) -> None:
@@ -262,12 +269,10 @@ def _emit(text: str, output: Path | None) -> None:
     if target is None:
         _write_stdout(text)
         return
-    if target.name.lower().endswith(".gz"):  # trace.json.gz, report.json.gz: compressed
-        import gzip
-
+    if target.name.lower().endswith(".gz"):  # report.md.gz: compressed
         from hlogap.files import write_bytes
 
-        write_bytes(target, [gzip.compress(text.encode(), compresslevel=GZIP_LEVEL)])
+        write_bytes(target, _gzipped([text.encode()]))
     else:
         from hlogap.files import write_text
 
@@ -288,7 +293,7 @@ def _write(
     its width unless `wide`."""
     import shutil
 
-    from hlogap.render.base import RenderOptions, choose_format, render
+    from hlogap.render.base import RenderOptions, choose_format, render, render_chunks
 
     chosen = choose_format(kind, fmt, output)
     terminal = _file_target(output) is None and sys.stdout is not None and sys.stdout.isatty()
@@ -296,10 +301,10 @@ def _write(
     # Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org).
     color = terminal and not os.environ.get("NO_COLOR")
     options = RenderOptions(top=top, color=color, steps=steps, width=width)
-    if chosen == "json":  # bytes as the encoder writes them: no text copy of a large report
-        from hlogap.render.json import JsonRenderer
-
-        _emit_bytes(JsonRenderer().render_chunks(document, options), output)
+    # JSON and trace events: bytes as the encoder writes them, no text copy of a large document.
+    chunks = render_chunks(document, chosen, options)
+    if chunks is not None:
+        _emit_bytes(chunks, output)
         return
     _emit(render(document, chosen, options), output)
 

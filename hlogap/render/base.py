@@ -8,6 +8,7 @@ registry which formats exist, which document kinds each writes, and which one `-
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
@@ -123,6 +124,16 @@ def needs_timeline(fmt: str) -> bool:
     audit keeps only when asked."""
     renderers()
     return bool(getattr(_REGISTRY[fmt], "needs_timeline", False))
+
+
+def render_chunks(document: Document, fmt: str, options: RenderOptions) -> Iterator[bytes] | None:
+    """The document as UTF-8 pieces made as they are written, where format `fmt` writes large
+    documents that way (JSON, trace events); None where it renders text whole."""
+    choose_format(kind_of(document), fmt, None)
+    chunked: Callable[[Document, RenderOptions], Iterator[bytes]] | None = getattr(
+        _REGISTRY[fmt], "render_chunks", None
+    )
+    return None if chunked is None else chunked(document, options)
 
 
 def render(document: Document, fmt: str, options: RenderOptions) -> str:

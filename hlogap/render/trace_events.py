@@ -13,6 +13,7 @@ the report's `start_us`.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,8 @@ EFFICIENCY_COLOURS = ((0.6, "good"), (0.3, "yellow"), (0.1, "bad"), (0.0, "terri
 UNMODELED_COLOUR = "grey"
 STEPS_PID = 0
 IDLE_TRACK, EXPOSED_TRACK = "idle", "exposed communication"
+# Events made Python objects at a time before they are written out as JSON: tens of MB.
+BATCH_EVENTS = 1 << 16
 
 
 def colour_of(efficiency: float | None) -> str:
@@ -97,13 +100,26 @@ class TraceEventRenderer:
     needs_timeline = True
 
     def render(self, document: Document, options: RenderOptions) -> str:
+        return b"".join(self.render_chunks(document, options)).decode()
+
+    def render_chunks(self, document: Document, options: RenderOptions) -> Iterator[bytes]:
+        """The trace as UTF-8 JSON, a batch of events at a time: a profile's millions of
+        events are never all Python objects at once."""
         if not isinstance(document, AuditReport) or document.timeline is None:
             raise UsageError(
                 "--format perfetto needs the profile's events: audit a profile, not a saved report"
             )
-        return orjson.dumps(self.trace(document)).decode()
+        yield b'{"displayTimeUnit":"ns","traceEvents":['
+        first = True
+        for batch in self.batches(document):
+            if batch:
+                body = orjson.dumps(batch)[1:-1]  # the list's items, without its brackets
+                yield body if first else b"," + body
+                first = False
+        yield b"]}\n"
 
-    def trace(self, report: AuditReport) -> dict[str, Any]:
+    def batches(self, report: AuditReport) -> Iterator[list[dict[str, Any]]]:
+        """The trace's events in batches: the steps, then each device's, in the run's order."""
         timeline = report.timeline
         assert timeline is not None
         events: list[dict[str, Any]] = [_name("process_name", STEPS_PID, 0, "steps")]
@@ -127,6 +143,7 @@ class TraceEventRenderer:
                     },
                 }
             )
+        yield events
         rows = {OpKey(r.module, r.program_id, r.name): r for r in report.ops}
         costs = op_step_costs(report.ops)
         exposed = costs.collective | costs.host
@@ -135,7 +152,7 @@ class TraceEventRenderer:
         for host, host_events in zip(timeline.hosts, timeline.events):
             for local, device_name in enumerate(host_events.devices):
                 pid += 1
-                events += self._device(
+                yield from self._device(
                     host_events,
                     local,
                     pid,
@@ -145,7 +162,6 @@ class TraceEventRenderer:
                     timeline.origin_ps,
                     windows.get(pid - 1),
                 )
-        return {"traceEvents": events, "displayTimeUnit": "ns"}
 
     def _device(
         self,
@@ -157,7 +173,7 @@ class TraceEventRenderer:
         exposed: frozenset[OpKey],
         origin_ps: int,
         windows: list[tuple[float, float]] | None,
-    ) -> list[dict[str, Any]]:
+    ) -> Iterator[list[dict[str, Any]]]:
         mine = host_events.device == local
         op = host_events.op[mine]
         start = host_events.start_ps[mine]
@@ -195,6 +211,9 @@ class TraceEventRenderer:
                     },
                 }
             )
+            if len(out) >= BATCH_EVENTS:
+                yield out
+                out = []
         idle_tid, exposed_tid = n_lanes, n_lanes + 1
         out.append(_name("thread_name", pid, idle_tid, IDLE_TRACK))
         out.append(_name("thread_name", pid, exposed_tid, EXPOSED_TRACK))
@@ -215,7 +234,7 @@ class TraceEventRenderer:
             out += _spans(
                 pid, exposed_tid, "exposed communication", *_minus(*comm, *work), origin_ps
             )
-        return out
+        yield out
 
 
 def _name(kind: str, pid: int, tid: int, name: str) -> dict[str, Any]:

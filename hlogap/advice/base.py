@@ -8,9 +8,10 @@ remove (never more than their gap), the numbers that show it and the one change 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hlogap._plugins import import_all
+from hlogap.advice.graph import ModuleGraph
 from hlogap.chips import Chip
 from hlogap.hlo.index import HloIndex
 from hlogap.hlo.ir import Instruction, Module
@@ -28,13 +29,21 @@ class Context:
     backend: Backend
     index: HloIndex
     memory: MemorySection | None = None
+    _graphs: dict[int, ModuleGraph] = field(default_factory=dict, repr=False)
+
+    def graph(self, module: Module) -> ModuleGraph:
+        """The module's producers and consumers (built once per module)."""
+        found = self._graphs.get(id(module))
+        if found is None:
+            found = self._graphs[id(module)] = ModuleGraph.of(module)
+        return found
 
     def instruction(self, row: OpRow) -> tuple[Instruction | None, Module | None]:
         """The op's instruction and module (None where the profile has no HLO for it)."""
         module = self.index.module(row.module, row.program_id)
         if module is None:
             return None, None
-        return module.instructions().get(row.name), module
+        return self.index.instruction(row.module, row.program_id, row.name), module
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,12 @@ class HloIndex:
         found = self._module(module, program_id)
         return found if isinstance(found, Module) else None
 
+    def instruction(self, module: str, program_id: str, name: str) -> Instruction | None:
+        """The module's instruction of that name (names looked up once per module)."""
+        if self.module(module, program_id) is None:
+            return None
+        return self._by_name[(module, program_id)].get(name)
+
     def mesh(self, module: str, program_id: str) -> ModuleMesh | None:
         """The module's device mesh and what it says of its instructions (found once); None
         for a module on one device or without HLO."""

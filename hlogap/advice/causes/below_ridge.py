@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from hlogap.advice.base import Context, Finding, capped, register
-from hlogap.advice.graph import consumers, producers
 from hlogap.advice.matrix import matrix_op
 from hlogap.report.model import OpRow
 from hlogap.units import fmt_si
@@ -63,8 +62,10 @@ def below_ridge(ctx: Context) -> Iterator[Finding]:
 def _fuse(ctx: Context, row: OpRow) -> str:
     """Keep the activations on chip: fuse with the op that reads (or makes) them."""
     inst, module = ctx.instruction(row)
-    readers = consumers(module, inst) if inst is not None and module is not None else []
-    makers = producers(module, inst) if inst is not None and module is not None else []
+    if inst is None or module is None:
+        return "fuse it with the op that reads its output, or keep its activations narrower"
+    graph = ctx.graph(module)
+    readers, makers = graph.consumers(inst), graph.producers(inst)
     if readers and not readers[0].startswith("the "):
         return f"fuse it with {readers[0]}, which reads its output, or keep its output narrower"
     if makers:

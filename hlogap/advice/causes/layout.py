@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from hlogap.advice.base import Context, Finding, capped, register
-from hlogap.advice.graph import consumers, producers
 from hlogap.hlo.ir import Instruction, Module
 from hlogap.units import fmt_si
 
@@ -19,8 +18,8 @@ def layout_copies(ctx: Context) -> Iterator[Finding]:
         saving = capped(row, row.measured_us)
         if saving <= 0:
             continue
-        makers = producers(module, inst)
-        readers = consumers(module, inst)
+        graph = ctx.graph(module)
+        makers, readers = graph.producers(inst), graph.consumers(inst)
         maker = makers[0] if makers else "its input"
         reader = ", ".join(readers[:2]) if readers else "its users"
         runs = max(row.runs_per_occurrence, 1)

@@ -16,9 +16,9 @@ from hlogap.memory.static import memory_section
 from hlogap.report.groups import DEFAULT_DEPTH, GROUP_KEYS, group_rows
 from hlogap.report.model import SORT_KEYS, AuditReport, ChipSource, load_json, sort_rows
 from hlogap.source import ProfileSource, find_profile, is_url, regular_file
-from hlogap.trace.model import OpKey
+from hlogap.trace.model import OpKey, Step, merge_steps
 from hlogap.trace.reading import Progress, SkippedHost
-from hlogap.trace.steps import module_spans, module_steps, step_totals
+from hlogap.trace.steps import collective_times, module_spans, module_steps, step_totals
 from hlogap.trace.summary import (
     RunMerger,
     RunSummary,
@@ -31,6 +31,11 @@ from hlogap.trace.timeline import Timeline, host_events
 from hlogap.trace.timing import AsyncPairs
 from hlogap.trace.unauditable import no_xla_ops
 from hlogap.units import printable
+
+# Clocks and late arrivals are judged on the first occurrences of the busiest collectives:
+# what travels back is per host this many numbers twice, however long the run.
+COLLECTIVES_TIMED = 16
+COLLECTIVE_OCCURRENCES = 64
 
 if TYPE_CHECKING:
     from hlogap.executors.base import HostExecutor
@@ -168,7 +173,7 @@ def _audit_hosts(
     from hlogap.advice.what_if import what_if as advise_what_if
     from hlogap.hlo.index import HloIndex
     from hlogap.report.analysis import op_rows
-    from hlogap.report.hosts import host_skew
+    from hlogap.report.hosts import clock_offsets, host_skew
     from hlogap.report.steps import op_step_costs, step_rows
     from hlogap.trace.steps import StepTotals
 
@@ -220,13 +225,34 @@ def _audit_hosts(
     index = HloIndex(modules, dump_dir)
     rows = op_rows(run, index, the_chip, pairs_on_hosts, what_if)
     ran = {(o.key.module, o.key.program_id) for o, n in zip(run.ops, run.times.events) if n > 0}
+    # Steps on the hosts' own clocks (the windows the host tasks sum in), and the same steps
+    # on the first host's clock (what the report says), each host moved by its clock offset.
     steps = run.steps
+    host_steps = run.host_steps
     dominant: str | None = None
     if not steps and run.module_ps:
         dominant = max(run.module_ps, key=lambda m: run.module_ps[m])
-        steps = module_steps(
-            [s for spans in hosts.each(module_spans, selection, dominant) for s in spans.values()]
+        spans = hosts.each(module_spans, selection, dominant)
+        steps = module_steps([s for on_host in spans for s in on_host.values()])
+        host_steps = [module_steps(list(on_host.values())) for on_host in spans]
+    collectives = _busiest_collectives(rows) if len(run.hosts) > 1 else []
+    arrivals = (
+        hosts.each(collective_times, selection, collectives, COLLECTIVE_OCCURRENCES)
+        if collectives
+        else []
+    )
+    clocks = clock_offsets(arrivals, [{s.number: s.start_ps for s in h} for h in host_steps])
+    aligned_steps = (
+        merge_steps(
+            [
+                Step(s.number, s.source, s.start_ps - clocks.of(h), s.end_ps - clocks.of(h))
+                for h, on_host in enumerate(host_steps)
+                for s in on_host
+            ]
         )
+        if any(clocks.offset_ps)
+        else steps
+    )
     windows = [(s.start_ps, s.end_ps) for s in steps]
     numbered = [(s.number, s.start_ps, s.end_ps) for s in steps]
     allocators = [
@@ -245,11 +271,14 @@ def _audit_hosts(
     found = findings(Context(rows, the_chip, run.backend, index, memory))
     ceilings = [ceiling_change(rows, c.name) for c in what_if]
     changed = [*changes(found), *(c for c in ceilings if c is not None)]
-    totals = (
-        hosts.each(step_totals, selection, windows, op_step_costs(rows), dominant, changed)
-        if steps
-        else []
-    )
+    totals = [
+        host_totals.on_clock(clocks.of(h))
+        for h, host_totals in enumerate(
+            hosts.each(step_totals, selection, windows, op_step_costs(rows), dominant, changed)
+            if steps
+            else []
+        )
+    ]
     events = (
         Timeline(
             run.hosts,
@@ -260,7 +289,7 @@ def _audit_hosts(
         else None
     )
     hosts.close()  # the last task is done: the events are freed before the report is built
-    step_table = step_rows(run, steps, totals)
+    step_table = step_rows(run, aligned_steps, totals)
     saved = step_savings(StepTotals.stacked(totals), len(changed)) if totals else None
     saved_by_ceiling = iter([] if saved is None else saved[len(found) :])
     report = AuditReport(
@@ -279,7 +308,9 @@ def _audit_hosts(
         warnings=[*run.warnings, *memory_warnings],
         memory=memory,
     )
-    report.host_skew = host_skew(run, rows, step_table, totals) or None
+    report.host_skew = (
+        host_skew(run, rows, step_table, totals, clocks, collectives, arrivals) or None
+    )
     report.timeline = events
     report.mesh = _busiest_mesh(rows, index)
     report.actions = ranked(found, None if saved is None else saved[: len(found)], step_table)
@@ -291,6 +322,16 @@ def _audit_hosts(
         for chip, ceiling in zip(what_if, ceilings, strict=True)
     ] or None
     return report
+
+
+def _busiest_collectives(rows: list[OpRow]) -> list[OpKey]:
+    """The collectives that took the most time (`COLLECTIVES_TIMED` of them): their ends are
+    the events the hosts' clocks are aligned on, their starts tell who arrived last."""
+    found = sorted(
+        (r for r in rows if r.bound_by == "communication" and r.measured_us > 0),
+        key=lambda r: -r.measured_us,
+    )
+    return [OpKey(r.module, r.program_id, r.name) for r in found[:COLLECTIVES_TIMED]]
 
 
 def _busiest_mesh(rows: list[OpRow], index: HloIndex) -> Mesh | None:

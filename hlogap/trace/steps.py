@@ -11,7 +11,7 @@ and occurrences that start in the step.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -105,6 +105,17 @@ class StepTotals:
         """Bool per (device, step): the device ran an op that started in the step."""
         ran: np.ndarray = self.first_ps != FIRST_NONE
         return ran
+
+    def on_clock(self, offset_ps: int) -> StepTotals:
+        """The same table with its times moved onto a clock `offset_ps` behind the host's (the
+        first host's clock, `offset_ps` the host's offset from it)."""
+        if not offset_ps:
+            return self
+        moved = {
+            name: np.where(times != FIRST_NONE, times - offset_ps, FIRST_NONE)
+            for name, times in (("first_ps", self.first_ps), ("last_ps", self.last_ps))
+        }
+        return replace(self, **moved)
 
     @classmethod
     def stacked(cls, hosts: list[StepTotals]) -> StepTotals:
@@ -387,3 +398,59 @@ def _covered(s: np.ndarray, e: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.n
     right = np.where(some, np.maximum(e[np.maximum(hi - 1, 0)] - b, 0), 0)
     result: np.ndarray = np.maximum(covered - left - right, 0.0)
     return result
+
+
+# A host's collective occurrence that it did not run (fewer than asked).
+NOT_RUN = np.iinfo(np.int64).min
+
+
+@dataclass
+class CollectiveTimes:
+    """Per collective asked for (rows, in that order) and occurrence (columns: the first ones
+    on each device, in start order; the k-th on every device is the k-th of the host): when the
+    host's last device entered it and when its last device left it, on the host's clock;
+    `NOT_RUN` where the host ran fewer."""
+
+    start_ps: np.ndarray  # int64 (collectives, occurrences)
+    end_ps: np.ndarray  # int64 (collectives, occurrences)
+
+
+def collective_times(
+    trace: TraceData, selection: Selection, collectives: Sequence[OpKey], occurrences: int
+) -> CollectiveTimes:
+    """The host's `CollectiveTimes` of the first `occurrences` of each of `collectives`. Every
+    host of a pod enters a collective at its own time and leaves it with the others: the ends
+    are events the hosts share (their clock offsets), the starts tell who arrived last."""
+    start = np.full((len(collectives), occurrences), NOT_RUN, dtype=np.int64)
+    end = start.copy()
+    op_ids = {o.key: i for i, o in enumerate(trace.ops)}
+    wanted = np.full(len(trace.ops), -1, dtype=np.int64)
+    for row, key in enumerate(collectives):
+        if key in op_ids:
+            wanted[op_ids[key]] = row
+    selected = selection.events(trace)
+    if not trace.num_events or (wanted < 0).all():
+        return CollectiveTimes(start, end)
+    # An occurrence lasts from its first event's start to the last end of its events (several
+    # kernels on a GPU); only the collectives' events are looked at, a block at a time.
+    occurrence_end = np.full(len(trace.occurrence_first), NOT_RUN, dtype=np.int64)
+    for part in blocks(trace.num_events):
+        mine = selected[part] & (wanted[trace.op_index[part]] >= 0)
+        np.maximum.at(
+            occurrence_end,
+            trace.occurrence[part][mine],
+            trace.start_ps[part][mine] + trace.duration_ps[part][mine],
+        )
+    first = trace.occurrence_first
+    ran = np.flatnonzero(occurrence_end != NOT_RUN)
+    row_of = wanted[trace.op_index[first[ran]]]
+    device_of = trace.device_index[first[ran]]
+    began = trace.start_ps[first[ran]]
+    for row in devices_in(row_of):
+        for device in devices_in(device_of[row_of == row]):
+            at = np.flatnonzero((row_of == row) & (device_of == device))
+            at = at[np.argsort(began[at], kind="stable")][:occurrences]
+            n = len(at)
+            start[row, :n] = np.maximum(start[row, :n], began[at])
+            end[row, :n] = np.maximum(end[row, :n], occurrence_end[ran[at]])
+    return CollectiveTimes(start, end)

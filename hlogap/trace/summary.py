@@ -242,6 +242,9 @@ class RunSummary:
     device_offsets: list[int] = field(default_factory=list)
     host_measured_ps: list[np.ndarray] = field(default_factory=list)
     host_events: list[np.ndarray] = field(default_factory=list)
+    # Per host: its own steps, on its clock: every host has them, and they are laid on one
+    # clock once the hosts' clock offsets are known (hlogap.report.hosts).
+    host_steps: list[list[Step]] = field(default_factory=list)
 
 
 class RunMerger:
@@ -299,6 +302,7 @@ class RunMerger:
         if host.origin_ps is not None:
             run.origin_ps = min(host.origin_ps, run.origin_ps or host.origin_ps)
         self._steps += host.steps
+        run.host_steps.append(merge_steps(host.steps))
         run.warnings += host.warnings
 
         def spread(values: np.ndarray) -> np.ndarray:

@@ -1,0 +1,156 @@
+"""Pods (issue 33, docs/pods.md): 64 small hosts on a Dask cluster that the test starts itself
+(`dask scheduler` and two `dask worker` processes), each host's clock shifted by its own offset
+and three hosts made slow. The local audit of the same files is the oracle; the offsets are
+known, so are the slow hosts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import hlogap
+from hlogap.trace.model import TraceData
+from tests.conftest import FIXTURES
+
+distributed = pytest.importorskip("distributed")
+
+HOSTS = 64
+SLOW_HOSTS = {"host07", "host33", "host58"}
+SCHEDULER = [sys.executable, "-m", "distributed.cli.dask_scheduler", "--dashboard-address", ":0"]
+WORKER = [sys.executable, "-m", "distributed.cli.dask_worker", "--local-directory"]
+
+
+def _offset_ns(host: int) -> int:
+    """Host h's clock runs this far ahead of host00's: not a multiple of anything round, and
+    larger than a step's ops on some hosts, negative on others."""
+    return (host * 7919) % 50_000 - 20_000
+
+
+def _host_file(source: bytes, host: int) -> bytes:
+    from hlogap.proto import xplane_pb2
+
+    space = xplane_pb2.XSpace.FromString(source)
+    slow = f"host{host:02d}" in SLOW_HOSTS
+    for plane in space.planes:
+        for line in plane.lines:
+            line.timestamp_ns += _offset_ns(host)
+            if slow and plane.name != "/host:metadata":
+                for event in line.events:
+                    event.duration_ps = int(event.duration_ps * 1.5)
+    return space.SerializeToString()
+
+
+@pytest.fixture(scope="module")
+def pod(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    source = next((FIXTURES / "mlp_train").rglob("*.xplane.pb")).read_bytes()
+    logdir = tmp_path_factory.mktemp("pod64") / "tb"
+    run = logdir / "plugins" / "profile" / "run1"
+    run.mkdir(parents=True)
+    for h in range(HOSTS):
+        (run / f"host{h:02d}.xplane.pb").write_bytes(_host_file(source, h))
+    return logdir
+
+
+@pytest.fixture(scope="module")
+def chip(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("chip") / "testcpu.toml"
+    path.write_text(
+        'name = "testcpu"\n[peak_flops]\nf32 = 1.0e11\nbf16 = 1.0e11\n[memory]\nhbm_bw = 2.0e10\n'
+    )
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def scheduler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A scheduler and two workers, each its own process, as on a real cluster."""
+    where = tmp_path_factory.mktemp("dask")
+    address_file = where / "scheduler.json"
+    started = [
+        subprocess.Popen(
+            [*SCHEDULER, "--scheduler-file", str(address_file), "--port", "0"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while not address_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for _ in range(2):
+            started.append(
+                subprocess.Popen(
+                    [*WORKER, str(where), "--scheduler-file", str(address_file), "--nthreads", "1"],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        with distributed.Client(scheduler_file=str(address_file), timeout=60) as client:
+            client.wait_for_workers(2, timeout=60)
+        yield json.loads(address_file.read_text())["address"]
+    finally:
+        for process in reversed(started):
+            process.terminate()
+            process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def local_report(pod: Path, chip: str) -> dict[str, object]:
+    return hlogap.audit(pod, chip, jobs=2).to_dict()
+
+
+def _traces_held(dask_worker: object) -> int:
+    import gc
+
+    return sum(isinstance(o, TraceData) for o in gc.get_objects())
+
+
+def test_a_64_host_cluster_audit_equals_the_local_one_and_workers_hold_no_events(
+    pod: Path, chip: str, scheduler: str, local_report: dict[str, object]
+) -> None:
+    held: list[dict[str, int]] = []
+
+    def after_reading(line: str) -> None:
+        # Every host is read and summarized: no worker holds a host's events any more.
+        if line.startswith(f"read host {HOSTS} of {HOSTS} "):
+            with distributed.Client(scheduler) as client:
+                held.append(client.run(_traces_held))
+
+    report = hlogap.audit(pod, chip, cluster=scheduler, progress=after_reading)
+    assert report.to_dict() == local_report
+    assert held and len(held[0]) == 2 and set(held[0].values()) == {0}
+
+
+def test_injected_clock_offsets_are_recovered_within_1_us(local_report: dict[str, object]) -> None:
+    hosts = local_report["hosts"]
+    assert isinstance(hosts, dict)
+    offsets = hosts["clock_offset_us"]
+    assert hosts["clock_offset_from"] == ["steps"] * HOSTS
+    for h, found in enumerate(offsets):
+        assert abs(found - (_offset_ns(h) - _offset_ns(0)) / 1e3) < 1.0, (h, found)
+
+
+def test_skew_is_measured_after_the_offsets_are_removed(local_report: dict[str, object]) -> None:
+    # Every host starts each step at the same instant once its clock is aligned: the steps'
+    # device skew is then zero, where the offsets alone would make it ~50 us.
+    steps = local_report["steps"]
+    assert isinstance(steps, list) and steps
+    assert all(abs(s["skew_us"]) < 1.0 for s in steps)
+    spread = max(_offset_ns(h) for h in range(HOSTS)) - min(_offset_ns(h) for h in range(HOSTS))
+    assert spread > 40_000
+
+
+def test_the_slow_hosts_are_named(local_report: dict[str, object]) -> None:
+    hosts = local_report["hosts"]
+    assert isinstance(hosts, dict)
+    slowest = hosts["slowest_hosts"]
+    assert {s["host"] for s in slowest[: len(SLOW_HOSTS)]} == SLOW_HOSTS
+    assert all(s["over_median_pct"] > 10 for s in slowest[: len(SLOW_HOSTS)])
+    step_time = hosts["step_time"]
+    assert step_time["hosts"] == HOSTS and step_time["max_host"] in SLOW_HOSTS
+    assert step_time["median_us"] <= step_time["p90_us"] <= step_time["max_us"]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from typer.exceptions import Abort, Exit, TyperException
 
-from hlogap.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_USAGE, HlogapError
+from hlogap.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_USAGE, HlogapError, UsageError
 from hlogap.hlo.text import MAX_DEVICES
 
 if TYPE_CHECKING:
@@ -466,13 +466,23 @@ def demo(
     chip: ChipOpt = None,
     wide: WideOpt = False,
     output: OutputOpt = None,
+    sample: Annotated[
+        str,
+        typer.Option(
+            "--sample",
+            help="Which bundled profile: flaws (a CPU training run with deliberate flaws) or "
+            "mlp (a toy MLP).",
+            autocompletion=_complete_sample,
+        ),
+    ] = "flaws",
 ) -> None:
-    """Audit the sample CPU profile bundled with hlogap (calibrates this CPU if needed).
+    """Audit a CPU profile bundled with hlogap (calibrates this CPU if needed), and say how to
+    read the result.
 
     \b
     Examples:
       hlogap demo --top 5
-      hlogap demo -o demo.html
+      hlogap demo --sample mlp -o demo.html
     """
     import tempfile
 
@@ -482,12 +492,14 @@ def demo(
     from hlogap.render.base import choose_format, needs_timeline
 
     chosen = choose_format("audit", fmt, output)
+    if sample not in DEMO_SAMPLES:
+        raise UsageError(f"unknown sample '{sample}' (use one of: {', '.join(DEMO_SAMPLES)})")
     target = _file_target(output)
     if target is not None:
         from hlogap.files import check_output
 
         check_output(target)
-    sample = Path(__file__).parent / "data" / "sample"
+    logdir = Path(__file__).parent / "data" / DEMO_SAMPLES[sample]
     with tempfile.TemporaryDirectory(prefix="hlogap-demo-") as scratch:
         if chip is None and calibrated_chip() is None:
             print("hlogap: calibrating this CPU once (dots and copies)...", file=sys.stderr)
@@ -499,12 +511,63 @@ def demo(
                 print(f"hlogap: warning: {exc}; this calibration is not kept", file=sys.stderr)
                 chip = str(Path(scratch) / "cpu.toml")
                 write_text(Path(chip), chip_text(result))
-        report = run_audit(sample, chip, timeline=needs_timeline(chosen))
+        report = run_audit(logdir, chip, timeline=needs_timeline(chosen))
     if target is not None:
         from hlogap.source import refuse_to_overwrite
 
         refuse_to_overwrite(target, report.files)
     _write(report, "audit", fmt, output, top, wide=wide)
+    if chosen == "table" and target is None:
+        _write_stdout("".join(f"{line}\n" for line in _fit_lines(_demo_lessons(report), wide)))
+
+
+# The profiles `hlogap demo --sample` audits, each a logdir under hlogap/data.
+DEMO_SAMPLES = {"flaws": "flaws", "mlp": "sample"}
+
+
+def _complete_sample(incomplete: str) -> list[str]:
+    return [name for name in DEMO_SAMPLES if name.startswith(incomplete)]
+
+
+def _fit_lines(lines: list[str], wide: bool) -> list[str]:
+    """Lines broken between words at a terminal's width (continuations indented); whole
+    elsewhere (a pipe, a file) or with --wide."""
+    import shutil
+    import textwrap
+
+    if wide or sys.stdout is None or not sys.stdout.isatty():
+        return lines
+    width = shutil.get_terminal_size().columns
+    return [
+        part
+        for line in lines
+        for part in textwrap.wrap(
+            line, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+        )
+        or [""]
+    ]
+
+
+def _demo_lessons(report: AuditReport) -> list[str]:
+    """What the demo ends with: how to read the table, the top action, the next command."""
+    from hlogap.units import fmt_us
+
+    lessons = [
+        "",
+        "how to read it: one row per op, the most time lost first; gap = measured - bound, "
+        "the bound being the roofline's lower limit on the op's time; eff = bound / measured; "
+        "why = what bounds it",
+    ]
+    if report.actions:
+        top = report.actions[0]
+        lessons.append(
+            f"top action: {top.change} (saves {fmt_us(top.saving_us)}, {top.frame}: {top.cause})"
+        )
+    lessons.append(
+        "next: hlogap audit YOUR_LOGDIR --steps (or -o report.html for a page, "
+        "-o trace.json.gz for Perfetto's timeline)"
+    )
+    return lessons
 
 
 @app.command()

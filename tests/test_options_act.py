@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import hlogap
 from tests.conftest import FIXTURES
 from tests.test_errors import run_cli
 
@@ -116,3 +117,25 @@ def test_demo_writes_a_file(
     code, out, err = run_cli(["demo", "--chip", str(cpu_chip_file), "-o", str(page)], capsys)
     assert code == 0, err
     assert out == "" and page.read_text().startswith("<!doctype html>")
+
+
+def test_demo_teaches_on_a_sample_with_flaws(
+    cpu_chip_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_cli(["demo", "--chip", str(cpu_chip_file), "-n", "3"], capsys)
+    assert code == 0, err
+    how, top, nxt = out.rstrip("\n").splitlines()[-3:]
+    assert how.startswith("how to read it: one row per op") and "gap = measured - bound" in how
+    code, report, _ = run_cli(["demo", "--chip", str(cpu_chip_file), "-f", "json"], capsys)
+    action = json.loads(report)["actions"][0]
+    assert top.startswith(f"top action: {action['change']}")
+    assert nxt.startswith("next: hlogap audit YOUR_LOGDIR")
+    # The bundled profile is the flaws fixture itself: the README's showcase is reproducible.
+    assert "flaws" in json.loads(report)["source"]["path"]
+    run_file = Path("plugins/profile/2026_01_01_00_00_00/vm.xplane.pb")
+    bundled = Path(hlogap.__file__).parent / "data" / "flaws" / run_file
+    assert bundled.read_bytes() == (FIXTURES / "flaws" / run_file).read_bytes()
+    code, out, _ = run_cli(["demo", "--chip", str(cpu_chip_file), "--sample", "mlp"], capsys)
+    assert code == 0 and "jit_mlp" in out
+    code, _, err = run_cli(["demo", "--sample", "nope"], capsys)
+    assert code == 2 and "unknown sample 'nope' (use one of: flaws, mlp)" in err

@@ -38,6 +38,7 @@ from hlogap.hlo.printer import (
     print_shape,
 )
 from hlogap.hlo.text import expand_iota, parse_instruction, parse_module, parse_shape, unescape
+from hlogap.units import printable
 
 ARRAY_TYPES = sorted(t for t in ELEMENT_BITS if t not in ("token", "opaque"))
 # Layout items XLA writes besides T, L, E and S, in the order its printer writes them.
@@ -219,10 +220,10 @@ def instructions(
             st.sampled_from(("{replicated}", "{{maximal device=0}, {manual}}"))
         )
     if maybe():
-        inst.op_name = draw(TEXT)
+        inst.op_name = draw(TEXT.map(printable))  # control characters are dropped
         parts = [f"op_name={format_string(inst.op_name)}"]
         if draw(st.booleans()):
-            source, line = draw(TEXT.filter(bool)), draw(st.integers(1, 999))
+            source, line = draw(TEXT.map(printable).filter(bool)), draw(st.integers(1, 999))
             inst.source = f"{source}:{line}"
             parts += [f"source_file={format_string(source)}", f"source_line={line}"]
         attrs["metadata"] = "{" + " ".join(parts) + "}"

@@ -534,6 +534,14 @@ def _renamed_ops(tmp: Path, rng: random.Random) -> Path:
             if key in refs and md.name:
                 cut = rng.randrange(len(md.name) + 1)
                 md.name = md.name[:cut] + rng.choice(CONTROL) + md.name[cut:]
+
+    def edit(proto: hlo_pb2.HloProto, rng: random.Random) -> bool:
+        for inst in _instructions(proto):
+            inst.metadata.op_name += rng.choice(CONTROL)
+            inst.metadata.source_file = rng.choice(CONTROL) + inst.metadata.source_file
+        return True
+
+    assert _edit_hlo(space, edit, rng)
     return _write_run(tmp, "names", space)
 
 

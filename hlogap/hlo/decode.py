@@ -47,6 +47,7 @@ from hlogap.hlo.printer import (
 )
 from hlogap.hlo.text import AxisRef, expand_iota, expand_mesh_axes, is_braced
 from hlogap.proto import hlo_pb2
+from hlogap.units import printable
 
 
 class HloDecodeError(ValueError):
@@ -473,10 +474,12 @@ class _Instruction:
                 parts.append(f'{key}="{escape(getattr(m, key))}"')
         if m.stack_frame_id:
             parts.append(f"stack_frame_id={m.stack_frame_id}")
+        # Metadata reaches the outputs as names do: printable (hlogap.units).
         if m.op_name:
-            inst.op_name = m.op_name
+            inst.op_name = printable(m.op_name)
         if m.source_file:
-            inst.source = f"{m.source_file}:{m.source_line}" if m.source_line else m.source_file
+            where = f"{m.source_file}:{m.source_line}" if m.source_line else m.source_file
+            inst.source = printable(where)
         elif m.stack_frame_id and self.frames is not None:
             inst.source = self.frames.source(m.stack_frame_id)
         if parts:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from hlogap.units import printable
+
 # Bits per element. Sub-byte types pack; `token` and `tuple` hold no data.
 ELEMENT_BITS: dict[str, int] = {
     "pred": 8,
@@ -268,7 +270,7 @@ class StackFrameIndex:
         if not 0 < loc.file_name_id <= len(self.file_names):
             return None
         name = self.file_names[loc.file_name_id - 1]
-        return f"{name}:{loc.line}" if loc.line else name
+        return printable(f"{name}:{loc.line}" if loc.line else name)  # as names are printed
 
 
 @dataclass

@@ -29,6 +29,7 @@ from hlogap.hlo.ir import (
     StackFrameIndex,
     Window,
 )
+from hlogap.units import printable
 
 
 class HloParseError(ValueError):
@@ -920,13 +921,14 @@ class _TypedAttrs:
                 p.pos = p.balanced_end(p.pos, stop_at_comma=False)
             else:
                 fields[name] = p.integer()
+        # Metadata reaches the outputs as names do: printable (hlogap.units).
         op_name = fields.get("op_name")
         if isinstance(op_name, str):
-            self.inst.op_name = op_name
+            self.inst.op_name = printable(op_name)
         source_file = fields.get("source_file")
         if isinstance(source_file, str) and source_file:
             line = fields.get("source_line")
-            self.inst.source = f"{source_file}:{line}" if line else source_file
+            self.inst.source = printable(f"{source_file}:{line}" if line else source_file)
         frame = fields.get("stack_frame_id")
         self.frame_id = frame if isinstance(frame, int) else 0
 

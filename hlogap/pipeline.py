@@ -325,10 +325,17 @@ def _audit_hosts(
 
 
 def _busiest_collectives(rows: list[OpRow]) -> list[OpKey]:
-    """The collectives that took the most time (`COLLECTIVES_TIMED` of them): their ends are
-    the events the hosts' clocks are aligned on, their starts tell who arrived last."""
+    """The collectives that took the most time (`COLLECTIVES_TIMED` of them): their starts tell
+    who arrived last, their ends are events the hosts share. An async collective's start op
+    returns at once: its done op is where a host waits."""
+    from hlogap.hlo.opcodes import COLLECTIVE_OPCODES
+
     found = sorted(
-        (r for r in rows if r.bound_by == "communication" and r.measured_us > 0),
+        (
+            r
+            for r in rows
+            if r.opcode.removesuffix("-done") in COLLECTIVE_OPCODES and r.measured_us > 0
+        ),
         key=lambda r: -r.measured_us,
     )
     return [OpKey(r.module, r.program_id, r.name) for r in found[:COLLECTIVES_TIMED]]

@@ -154,3 +154,47 @@ def test_the_slow_hosts_are_named(local_report: dict[str, object]) -> None:
     step_time = hosts["step_time"]
     assert step_time["hosts"] == HOSTS and step_time["max_host"] in SLOW_HOSTS
     assert step_time["median_us"] <= step_time["p90_us"] <= step_time["max_us"]
+
+
+def _late_at_collectives(source: bytes, host: int, collectives: set[str]) -> bytes:
+    """A host file of the sharded fixture, its clock shifted; each event of `collectives`
+    starts later (by half its time), ending when it did: the host the others wait for."""
+    from hlogap.proto import xplane_pb2
+
+    space = xplane_pb2.XSpace.FromString(source)
+    for plane in space.planes:
+        for line in plane.lines:
+            line.timestamp_ns += _offset_ns(host)
+            for event in line.events:
+                if plane.event_metadata[event.metadata_id].name in collectives:
+                    event.offset_ps += event.duration_ps // 2
+                    event.duration_ps -= event.duration_ps // 2
+    return space.SerializeToString()
+
+
+def test_the_host_that_arrives_last_at_collectives_is_named(tmp_path: Path, chip: str) -> None:
+    from hlogap.hlo.opcodes import COLLECTIVE_OPCODES
+
+    fixture = FIXTURES / "sharded_train"
+    alone = hlogap.audit(fixture, chip, hlo_dump=fixture / "dump")
+    collectives = {
+        o.name for o in alone.ops if o.opcode.removesuffix("-done") in COLLECTIVE_OPCODES
+    }
+    source = next(fixture.rglob("*.xplane.pb")).read_bytes()
+    run = tmp_path / "tb" / "plugins" / "profile" / "run1"
+    run.mkdir(parents=True)
+    for h in range(4):
+        late = collectives if h == 2 else set()
+        (run / f"host{h:02d}.xplane.pb").write_bytes(_late_at_collectives(source, h, late))
+    hosts = hlogap.audit(tmp_path / "tb", chip, hlo_dump=fixture / "dump", jobs=2).host_skew
+    assert hosts is not None
+    offsets = hosts["clock_offset_us"]
+    assert isinstance(offsets, list)
+    for h, found in enumerate(offsets):
+        assert abs(found - (_offset_ns(h) - _offset_ns(0)) / 1e3) < 1.0, (h, found)
+    found = hosts["collectives"]
+    assert isinstance(found, list) and found
+    for entry in found:
+        last = entry["last_hosts"][0]
+        assert last["host"] == "host02" and last["times_last"] == entry["occurrences"]
+        assert last["median_wait_us"] > 0

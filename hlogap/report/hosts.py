@@ -50,24 +50,23 @@ def clock_offsets(
     collectives: Sequence[CollectiveTimes], step_starts: Sequence[dict[int, int]]
 ) -> ClockOffsets:
     """Each host's offset: the median, over the events it shares with the first host, of the
-    difference of their times. Shared events are, in this order of preference, the ends of
-    collectives (every host leaves one together, however late it came: matched by their
-    order, as steps are by number) and the starts of steps (a synchronous program starts step
-    k on every host at once). A host that shares neither has no offset."""
+    difference of their times. Shared events are, in this order of preference, the starts of
+    steps (a synchronous program starts step k on every host at once, matched by number) and
+    the ends of collectives (every host leaves one together, however late it came: matched by
+    their order). Steps come first: every host has them, while a collective may span a group
+    of hosts only. A host that shares neither has no offset."""
     offsets: list[int | None] = []
     found_from: list[str] = []
     for host in range(len(step_starts)):
-        difference, source = np.zeros(0, dtype=np.int64), "collectives"
-        if collectives:
+        steps = sorted(set(step_starts[host]) & set(step_starts[0]))
+        difference = np.array(
+            [step_starts[host][k] - step_starts[0][k] for k in steps], dtype=np.int64
+        )
+        source = "steps"
+        if not len(difference) and collectives:
             mine, first = collectives[host].end_ps, collectives[0].end_ps
             shared = (mine != NOT_RUN) & (first != NOT_RUN)
-            difference = mine[shared] - first[shared]
-        if not len(difference):
-            steps = sorted(set(step_starts[host]) & set(step_starts[0]))
-            difference = np.array(
-                [step_starts[host][k] - step_starts[0][k] for k in steps], dtype=np.int64
-            )
-            source = "steps"
+            difference, source = mine[shared] - first[shared], "collectives"
         if not len(difference):
             offsets.append(None)
             found_from.append("no collective or step in common with the first host")
@@ -228,7 +227,8 @@ def _last_arrivals(
                 for j, m in enumerate(matched.tolist())
             ]
         )
-        counts = Counter(last.tolist())
+        # Where every host arrived at once nobody waited: no host is named for it.
+        counts = Counter(last[waits > 0].tolist())
         found.append(
             (
                 float(waits.sum()),

@@ -251,3 +251,33 @@ def test_bound_what_if_on_a_v5p_dot() -> None:
     assert other["chip"] == "tpu-v6e" and other["bound_by"] == "compute"
     assert other["bound_us"] == pytest.approx(flops / v6e.matrix_peak("bf16") * 1e6)
     assert other["speedup"] == pytest.approx(v6e.matrix_peak("bf16") / v5p.matrix_peak("bf16"))
+
+
+def test_tile_padding_names_the_shape_that_pads(tmp_path: Path) -> None:
+    """bf16[100,100] under T(8,128) is laid out as [104,128]: 1 - 100*100/(104*128) of its
+    bytes are padding; the saving is that share of the op's time, never more than its gap."""
+    from hlogap.advice.base import Context
+    from hlogap.advice.causes.padding import tile_padding
+    from hlogap.hlo.index import HloIndex
+
+    (tmp_path / "pad.txt").write_text(
+        "HloModule pad\n\nENTRY %main (p: bf16[100,100]) -> bf16[100,100] {\n"
+        "  %p = bf16[100,100]{1,0:T(8,128)(2,1)} parameter(0)\n"
+        "  ROOT %neg = bf16[100,100]{1,0:T(8,128)(2,1)} negate(%p)\n}\n"
+    )
+    row = OpRow(
+        module="pad",
+        program_id="1",
+        name="neg",
+        opcode="negate",
+        occurrences=10,
+        measured_us=100.0,
+        bound_us=40.0,
+        bound_by="memory",
+    )
+    ctx = Context([row], load_chip("tpu-v6e"), "tpu", HloIndex({}, tmp_path))
+    (found,) = list(tile_padding(ctx))
+    share = 1 - 100 * 100 / (104 * 128)
+    assert found.op_saving_us == pytest.approx(min(row.gap_us, 100.0 * share))
+    assert f"{share:.0%} of the bytes" in found.evidence and "[104,128]" in found.evidence
+    assert "dim 0 (100 -> 104)" in found.change and "dim 1 (100 -> 128)" in found.change

@@ -15,6 +15,7 @@ from hlogap.advice.graph import ModuleGraph
 from hlogap.chips import Chip
 from hlogap.hlo.index import HloIndex
 from hlogap.hlo.ir import Instruction, Module
+from hlogap.hlo.text import HloParseError, parse_instruction
 from hlogap.memory.static import MemorySection
 from hlogap.report.model import ActionCause, OpRow
 from hlogap.trace.model import Backend
@@ -39,10 +40,14 @@ class Context:
         return found
 
     def instruction(self, row: OpRow) -> tuple[Instruction | None, Module | None]:
-        """The op's instruction and module (None where the profile has no HLO for it)."""
+        """The op's instruction and module (None where the profile has no HLO for it). A TPU
+        op without its module has its own HLO text: the instruction alone."""
         module = self.index.module(row.module, row.program_id)
         if module is None:
-            return None, None
+            try:
+                return (parse_instruction(row.hlo) if row.hlo else None), None
+            except HloParseError:
+                return None, None
         return self.index.instruction(row.module, row.program_id, row.name), module
 
 

@@ -450,6 +450,7 @@ ActionCause = Literal[
     "exposed collective",
     "host offload wait",
     "slow kernel",
+    "tile padding",
 ]
 SavingFrame = Literal["wall", "device-time"]
 

@@ -12,9 +12,12 @@ pyarrow, the `nsys` extra). In the same run, on the same file:
   in its own directory (xprof writes a cache file beside its input).
 Each command runs in a child process, hlogap and xprof in turn (a slow spell of the machine
 falls on both); wall time and that child's peak RSS (os.wait4) are taken.
-The pod case (issue 14) audits runs of 4 and 32 hosts of ~50 MB each (one scaled file, linked
-under every host's name) with the local process pool and with `--cluster local:2`, and takes
-the hlogap process's own peak (the client: on a cluster it holds only summaries).
+The pod case (issues 14, 33) audits runs of 4, 32, 128 and 256 hosts of ~50 MB each with the
+local process pool and with `--cluster local:2`: one scaled file written again with a few clock
+offsets and once with its events 1.5x as long (a slow host), hard-linked under every host's
+name (the disk holds a few copies). It takes the hlogap process's own peak (the client: on a
+cluster it holds only summaries) and each worker's, and checks in the report that every
+host's offset is recovered and the slow hosts are named.
 `--write-docs` rewrites the tables in docs/performance.md.
 """
 
@@ -201,6 +204,8 @@ class Run:
     peak_rss_mb: float  # the command's own process (VmHWM, sampled every 20 ms)
     peak_total_mb: float  # the command and every process it started (readers), PSS, sampled
     ok: bool
+    # Each process the command started (readers, Dask workers): its own peak (VmHWM), sampled.
+    child_peaks_mb: list[float]
 
 
 def _tree(root: int) -> list[int]:
@@ -238,6 +243,7 @@ def measure(cmd: list[str], cwd: Path) -> Run:
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     peak_total = peak_own = 0.0
+    child_peaks: dict[int, float] = {}
     running = threading.Event()
     running.set()
 
@@ -250,6 +256,10 @@ def measure(cmd: list[str], cwd: Path) -> Run:
             tree = _tree(proc.pid)
             if len(tree) > 1:
                 peak_total = max(peak_total, sum(_proc_mb(p, "smaps_rollup", "Pss:") for p in tree))
+            for child in tree[1:]:
+                child_peaks[child] = max(
+                    child_peaks.get(child, 0.0), _proc_mb(child, "status", "VmHWM:")
+                )
             # VmHWM: the process's own peak resident set, without its children.
             peak_own = max(peak_own, _proc_mb(proc.pid, "status", "VmHWM:"))
             time.sleep(0.02)
@@ -265,60 +275,115 @@ def measure(cmd: list[str], cwd: Path) -> Run:
     # falls back to it.
     rss = peak_own or usage.ru_maxrss / 1024  # KiB on Linux
     ok = os.waitstatus_to_exitcode(status) == 0
-    return Run(wall, rss, max(peak_total, rss), ok)
+    return Run(wall, rss, max(peak_total, rss), ok, sorted(child_peaks.values(), reverse=True))
 
 
-POD_HOSTS = [4, 32]
+POD_HOSTS = [4, 32, 128, 256]
 POD_HOST_EVENTS = 870_000  # ~50 MB per host file from the MI300X trace
+# Host h's clock runs ahead of the first host's by the offset of its variant, h % this many.
+POD_CLOCK_VARIANTS = 8
+# Host h is slow (its events 1.5x as long, its clock host00's) when h % this == 1: a few hosts.
+POD_SLOW_EVERY = 29
 
 
-def bench_pod(chip: str) -> list[dict[str, object]]:
-    """Runs of 4 and 32 hosts: local pool vs `--cluster local:2`, wall and client peak."""
+def _pod_offset_ns(variant: int) -> int:
+    return variant * 13_337 - 40_000
+
+
+def _pod_host(source: Path, target: Path, offset_ns: int, stretch: float) -> None:
+    """`source` with every line's clock moved by `offset_ns` and its events `stretch`x as long."""
+    space = xplane_pb2.XSpace.FromString(source.read_bytes())
+    for plane in space.planes:
+        for line in plane.lines:
+            line.timestamp_ns += offset_ns
+            if stretch != 1.0:
+                for event in line.events:
+                    event.duration_ps = int(event.duration_ps * stretch)
+    target.write_bytes(space.SerializeToString())
+
+
+def bench_pod(chip: str, sizes: list[int]) -> list[dict[str, object]]:
+    """Runs of `sizes` hosts: local pool vs `--cluster local:2`: wall, client and worker
+    peaks, and whether the report recovers the injected offsets and names the slow hosts."""
+    import json
+    from math import inf
+
     source = REAL_GPU if REAL_GPU.is_file() else next((ROOT / "tests" / "fixtures").rglob("*.pb"))
     hlogap = str(Path(sys.executable).parent / "hlogap")
     rows = []
     with tempfile.TemporaryDirectory(prefix="hlogap-pod-") as tmp:
-        host = Path(tmp) / "host.xplane.pb"
-        scale_profile(source, host, POD_HOST_EVENTS)
-        for hosts in POD_HOSTS:
+        scaled = Path(tmp) / "scaled.xplane.pb"
+        scale_profile(source, scaled, POD_HOST_EVENTS)
+        variants = [Path(tmp) / f"clock{v}.xplane.pb" for v in range(POD_CLOCK_VARIANTS)]
+        for v, variant in enumerate(variants):
+            _pod_host(scaled, variant, _pod_offset_ns(v), 1.0)
+        slow = Path(tmp) / "slow.xplane.pb"
+        _pod_host(scaled, slow, 0, 1.5)
+        for hosts in sizes:
             run = Path(tmp) / f"pod{hosts}" / "plugins" / "profile" / "run1"
             run.mkdir(parents=True)
-            for h in range(hosts):  # hard links: every host a regular file, one copy on disk
-                os.link(host, run / f"host{h:03d}.xplane.pb")
+            slow_hosts = {f"host{h:03d}" for h in range(hosts) if h % POD_SLOW_EVERY == 1}
+            expected = {}
+            for h in range(hosts):  # hard links: every host a regular file, a few copies on disk
+                name = f"host{h:03d}"
+                v = h % POD_CLOCK_VARIANTS
+                os.link(slow if name in slow_hosts else variants[v], run / f"{name}.xplane.pb")
+                offset = 0 if name in slow_hosts else _pod_offset_ns(v)
+                expected[name] = (offset - _pod_offset_ns(0)) / 1e3
+            size_mb = sum(f.stat().st_size for f in run.iterdir()) / 1e6
             for executor, extra in (
                 ("local pool", []),
                 ("--cluster local:2", ["--cluster", "local:2"]),
             ):
-                r = measure(
-                    [hlogap, "audit", str(run.parents[2]), "-f", "json", "--chip", chip, *extra],
-                    Path(tmp),
-                )
+                report = Path(tmp) / "report.json"
+                audit = [hlogap, "audit", str(run.parents[2]), "-f", "json", "--chip", chip]
+                r = measure([*audit, "--output", str(report), *extra], Path(tmp))
+                found = json.loads(report.read_text())["hosts"] if r.ok else {}
+                offsets = dict(zip(found.get("hosts", []), found.get("clock_offset_us", [])))
+                named = {s["host"] for s in found.get("slowest_hosts", [])[: len(slow_hosts)]}
                 row = {
                     "hosts": hosts,
-                    "size_mb": hosts * host.stat().st_size / 1e6,
+                    "size_mb": size_mb,
                     "executor": executor,
                     "wall_s": r.wall_s,
                     "client_mb": r.peak_rss_mb,
+                    "workers_mb": r.child_peaks_mb[:2] if extra else [],
                     "total_mb": r.peak_total_mb,
+                    # A host without an offset (null) counts as an infinite error.
+                    "offset_error_us": max(
+                        abs(found_us - e) if (found_us := offsets.get(h)) is not None else inf
+                        for h, e in expected.items()
+                    )
+                    if offsets
+                    else None,
+                    "slow_named": f"{len(named & slow_hosts)}/{len(slow_hosts)}",
                     "ok": r.ok,
                 }
                 rows.append(row)
                 print(_format_pod_row(row), flush=True)
+                report.unlink(missing_ok=True)
+            shutil.rmtree(run.parents[2])
     return rows
 
 
 POD_HEADER = (
-    "| hosts | files | executor | wall | client peak (own RSS) "
-    "| peak total (PSS, all processes) |\n"
-    "|---:|---:|---|---:|---:|---:|"
+    "| hosts | files | executor | wall | client peak (own RSS) | each worker's peak (own RSS) "
+    "| peak total (PSS, all processes) | offsets: worst error | slow hosts named |\n"
+    "|---:|---:|---|---:|---:|---:|---:|---:|---:|"
 )
 
 
 def _format_pod_row(r: dict[str, object]) -> str:
+    workers = r["workers_mb"]
+    assert isinstance(workers, list)
+    error = r["offset_error_us"]
     return (
         f"| {r['hosts']} | {float(r['size_mb']):.0f} MB | {r['executor']} "  # type: ignore[arg-type]
         f"| {float(r['wall_s']):.1f} s | {float(r['client_mb']):.0f} MB "  # type: ignore[arg-type]
-        f"| {float(r['total_mb']):.0f} MB |" + ("" if r["ok"] else " (failed)")  # type: ignore[arg-type]
+        f"| {', '.join(f'{w:.0f} MB' for w in workers) or '-'} "
+        f"| {float(r['total_mb']):.0f} MB "  # type: ignore[arg-type]
+        f"| {'-' if error is None else f'{float(error):.3f} us'} "  # type: ignore[arg-type]
+        f"| {r['slow_named']} |" + ("" if r["ok"] else " (failed)")
     )
 
 
@@ -487,20 +552,24 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--chip", default="mi300x")
     parser.add_argument("--no-pod", action="store_true", help="skip the pod case")
+    parser.add_argument("--pod-only", action="store_true", help="only the pod case")
+    parser.add_argument("--pod-hosts", type=int, nargs="+", default=POD_HOSTS)
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     # hlogap as a user has it: pip compiles a package's bytecode when it installs it; an
     # editable install under PYTHONDONTWRITEBYTECODE would compile every module on every run.
     compileall.compile_dir(ROOT / "hlogap", quiet=1)
-    print(HEADER)
-    with tempfile.TemporaryDirectory(prefix="hlogap-bench-") as tmp:
-        chip_file = Path(tmp) / "bench-cpu.toml"
-        chip_file.write_text(CPU_CHIP)
-        results = bench(cases(args.events, args.chip, chip_file), args.repeats, Path(tmp))
+    results = []
+    if not args.pod_only:
+        print(HEADER)
+        with tempfile.TemporaryDirectory(prefix="hlogap-bench-") as tmp:
+            chip_file = Path(tmp) / "bench-cpu.toml"
+            chip_file.write_text(CPU_CHIP)
+            results = bench(cases(args.events, args.chip, chip_file), args.repeats, Path(tmp))
     pod = []
     if not args.no_pod:
         print(POD_HEADER)
-        pod = bench_pod(args.chip)
+        pod = bench_pod(args.chip, args.pod_hosts)
     help_s = time_help()
     print(f"hlogap --help: {help_s:.3f} s")
     if args.write_docs:

@@ -198,3 +198,22 @@ def test_the_host_that_arrives_last_at_collectives_is_named(tmp_path: Path, chip
         last = entry["last_hosts"][0]
         assert last["host"] == "host02" and last["times_last"] == entry["occurrences"]
         assert last["median_wait_us"] > 0
+
+
+def test_without_steps_in_common_the_collective_ends_give_the_offsets() -> None:
+    import numpy as np
+
+    from hlogap.report.hosts import clock_offsets
+    from hlogap.trace.steps import NOT_RUN, CollectiveTimes
+
+    def times(ends: list[int]) -> CollectiveTimes:
+        end = np.array([ends], dtype=np.int64)
+        return CollectiveTimes(np.where(end != NOT_RUN, end - 500, NOT_RUN), end)
+
+    # The second host's clock is 70 ps ahead (its late start does not count: ends only); the
+    # third ran none of the first host's collectives.
+    hosts = [times([1000, 2000, NOT_RUN]), times([1070, 2070, 3070]), times([NOT_RUN] * 3)]
+    clocks = clock_offsets(hosts, [{}, {0: 5}, {}])
+    assert clocks.offset_ps == [0, 70, None]
+    assert clocks.found_from[:2] == ["collectives"] * 2
+    assert "no collective or step in common" in clocks.found_from[2]

@@ -8,7 +8,7 @@ from hlogap.bounds.roofline import Bound
 from hlogap.chips import Chip
 from hlogap.cost import OpCost
 from hlogap.hlo.ir import Instruction
-from hlogap.hlo.opcodes import COMMAND_BUFFER_FLAG, is_command_buffer
+from hlogap.hlo.opcodes import COMMAND_BUFFER_FLAG, changes_layout, is_command_buffer
 from hlogap.units import fmt_si, fmt_us
 
 # Padding above this share of the bytes moved is worth a hint.
@@ -62,9 +62,7 @@ def hints_for(
         share = cost.padding_bytes / cost.hbm_bytes
         if share >= PADDING_HINT_FRACTION:
             out.append(f"tile padding is {share:.0%} of the bytes moved; pad dims to the tile size")
-    relayout = inst.opcode in ("copy", "transpose") or (
-        inst.opcode == "fusion" and "transpose" in inst.name
-    )
+    relayout = changes_layout(inst) or (inst.opcode == "fusion" and "transpose" in inst.name)
     if relayout and cost.hbm_bytes > 0:  # a transpose proved a bitcast moves nothing
         out.append("layout change: data is copied to another layout; check producer layouts")
     transfer = bound.work_s * 1e6

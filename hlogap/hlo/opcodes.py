@@ -183,3 +183,16 @@ def categorize(inst: Instruction, module: Module | None) -> str:
     if op in ("copy", "copy-start", "copy-done", "transpose"):
         return "data formatting"
     return op
+
+
+def changes_layout(inst: Instruction) -> bool:
+    """A transpose, or a copy into another layout. A copy into the same layout is a buffer copy
+    (a loop's state, an output XLA may not alias), not a layout change."""
+    if inst.opcode == "transpose":
+        return True
+    if inst.opcode != "copy" or not inst.operand_shapes or inst.operand_shapes[0] is None:
+        return False
+    before, after = inst.operand_shapes[0].layout, inst.shape.layout
+    return (
+        before is not None and after is not None and before.minor_to_major != after.minor_to_major
+    )

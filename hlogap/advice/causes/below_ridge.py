@@ -11,6 +11,9 @@ from hlogap.advice.matrix import matrix_op
 from hlogap.report.model import OpRow
 from hlogap.units import fmt_si
 
+# A batch this many times the current one or more is worth asking for.
+MEANINGFUL = 1.2
+
 
 def below_ridge(ctx: Context) -> Iterator[Finding]:
     chip = ctx.chip
@@ -28,6 +31,8 @@ def below_ridge(ctx: Context) -> Iterator[Finding]:
             continue
         where = f"intensity {intensity:.1f} FLOP/B is under {chip.name}'s {dtype} ridge {ridge:.0f}"
         scale = m.batch_to_reach(ridge)
+        if scale is not None and scale < MEANINGFUL:
+            continue  # at the ridge already, near enough: its gap is not the batch's
         if scale is None:
             yield Finding(
                 "activation-bound",

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from hlogap.advice.base import Context, Finding, capped, register
 from hlogap.hlo.ir import Instruction, Module
+from hlogap.hlo.opcodes import changes_layout
 from hlogap.units import fmt_si
 
 
@@ -35,27 +36,14 @@ def layout_copies(ctx: Context) -> Iterator[Finding]:
 
 
 def _is_layout_change(inst: Instruction, module: Module) -> bool:
-    """A transpose, a copy into another layout, or a fusion of only those (under bitcasts). A
-    copy into the same layout is a buffer copy (a loop's state, an output XLA may not alias):
-    not a layout change."""
+    """A transpose or a copy into another layout, or a fusion of only those (under bitcasts)."""
     if inst.opcode != "fusion" or not inst.called:
-        return _relayouts(inst)
+        return changes_layout(inst)
     called = module.computation(inst.called[0])
     if called is None:
         return False
     work = [i for i in called.instructions if i.opcode not in ("parameter", "bitcast")]
-    return bool(work) and all(_relayouts(i) for i in work)
-
-
-def _relayouts(inst: Instruction) -> bool:
-    if inst.opcode == "transpose":
-        return True
-    if inst.opcode != "copy" or not inst.operand_shapes or inst.operand_shapes[0] is None:
-        return False
-    before, after = inst.operand_shapes[0].layout, inst.shape.layout
-    return (
-        before is not None and after is not None and before.minor_to_major != after.minor_to_major
-    )
+    return bool(work) and all(changes_layout(i) for i in work)
 
 
 register(layout_copies)

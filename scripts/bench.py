@@ -237,11 +237,14 @@ def _proc_mb(pid: int, name: str, field: str) -> float:
     return 0.0
 
 
-def measure(cmd: list[str], cwd: Path) -> Run:
+def measure(cmd: list[str], cwd: Path, stderr: Path | None = None) -> Run:
+    """Wall time and peaks of `cmd`; its stderr goes to `stderr` where given (to say why a run
+    failed), else nowhere."""
     import threading
 
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    errors = (stderr or Path(os.devnull)).open("wb")
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=errors)
     peak_total = peak_own = 0.0
     child_peaks: dict[int, float] = {}
     running = threading.Event()
@@ -275,6 +278,7 @@ def measure(cmd: list[str], cwd: Path) -> Run:
     # falls back to it.
     rss = peak_own or usage.ru_maxrss / 1024  # KiB on Linux
     ok = os.waitstatus_to_exitcode(status) == 0
+    errors.close()
     return Run(wall, rss, max(peak_total, rss), ok, sorted(child_peaks.values(), reverse=True))
 
 
@@ -337,7 +341,10 @@ def bench_pod(chip: str, sizes: list[int]) -> list[dict[str, object]]:
             ):
                 report = Path(tmp) / "report.json"
                 audit = [hlogap, "audit", str(run.parents[2]), "-f", "json", "--chip", chip]
-                r = measure([*audit, "--output", str(report), *extra], Path(tmp))
+                said = Path(tmp) / "stderr.txt"
+                r = measure([*audit, "--output", str(report), *extra], Path(tmp), said)
+                if not r.ok:
+                    print(said.read_text(errors="replace")[-2000:], file=sys.stderr, flush=True)
                 found = json.loads(report.read_text())["hosts"] if r.ok else {}
                 offsets = dict(zip(found.get("hosts", []), found.get("clock_offset_us", [])))
                 named = {s["host"] for s in found.get("slowest_hosts", [])[: len(slow_hosts)]}

@@ -13,7 +13,7 @@ from hlogap.chips import Chip, detect_chip, load_chip
 from hlogap.errors import InputError, UsageError
 from hlogap.memory.runtime import allocator_peaks, on_run
 from hlogap.memory.static import memory_section
-from hlogap.report.groups import DEFAULT_DEPTH, GROUP_KEYS, group_rows
+from hlogap.report.groups import DEFAULT_DEPTH, GROUP_KEYS, axis_groups, group_rows
 from hlogap.report.model import SORT_KEYS, AuditReport, ChipSource, load_json, sort_rows
 from hlogap.source import ProfileSource, find_profile, is_url, regular_file
 from hlogap.trace.model import OpKey, Step, merge_steps
@@ -142,7 +142,7 @@ def audit(
     report.model_flops = model_flops
     if group_key:
         report.group_by = group_key
-        report.groups = group_rows(report.ops, group_key, depth, sort_key)
+        report.groups = group_rows(report.ops, group_key, depth, sort_key, report.exposed_by_axis)
     if cross_check:
         from hlogap.report.crosscheck import cross_check as run_cross_check
 
@@ -270,7 +270,11 @@ def _audit_hosts(
     # steps in the same pass over the events as the step totals.
     found = findings(Context(rows, the_chip, run.backend, index, memory))
     ceilings = [ceiling_change(rows, c.name) for c in what_if]
-    changed = [*changes(found), *(c for c in ceilings if c is not None)]
+    # Each mesh axis's collectives shrunk to nothing: what that saves is the time they ran
+    # alone (exposed), per device and step.
+    by_axis = axis_groups(rows)
+    alone = [dict.fromkeys(keys, 0.0) for keys in by_axis.values()]
+    changed = [*changes(found), *(c for c in ceilings if c is not None), *alone]
     totals = [
         host_totals.on_clock(clocks.of(h))
         for h, host_totals in enumerate(
@@ -290,7 +294,8 @@ def _audit_hosts(
     )
     hosts.close()  # the last task is done: the events are freed before the report is built
     step_table = step_rows(run, aligned_steps, totals)
-    saved = step_savings(StepTotals.stacked(totals), len(changed)) if totals else None
+    stacked = StepTotals.stacked(totals) if totals else None
+    saved = step_savings(stacked, len(changed)) if stacked is not None else None
     saved_by_ceiling = iter([] if saved is None else saved[len(found) :])
     report = AuditReport(
         steps=step_table,
@@ -312,6 +317,10 @@ def _audit_hosts(
         host_skew(run, rows, step_table, totals, clocks, collectives, arrivals) or None
     )
     report.timeline = events
+    if stacked is not None:
+        first = len(changed) - len(alone)
+        exposed = stacked.change_saving_ps[first:].sum(axis=(1, 2)) / 1e6
+        report.exposed_by_axis = dict(zip(by_axis, exposed.tolist(), strict=True))
     report.mesh = _busiest_mesh(rows, index)
     report.actions = ranked(found, None if saved is None else saved[: len(found)], step_table)
     point_hints(rows, report.actions)

@@ -198,3 +198,18 @@ def test_real_profiles_say_their_mesh() -> None:
         text=True,
     )
     assert "mesh: 8 devices = axis_0 8 (from 1 sharding of jit_forward_3d_conv)" in out.stdout
+
+
+def test_each_axis_says_how_long_its_collectives_ran_alone(cpu_chip_file: Path) -> None:
+    """Per axis group: the device time its collectives ran with nothing beside them (each
+    axis's collectives shrunk to nothing in the step pass). XLA:CPU runs one op at a time per
+    device, so every collective runs alone: the axes' times add up to the steps' own exposed
+    collective time, and each is its ops' measured time within the steps."""
+    report = audit(FIXTURES / "sharded_train", str(cpu_chip_file), group_by="axis")
+    assert report.groups is not None and report.exposed_by_axis is not None
+    axes = [g for g in report.groups if g.name != NOT_ON_AXES]
+    assert axes and all(g.exposed_us is not None for g in axes)
+    for g in axes:
+        assert 0 < (g.exposed_us or 0.0) <= g.measured_us * (1 + 1e-9)
+    steps_exposed = sum(s.exposed_comm_us for s in report.steps)
+    assert sum(g.exposed_us or 0.0 for g in axes) == pytest.approx(steps_exposed, rel=1e-6)

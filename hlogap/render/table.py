@@ -319,12 +319,19 @@ def _groups(report: AuditReport, top: int, width: int | None) -> tuple[Table, li
             fmt_us(g.bound_us),
             fmt_us(g.gap_us),
             fmt_eff(g.efficiency),
-            *([fmt_si(g.bus_bw, "B/s") if g.bus_bw else "-"] if by_axis else []),
+            *(
+                [
+                    fmt_si(g.bus_bw, "B/s") if g.bus_bw else "-",
+                    "-" if g.exposed_us is None else fmt_us(g.exposed_us),
+                ]
+                if by_axis
+                else []
+            ),
         ]
         for rank, g in enumerate(rows, 1)
     ]
     names = ["#", report.group_by or "group", "ops", "n", "measured", "bound", "gap", "eff"]
-    names += ["bus bw"] if by_axis else []
+    names += ["bus bw", "alone"] if by_axis else []
     name_width = None
     if width is not None and cells:
         others = sum(

@@ -3,9 +3,11 @@ a collective runs over."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal, get_args
 
 from hlogap.report.model import GroupRow, OpRow, SortKey, sort_rows
+from hlogap.trace.model import OpKey
 
 GroupBy = Literal["scope", "category", "source", "module", "axis"]
 GROUP_KEYS: tuple[GroupBy, ...] = get_args(GroupBy)
@@ -52,8 +54,25 @@ def scope_parts(op_name: str) -> list[str]:
     return parts
 
 
-def group_rows(ops: list[OpRow], by: GroupBy, depth: int, sort: SortKey) -> list[GroupRow]:
-    """One row per group, with its ops' totals, ranked like the ops."""
+def axis_groups(ops: list[OpRow]) -> dict[str, list[OpKey]]:
+    """`--group-by axis`'s collective groups (the mesh axes they run over) and their ops."""
+    groups: dict[str, list[OpKey]] = {}
+    for op in ops:
+        name = group_key(op, "axis", 0)
+        if name != NOT_ON_AXES:
+            groups.setdefault(name, []).append(OpKey(op.module, op.program_id, op.name))
+    return groups
+
+
+def group_rows(
+    ops: list[OpRow],
+    by: GroupBy,
+    depth: int,
+    sort: SortKey,
+    exposed_us: Mapping[str, float] | None = None,
+) -> list[GroupRow]:
+    """One row per group, with its ops' totals, ranked like the ops (`exposed_us`: per axis
+    group, the device time its collectives ran alone, from the step pass)."""
     members: dict[str, list[OpRow]] = {}
     for op in ops:
         # A command buffer's call has no scope or source of its own: its ops' estimated shares
@@ -69,6 +88,7 @@ def group_rows(ops: list[OpRow], by: GroupBy, depth: int, sort: SortKey) -> list
             measured_us=sum(r.measured_us for r in rows),
             bound_us=sum(r.bound_us for r in rows),
             comm_bytes=sum(r.comm_bytes * r.occurrences for r in rows),
+            exposed_us=(exposed_us or {}).get(name) if by == "axis" else None,
         )
         for name, rows in members.items()
     ]

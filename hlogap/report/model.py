@@ -413,6 +413,9 @@ class GroupRow(Totals):
     bound_us: float
     # Bytes its collectives sent per device, summed over their occurrences (ring model).
     comm_bytes: float = 0.0
+    # `--group-by axis`: device time its collectives ran alone, with no compute or other op
+    # beside them, summed over devices and steps (None: not an axis group, or no steps).
+    exposed_us: float | None = None
 
     @property
     def bus_bw(self) -> float | None:
@@ -438,6 +441,7 @@ class GroupRow(Totals):
             "cum_share": cum_share,
             "comm_bytes": self.comm_bytes,
             "bus_bw": self.bus_bw,
+            "exposed_us": self.exposed_us,
         }
 
 
@@ -578,6 +582,8 @@ class AuditReport:
     memory: MemorySection | None = None
     # The device mesh of the module that took the most time, where it ran partitioned.
     mesh: Mesh | None = None
+    # Per `--group-by axis` group: device time its collectives ran alone (the step pass).
+    exposed_by_axis: dict[str, float] | None = None
     # What to change, ranked by the step time it saves (hlogap.advice); None: not analysed.
     actions: list[Action] | None = None
     what_if: list[WhatIf] | None = None

@@ -1,6 +1,8 @@
 """The chip database: peak FLOP/s and bandwidths per device, and detection from trace stats.
 
-Every chip is a TOML file (``specs/<name>.toml`` beside this module; format in docs/chips.md).
+Every chip is a TOML file (the project's top-level ``specs/<name>.toml``, reached as ``specs/``
+beside this module: a link in the checkout, the files themselves in an installed package; format
+in docs/chips.md).
 Figures are per device *as the trace shows devices*: a TPU v2/v3 or TPU7x TensorCore, a TPU
 v4/v5p megacore chip, a TPU v5e/v6e chip, an MI250X GCD, one GPU otherwise. Peaks are dense
 (never the 2x structured-sparsity figure); bandwidths are bytes/s, the interconnect one direction.

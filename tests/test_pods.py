@@ -186,7 +186,8 @@ def test_the_host_that_arrives_last_at_collectives_is_named(tmp_path: Path, chip
     for h in range(4):
         late = collectives if h == 2 else set()
         (run / f"host{h:02d}.xplane.pb").write_bytes(_late_at_collectives(source, h, late))
-    hosts = hlogap.audit(tmp_path / "tb", chip, hlo_dump=fixture / "dump", jobs=2).host_skew
+    report = hlogap.audit(tmp_path / "tb", chip, hlo_dump=fixture / "dump", jobs=2)
+    hosts = report.host_skew
     assert hosts is not None
     offsets = hosts["clock_offset_us"]
     assert isinstance(offsets, list)
@@ -198,6 +199,13 @@ def test_the_host_that_arrives_last_at_collectives_is_named(tmp_path: Path, chip
         last = entry["last_hosts"][0]
         assert last["host"] == "host02" and last["times_last"] == entry["occurrences"]
         assert last["median_wait_us"] > 0
+    # The header says it in a line each: the hosts' step spread, the offsets, the last arrivals.
+    from hlogap.render.text import header_lines
+
+    header = "\n".join(header_lines(report))
+    assert "hosts' median step (wall, 4 hosts): median" in header
+    assert "clock offsets removed: 4 of 4 hosts" in header
+    assert f"last to arrive at {found[0]['name']}: host02 (" in header
 
 
 def test_without_steps_in_common_the_collective_ends_give_the_offsets() -> None:

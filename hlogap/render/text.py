@@ -179,12 +179,60 @@ def skew_lines(report: AuditReport) -> list[str]:
         worst = ops[0]
         worst_over = worst.get("over_median_pct")
         if not isinstance(worst_over, (int, float)) or worst_over < SKEW_WORTH_PCT:
-            return [line + f"; no op is {SKEW_WORTH_PCT:g}% slower on one host than its median"]
-        line += (
-            f"; most skewed op: {worst.get('name')} on {worst.get('slowest_host')}, "
-            f"{_pct_text(worst.get('over_median_pct'))} over its median host"
+            line += f"; no op is {SKEW_WORTH_PCT:g}% slower on one host than its median"
+        else:
+            line += (
+                f"; most skewed op: {worst.get('name')} on {worst.get('slowest_host')}, "
+                f"{_pct_text(worst.get('over_median_pct'))} over its median host"
+            )
+    return [line, *_pod_lines(skew)]
+
+
+SHOWN_HOSTS = 3
+
+
+def _pod_lines(skew: dict[str, object]) -> list[str]:
+    """The hosts' step times (spread and the slowest), their clock offsets, and who arrives
+    last at the busiest collective: what stays readable at hundreds of hosts."""
+    lines: list[str] = []
+    spread = skew.get("step_time")
+    if isinstance(spread, dict):
+        slow = [
+            f"{h.get('host')} {fmt_us(_float(h.get('step_median_us')))}"
+            for h in _dicts(skew.get("slowest_hosts"))[:SHOWN_HOSTS]
+            if isinstance(h.get("step_median_us"), (int, float))
+        ]
+        lines.append(
+            f"hosts' median step (wall, {spread.get('hosts')} hosts): median "
+            f"{fmt_us(_float(spread.get('median_us')))}, p90 {fmt_us(_float(spread.get('p90_us')))}"
+            f", max {fmt_us(_float(spread.get('max_us')))} on {spread.get('max_host')}"
+            + (f"; slowest hosts by time in ops: {', '.join(slow)}" if slow else "")
         )
-    return [line]
+    offsets = skew.get("clock_offset_us")
+    if isinstance(offsets, list) and len(offsets) > 1:
+        known = [abs(o) for o in offsets if isinstance(o, (int, float))]
+        sources = {f for f in _list(skew.get("clock_offset_from")) if isinstance(f, str)}
+        text = f"clock offsets removed: {len(known)} of {len(offsets)} hosts"
+        if known:
+            text += f", largest {fmt_us(max(known))}"
+        lines.append(text + (f" (from {', '.join(sorted(sources))})" if sources else ""))
+    arrivals = _dicts(skew.get("collectives"))
+    if arrivals:
+        top = arrivals[0]
+        last = [
+            f"{h.get('host')} ({h.get('times_last')}x, {fmt_us(_float(h.get('median_wait_us')))})"
+            for h in _dicts(top.get("last_hosts"))
+        ]
+        if last:
+            lines.append(
+                f"last to arrive at {top.get('name')}: {', '.join(last)} "
+                "(times last, median wait it caused)"
+            )
+    return lines
+
+
+def _list(value: object) -> list[object]:
+    return list(value) if isinstance(value, list) else []
 
 
 def _dicts(value: object) -> list[dict[str, object]]:

@@ -219,9 +219,14 @@ def step_totals(
         else:
             sums["saving_ps"][d] = _saving(d_start[leaf], d_end[leaf], at_bound[d_op[leaf]], lo, hi)
         if change_ratios:
-            by_start = np.argsort(d_start[leaf], kind="stable")
-            leaf_start, leaf_end = d_start[leaf][by_start], d_end[leaf][by_start]
-            leaf_op = d_op[leaf][by_start]
+            # The leaf events by start: views of the device's columns where they already are.
+            leaf_start, leaf_end, leaf_op = (
+                (d_start, d_end, d_op) if leaf.all() else (d_start[leaf], d_end[leaf], d_op[leaf])
+            )
+            if len(leaf_start) > 1 and bool((leaf_start[1:] < leaf_start[:-1]).any()):
+                by_start = np.argsort(leaf_start, kind="stable")
+                leaf_start, leaf_end = leaf_start[by_start], leaf_end[by_start]
+                leaf_op = leaf_op[by_start]
             for c, ratio in enumerate(change_ratios):
                 changed[c, d] = _change_saving(leaf_start, leaf_end, ratio[leaf_op], lo, hi)
         # Each occurrence counts in the step its first event starts in.
@@ -247,20 +252,19 @@ def _change_saving(
     if not changed.any():
         return np.zeros(len(lo))
     span_start, span_end = merged_intervals(start[changed], end[changed])
-    kept = ~changed
-    if not kept.any():
-        return _saving(start, end, ratio, lo, hi)
-    kept_start, kept_end = start[kept], end[kept]
-    reach = np.maximum.accumulate(kept_end)
-    # Per span: the kept events starting inside it (a run of indices), and the reach of those
-    # that started before it.
-    first = np.searchsorted(kept_start, span_start, side="left")
-    counts = np.searchsorted(kept_start, span_end, side="left") - first
+    # The reach of the kept events so far, index by index (a changed one reaches nothing): no
+    # copies of the kept events' columns (a 3 M-event host's step pass held three of them).
+    reach = np.maximum.accumulate(np.where(changed, np.iinfo(np.int64).min, end))
+    # Per span: the events starting inside it (a run of indices; the kept ones among them),
+    # and the reach of the kept ones that started before it.
+    first = np.searchsorted(start, span_start, side="left")
+    counts = np.searchsorted(start, span_end, side="left") - first
     inside = np.arange(int(counts.sum())) + np.repeat(first - (np.cumsum(counts) - counts), counts)
+    inside = inside[~changed[inside]]
     held = reach[np.maximum(first - 1, 0)]
     running = (first > 0) & (held > span_start)
-    sub_start = np.concatenate([start[changed], kept_start[inside], span_start[running]])
-    sub_end = np.concatenate([end[changed], kept_end[inside], held[running]])
+    sub_start = np.concatenate([start[changed], start[inside], span_start[running]])
+    sub_end = np.concatenate([end[changed], end[inside], held[running]])
     sub_ratio = np.concatenate([ratio[changed], np.ones(len(inside) + int(running.sum()))])
     order = np.argsort(sub_start, kind="stable")
     return _saving(sub_start[order], sub_end[order], sub_ratio[order], lo, hi)

@@ -186,6 +186,10 @@ def test_real_profiles_say_their_mesh() -> None:
     assert tpu.mesh is not None and tpu.mesh.module == "jit__psum"
     collectives = [r for r in tpu.ops if r.category.startswith("all-") or "all-reduce" in r.name]
     assert collectives and all(r.mesh_axes for r in collectives)
+    # Its groups span 8 device ids; this host's profile holds 4 devices: said, not hidden.
+    from hlogap.render.text import mesh_lines
+
+    assert mesh_lines(tpu)[0].endswith(f"; this profile holds {tpu.devices} of them")
     # The MI300X conv runs data parallel: its input's batch is split over the 8 GPUs (the one
     # sharding its module keeps), and it has no collective.
     gpu = audit(AMD_FILES["mi300x"])

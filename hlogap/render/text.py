@@ -91,7 +91,10 @@ def what_if_lines(report: AuditReport) -> list[str]:
 def mesh_lines(report: AuditReport) -> list[str]:
     """The mesh the devices ran the busiest partitioned module on, or that none is known."""
     if report.mesh is not None:
-        return [f"mesh: {report.mesh.describe()}"]
+        line = f"mesh: {report.mesh.describe()}"
+        if 0 < report.devices < report.mesh.devices:  # a host or a selection of a larger run
+            line += f"; this profile holds {report.devices} of them"
+        return [line]
     if report.devices > 1:
         return [
             "mesh: none found (no sharding or collective in the modules that ran says how the "

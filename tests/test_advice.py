@@ -281,3 +281,23 @@ def test_tile_padding_names_the_shape_that_pads(tmp_path: Path) -> None:
     assert found.op_saving_us == pytest.approx(min(row.gap_us, 100.0 * share))
     assert f"{share:.0%} of the bytes" in found.evidence and "[104,128]" in found.evidence
     assert "dim 0 (100 -> 104)" in found.change and "dim 1 (100 -> 128)" in found.change
+
+
+def test_a_slow_scatter_asks_for_the_flags_its_hlo_lacks(tmp_path: Path) -> None:
+    """gather_scatter's scatter-add (128 random rows into a 1024-row table) runs far under its
+    memory roof; the action names the flags its scatter instruction does not set."""
+    fixture = FIXTURES / "gather_scatter"
+    report = audit(fixture, str(_chip(tmp_path, PEAK)))
+    row = _row(report, "jit_gather_scatter", "wrapped_scatter")
+    assert row.efficiency is not None and row.efficiency < 0.25
+    assert _action_of(report, row) == "slow scatter"
+    (scatter,) = [
+        i
+        for c in parse_module((fixture / "jit_gather_scatter.hlo.txt").read_text()).computations
+        for i in c.instructions
+        if i.opcode == "scatter"
+    ]
+    action = next(a for a in report.actions or [] if a.cause == "slow scatter")
+    for flag in ("indices_are_sorted", "unique_indices"):
+        assert (f"{flag}=true" in action.change) == (scatter.attrs.get(flag) != "true")
+    assert action.op_saving_us <= row.gap_us + 1e-9

@@ -455,6 +455,7 @@ ActionCause = Literal[
     "host offload wait",
     "slow kernel",
     "tile padding",
+    "slow scatter",
 ]
 SavingFrame = Literal["wall", "device-time"]
 

@@ -93,38 +93,31 @@ class DaskHosts(HostExecutor):
 
     def each(self, task: HostTask[P, T], *args: P.args, **kwargs: P.kwargs) -> list[T]:
         shared = self._shared(args)
-        futures = [
-            self.client.submit(
-                on_spilled,
-                spilled,
-                task,
-                *shared,
-                workers=[spilled.worker],
-                allow_other_workers=True,
-                pure=False,
-                **kwargs,
-            )
-            for spilled in self._read
-        ]
+        futures = [self._submit(spilled, task, shared, kwargs) for spilled in self._read]
         with worker_errors(self.address):
             results: list[T] = self.client.gather(futures)
         return results
 
     def one(self, host: int, task: HostTask[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        spilled = self._read[host]
-        future = self.client.submit(
+        future = self._submit(self._read[host], task, self._shared(args), kwargs)
+        with worker_errors(self.address):
+            result: T = future.result()
+        return result
+
+    def _submit(
+        self, spilled: SpilledHost, task: HostTask[P, T], shared: list[Any], kwargs: Any
+    ) -> Any:
+        """`task` on one host, sent to the worker whose disk holds its columns first."""
+        return self.client.submit(
             on_spilled,
             spilled,
             task,
-            *self._shared(args),
+            *shared,
             workers=[spilled.worker],
             allow_other_workers=True,
             pure=False,
             **kwargs,
         )
-        with worker_errors(self.address):
-            result: T = future.result()
-        return result
 
     def _shared(self, args: tuple[Any, ...]) -> list[Any]:
         """Arguments sent once to the cluster, not once per host (op tables, step windows)."""

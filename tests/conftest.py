@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,14 +36,34 @@ def amd_file(request: pytest.FixtureRequest) -> Path:
     return path
 
 
-@pytest.fixture
-def cpu_chip_file(tmp_path: Path) -> Path:
-    """A user chip file for CPU profiles, so tests never depend on a calibration cache."""
-    path = tmp_path / "testcpu.toml"
+def write_cpu_chip(directory: Path) -> Path:
+    """A user chip file for CPU profiles in `directory`, so tests never depend on a
+    calibration cache."""
+    path = directory / "testcpu.toml"
     path.write_text(
         'name = "testcpu"\n[peak_flops]\nf32 = 1.0e11\nbf16 = 1.0e11\n[memory]\nhbm_bw = 2.0e10\n'
     )
     return path
+
+
+@pytest.fixture
+def cpu_chip_file(tmp_path: Path) -> Path:
+    return write_cpu_chip(tmp_path)
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """The command line in this process: (exit code, stdout, stderr)."""
+    from hlogap.cli import main
+
+    old = sys.argv
+    sys.argv = ["hlogap", *args]
+    try:
+        with pytest.raises(SystemExit) as exc:
+            main()
+    finally:
+        sys.argv = old
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -11,24 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from hlogap.cli import main
 from hlogap.proto import xplane_pb2
 from hlogap.trace import xspace
-from tests.conftest import AMD_FILES, FIXTURES, SAMPLE
+from tests.conftest import AMD_FILES, FIXTURES, SAMPLE, run_cli
 
 SAMPLE_FILE = next(SAMPLE.rglob("*.xplane.pb"))
-
-
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    old = sys.argv
-    sys.argv = ["hlogap", *args]
-    try:
-        with pytest.raises(SystemExit) as exc:
-            main()
-    finally:
-        sys.argv = old
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
 
 
 def _space(path: Path) -> xplane_pb2.XSpace:

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hlogap.cli import main
 from hlogap.pipeline import audit
-from tests.conftest import SHARED
+from tests.conftest import SHARED, run_cli
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -26,18 +25,6 @@ needs_archive = pytest.mark.skipif(
     not ARCHIVE.is_file(), reason=f"{ARCHIVE} absent (../shared not beside the project)"
 )
 TRAIN_STEP = "jit_train_step"
-
-
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    old = sys.argv
-    sys.argv = ["hlogap", *args]
-    try:
-        with pytest.raises(SystemExit) as exc:
-            main()
-    finally:
-        sys.argv = old
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
 
 
 def thunk_oracle(rows: list[dict], module: str) -> dict[str, tuple[int, int]]:

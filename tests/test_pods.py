@@ -16,7 +16,7 @@ import pytest
 
 import hlogap
 from hlogap.trace.model import TraceData
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, write_cpu_chip
 
 distributed = pytest.importorskip("distributed")
 
@@ -59,11 +59,7 @@ def pod(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def chip(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("chip") / "testcpu.toml"
-    path.write_text(
-        'name = "testcpu"\n[peak_flops]\nf32 = 1.0e11\nbf16 = 1.0e11\n[memory]\nhbm_bw = 2.0e10\n'
-    )
-    return str(path)
+    return str(write_cpu_chip(tmp_path_factory.mktemp("chip")))
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, write_cpu_chip
 
 boto3 = pytest.importorskip("boto3")
 pytest.importorskip("s3fs")
@@ -115,11 +115,7 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def chip(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("s3chip") / "testcpu.toml"
-    path.write_text(
-        'name = "testcpu"\n[peak_flops]\nf32 = 1.0e11\nbf16 = 1.0e11\n[memory]\nhbm_bw = 2.0e10\n'
-    )
-    return path
+    return write_cpu_chip(tmp_path_factory.mktemp("s3chip"))
 
 
 def _hlogap(

@@ -416,9 +416,14 @@ def _permute_groups(pairs: str) -> tuple[tuple[int, ...], ...]:
 
 
 def _axes_of(mesh: Mesh, group: Iterable[int]) -> tuple[str, ...]:
-    """The mesh axes a set of device ids (holding 0) spans, major first; part of an axis is
-    named as such (`axis_0 (2 of 4)`)."""
-    atoms = _atoms(sorted(group)) or ()
+    """The mesh axes a set of device ids (holding 0) spans, major first."""
+    return _axes_spanned(mesh, _atoms(sorted(group)) or ())
+
+
+def _axes_spanned(mesh: Mesh, atoms: Sequence[tuple[int, int]]) -> tuple[str, ...]:
+    """The mesh axes (stride, size) device sets span, major first; part of an axis is named as
+    such (`axis_0 (2 of 4)`: a collective's sub-axis; a declared sharding's sets cut the mesh,
+    so they span whole axes)."""
     names: list[str] = []
     for axis in mesh.axes:
         end = axis.stride * axis.size
@@ -435,18 +440,10 @@ def _axes_of(mesh: Mesh, group: Iterable[int]) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _dims_of(mesh: Mesh, tiling: _Tiling) -> Dims:
-    return tuple(tuple(_names(mesh, atoms)) for atoms in tiling.dim_atoms)
-
-
-def _names(mesh: Mesh, atoms: Sequence[tuple[int, int]]) -> list[str]:
-    return [a.name for a in mesh.axes if any(s <= a.stride < s * n for s, n in atoms)]
-
-
 def _value_of(mesh: Mesh, tiling: _Tiling) -> Value:
     if tiling.tuple_elements is not None:
         return [None if t is None else _value_of(mesh, t) for t in tiling.tuple_elements]
-    return _dims_of(mesh, tiling)
+    return tuple(_axes_spanned(mesh, atoms) for atoms in tiling.dim_atoms)
 
 
 @dataclass

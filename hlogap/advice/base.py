@@ -31,6 +31,10 @@ class Context:
     index: HloIndex
     memory: MemorySection | None = None
     _graphs: dict[int, ModuleGraph] = field(default_factory=dict, repr=False)
+    # TPU ops without their module: each op's own HLO text, parsed.
+    _parsed: dict[tuple[str, str, str], Instruction | None] = field(
+        default_factory=dict, repr=False
+    )
 
     def graph(self, module: Module) -> ModuleGraph:
         """The module's producers and consumers (built once per module)."""
@@ -44,10 +48,13 @@ class Context:
         op without its module has its own HLO text: the instruction alone."""
         module = self.index.module(row.module, row.program_id)
         if module is None:
-            try:
-                return (parse_instruction(row.hlo) if row.hlo else None), None
-            except HloParseError:
-                return None, None
+            key = (row.module, row.program_id, row.name)
+            if key not in self._parsed:  # every cause asks: parsed once
+                try:
+                    self._parsed[key] = parse_instruction(row.hlo) if row.hlo else None
+                except HloParseError:
+                    self._parsed[key] = None
+            return self._parsed[key], None
         return self.index.instruction(row.module, row.program_id, row.name), module
 
 

@@ -85,7 +85,8 @@ def hints_for(
         out.insert(
             0,
             f"{FASTER_THAN_ROOF}: {chip.name}'s peaks are too low for this op "
-            "(wrong --chip, or a CPU calibration taken while the machine was busy)",
+            "(wrong --chip, or a chip file's figures set too low: a calibrated chip, whose "
+            "figures are raised to its ops' rates, never is)",
         )
     if bound.bound_by == "none" and not bound.overlapped:
         why = f" ({cost.note})" if cost.note else ""

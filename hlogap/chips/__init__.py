@@ -92,6 +92,9 @@ class Chip:
     """(working set bytes, bytes/s) per measured cache level, smallest first (`[memory]
     cache_bw`, written by `hlogap calibrate`): an op whose bytes fit a level moves them at that
     level's rate, not the memory's."""
+    measured: bool = False
+    """Its figures were measured on a machine (a `[calibration]` table, `hlogap calibrate`):
+    each is what the machine reached then, a lower bound of what it does."""
 
     def memory_bw(self, nbytes: float) -> float:
         """The memory roof of an op moving `nbytes`: the fastest cache level its whole working
@@ -106,10 +109,14 @@ class Chip:
         back along ``_MATRIX_FALLBACKS``: f16<->bf16, fp8 and int8 -> bf16, f32 -> tf32 then f32
         then bf16 (TPUs), f64 -> f32; then to the file's highest peak.
         """
+        return self.peak_flops[self.matrix_key(dtype)]
+
+    def matrix_key(self, dtype: str) -> str:
+        """The `peak_flops` key `matrix_peak` takes for ``dtype``."""
         for key in _MATRIX_FALLBACKS[dtype_key(dtype)]:
             if key in self.peak_flops:
-                return self.peak_flops[key]
-        return max(self.peak_flops.values())
+                return key
+        return max(self.peak_flops, key=lambda k: self.peak_flops[k])
 
     def vector_peak(self, dtype: str) -> float:
         """FLOP/s of elementwise and reduction work on ``dtype``.
@@ -118,12 +125,20 @@ class Chip:
         at least at the f32 rate), else the file's highest vector figure; ``matrix_peak`` when
         the file has no ``[vector_flops]``.
         """
+        key = self.vector_key(dtype)
+        return self.matrix_peak(dtype) if key is None else self.vector_flops[key]
+
+    def vector_key(self, dtype: str) -> str | None:
+        """The `vector_flops` key `vector_peak` takes for ``dtype``; None: the file has no
+        `[vector_flops]` (its `matrix_key` then)."""
         if not self.vector_flops:
-            return self.matrix_peak(dtype)
+            return None
         key = dtype_key(dtype)
         if key in self.vector_flops:
-            return self.vector_flops[key]
-        return self.vector_flops.get("f32", max(self.vector_flops.values()))
+            return key
+        if "f32" in self.vector_flops:
+            return "f32"
+        return max(self.vector_flops, key=lambda k: self.vector_flops[k])
 
     def to_dict(self) -> dict[str, object]:
         """`hlogap chips --format json`: every figure, the ridge points and the sources."""
@@ -390,4 +405,5 @@ def _parse(data: dict[str, object], path: Path) -> Chip:
         cores_per_device=int(positive(data.get("cores_per_device", 1), "cores_per_device")),
         host_bw=None if host_bw is None else positive(host_bw, "host.bw"),
         cache_bw=cache_bw,
+        measured="calibration" in data,
     )

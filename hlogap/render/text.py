@@ -25,6 +25,7 @@ def header_lines(report: AuditReport) -> list[str]:
         + f", {report.backend.upper()}, hosts: {', '.join(report.hosts)}",
         f"chip: {chip.display} [{chip.name}], {report.chip_reason}; "
         f"peak {fmt_si(bf16, 'FLOP/s')}, HBM {fmt_si(chip.hbm_bw, 'B/s')}",
+        *raised_lines(report),
         f"devices: {report.devices}, ops: {len(report.ops)}, events: {report.events}",
         *mesh_lines(report),
         *step_lines(report),
@@ -34,6 +35,16 @@ def header_lines(report: AuditReport) -> list[str]:
         f"efficiency {fmt_eff(report.efficiency)}, modeled {fmt_eff(modeled)} of time"
         + (f", op-time speedup {speedup:.2f}x" if speedup else ""),
         *skew_lines(report),
+    ]
+
+
+def raised_lines(report: AuditReport) -> list[str]:
+    """The calibrated figures this profile's ops beat, and what they were raised to."""
+    if not report.raised:
+        return []
+    return [
+        "raised to what this profile's ops reached (the calibration measured less: rerun "
+        "`hlogap calibrate` on an idle machine): " + "; ".join(r.describe() for r in report.raised)
     ]
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hlogap.bounds.hints import FASTER_THAN_ROOF, counters_hint, hints_for, host_wait_hint
+from hlogap.bounds.measured import TimedCost
 from hlogap.bounds.roofline import Bound, bound_op, wait_bound_s
 from hlogap.chips import Chip
 from hlogap.cost import OpCost, cost_instruction, executions_per_run
@@ -34,28 +35,24 @@ from hlogap.units import fmt_si
 PairsOnHosts = Callable[[list[tuple[OpKey, OpKey]]], list[AsyncPairs]]
 
 
-def op_rows(
-    run: RunSummary,
-    index: HloIndex,
-    chip: Chip,
-    pairs_on_hosts: PairsOnHosts,
-    what_if: Sequence[Chip] = (),
-) -> list[OpRow]:
-    """One row per op that ran (among the selected events); each op is costed once, and
-    bounded on `chip` and on each `what_if` chip."""
+@dataclass(frozen=True)
+class CostedOp:
+    """One timed op's HLO, its counts for one run, and its runs per occurrence."""
+
+    resolved: ResolvedOp
+    cost: OpCost
+    runs: int
+
+
+def op_costs(run: RunSummary, index: HloIndex, chip: Chip) -> dict[int, CostedOp]:
+    """Each op that ran (among the selected events), by its index in `run.ops`: its HLO found
+    once (TPU ops parse their own text) and costed once."""
     loop_runs: dict[int, dict[str, int | None]] = {}  # per module object
-    rows: list[OpRow] = []
     times = run.times
     num_devices = len({(d.host, d.ordinal) for d in run.devices}) or None
-    # Each op's HLO, found once (TPU ops parse their own text).
     ops = {int(i): index.resolve(run.ops[i]) for i in np.flatnonzero(times.events)}
-    host_waits = _host_waits(run.ops, ops, chip, pairs_on_hosts)
     fusion_kernels = _fusion_kernels(run.ops, ops)
-    timed: dict[tuple[str, str], set[str]] = {}  # the ops timed on their own, per module
-    for i in ops:
-        timed.setdefault((run.ops[i].key.module, run.ops[i].key.program_id), set()).add(
-            run.ops[i].key.name
-        )
+    costed: dict[int, CostedOp] = {}
     for i, resolved in ops.items():
         info = run.ops[i]
         inst = resolved.instruction
@@ -73,6 +70,63 @@ def op_rows(
                 cost = cost_from_trace_stats(
                     cost, info.xla_flops, info.xla_bytes, info.key.name, chip.cores_per_device
                 )
+        occurrences = int(times.occurrences[i])
+        events = int(times.events[i])
+        runs = 1
+        if inst is not None and resolved.module is not None:
+            module = resolved.module
+            per_module = loop_runs.get(id(module))
+            if per_module is None:
+                per_module = loop_runs[id(module)] = executions_per_run(module)
+            known = per_module.get(inst.name, 1)
+            # A loop of unknown trip count: on CPU and TPU every run of a body op is one event.
+            runs = known if known is not None else max(1, round(events / max(occurrences, 1)))
+            if known is None and run.backend == "gpu":
+                runs = 1  # GPU ops launch several kernels per run: the kernels do not tell
+        costed[i] = CostedOp(resolved, cost, runs)
+    return costed
+
+
+def timed_costs(run: RunSummary, costed: dict[int, CostedOp]) -> list[TimedCost]:
+    """Each costed op's counts with the time one run took (its measured time over its runs):
+    what a measured chip's figures are raised to (`hlogap.bounds.measured`)."""
+    timed: list[TimedCost] = []
+    for i, op in costed.items():
+        inst = op.resolved.instruction
+        runs = op.runs * int(run.times.occurrences[i])
+        if inst is None or op.cost.unmodeled or runs < 1:
+            continue
+        seconds = float(run.times.measured_ps[i]) / 1e12 / runs
+        key = run.ops[i].key
+        timed.append(
+            TimedCost(key.module, key.name, op.cost, seconds, _timed_role(inst, run.backend))
+        )
+    return timed
+
+
+def op_rows(
+    run: RunSummary,
+    index: HloIndex,
+    chip: Chip,
+    costed: dict[int, CostedOp],
+    pairs_on_hosts: PairsOnHosts,
+    what_if: Sequence[Chip] = (),
+) -> list[OpRow]:
+    """One row per costed op, bounded on `chip` and on each `what_if` chip."""
+    rows: list[OpRow] = []
+    times = run.times
+    num_devices = len({(d.host, d.ordinal) for d in run.devices}) or None
+    ops = {i: op.resolved for i, op in costed.items()}
+    host_waits = _host_waits(run.ops, ops, chip, pairs_on_hosts)
+    timed: dict[tuple[str, str], set[str]] = {}  # the ops timed on their own, per module
+    for i in ops:
+        timed.setdefault((run.ops[i].key.module, run.ops[i].key.program_id), set()).add(
+            run.ops[i].key.name
+        )
+    for i, op in costed.items():
+        info = run.ops[i]
+        resolved, cost, runs = op.resolved, op.cost, op.runs
+        inst = resolved.instruction
         bound = bound_op(cost, chip, _timed_role(inst, run.backend) if inst else "")
         buffer = (
             command_buffer(
@@ -90,17 +144,6 @@ def op_rows(
             bound = buffer.bound
         occurrences = int(times.occurrences[i])
         events = int(times.events[i])
-        runs = 1
-        if inst is not None and resolved.module is not None:
-            module = resolved.module
-            per_module = loop_runs.get(id(module))
-            if per_module is None:
-                per_module = loop_runs[id(module)] = executions_per_run(module)
-            known = per_module.get(inst.name, 1)
-            # A loop of unknown trip count: on CPU and TPU every run of a body op is one event.
-            runs = known if known is not None else max(1, round(events / max(occurrences, 1)))
-            if known is None and run.backend == "gpu":
-                runs = 1  # GPU ops launch several kernels per run: the kernels do not tell
         per_run = bound  # one run of the op; an occurrence runs it `runs` times
         measured_us = float(times.measured_ps[i]) / 1e6
         bound_us = per_run.lower_s * 1e6 * runs * occurrences

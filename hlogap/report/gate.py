@@ -300,8 +300,8 @@ def is_tiny(row: DiffRow, diff: Diff, min_op_share: float) -> bool:
     return _share(row, diff) < min_op_share or per_occ < MIN_OP_US
 
 
-# Total bound over total measured above which a report cannot be real. A CPU calibration taken
-# on a busy machine is beaten by a little (hints say so); by this much, nothing is.
+# Total bound over total measured above which a report cannot be real. A user's chip file with
+# figures set low is beaten by a little (hints say so); by this much, nothing is.
 IMPOSSIBLY_FAST = 3.0
 
 

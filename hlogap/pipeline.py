@@ -171,11 +171,10 @@ def _audit_hosts(
     from hlogap.advice.base import Context
     from hlogap.advice.what_if import ceiling_change
     from hlogap.advice.what_if import what_if as advise_what_if
-    from hlogap.bounds.measured import raise_to_ops
     from hlogap.hlo.index import HloIndex
-    from hlogap.report.analysis import op_costs, op_rows, timed_costs
+    from hlogap.report.analysis import op_rows
     from hlogap.report.hosts import clock_offsets, host_skew
-    from hlogap.report.steps import op_step_costs, step_rows
+    from hlogap.report.steps import attribute_waits, op_step_costs, step_rows
     from hlogap.trace.steps import StepTotals
 
     merger = RunMerger()
@@ -224,11 +223,7 @@ def _audit_hosts(
 
     # One index: the ops' rows and the memory section share each module's decoded HLO.
     index = HloIndex(modules, dump_dir)
-    costed = op_costs(run, index, the_chip)
-    # A calibrated chip's figures are what the machine reached once: an op that ran faster
-    # measured it better (a calibration taken while the machine was busy reads low).
-    the_chip, raised = raise_to_ops(the_chip, timed_costs(run, costed))
-    rows = op_rows(run, index, the_chip, costed, pairs_on_hosts, what_if)
+    rows = op_rows(run, index, the_chip, pairs_on_hosts, what_if)
     ran = {(o.key.module, o.key.program_id) for o, n in zip(run.ops, run.times.events) if n > 0}
     # Steps on the hosts' own clocks (the windows the host tasks sum in), and the same steps
     # on the first host's clock (what the report says), each host moved by its clock offset.
@@ -300,6 +295,8 @@ def _audit_hosts(
     hosts.close()  # the last task is done: the events are freed before the report is built
     step_table = step_rows(run, aligned_steps, totals)
     stacked = StepTotals.stacked(totals) if totals else None
+    if stacked is not None:
+        attribute_waits(rows, stacked.waits)
     # Wall time saved for the actions and the other chips (the axes' changes give device time).
     saved = step_savings(stacked, len(changed) - len(alone)) if stacked is not None else None
     saved_by_ceiling = iter([] if saved is None else saved[len(found) :])
@@ -318,7 +315,6 @@ def _audit_hosts(
         ops=rows,
         warnings=[*run.warnings, *memory_warnings],
         memory=memory,
-        raised=raised,
     )
     report.host_skew = (
         host_skew(run, rows, step_table, totals, clocks, collectives, arrivals) or None

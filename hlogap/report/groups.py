@@ -89,7 +89,14 @@ def group_rows(
             bound_us=sum(r.bound_us for r in rows),
             comm_bytes=sum(r.comm_bytes * r.occurrences for r in rows),
             exposed_us=(exposed_us or {}).get(name) if by == "axis" else None,
+            idle_before_us=_summed([r.idle_before_us for r in rows]),
         )
         for name, rows in members.items()
     ]
     return sort_rows(groups, sort)
+
+
+def _summed(values: list[float | None]) -> float | None:
+    """The sum of the known values; None when none is known."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Literal, TypeVar, get_args
 
 from hlogap._version import __version__
-from hlogap.bounds.measured import RaisedFigure
 from hlogap.bounds.roofline import BoundBy
 from hlogap.chips import Chip
 from hlogap.errors import InputError
@@ -25,7 +24,7 @@ from hlogap.trace.timeline import Timeline
 SCHEMA = "hlogap.audit/3"
 # Version 2 added the timeline (steps, op paths); 3 puts steps per device, in wall time.
 READABLE_SCHEMAS = ("hlogap.audit/1", "hlogap.audit/2", SCHEMA)
-SortKey = Literal["gap", "measured", "efficiency"]
+SortKey = Literal["gap", "measured", "efficiency", "idle"]
 SORT_KEYS: tuple[SortKey, ...] = get_args(SortKey)
 ChipSource = Literal["detected", "user", "calibrated", "report"]
 ReportKind = Literal["profile", "report"]
@@ -98,6 +97,11 @@ class OpRow(Totals):
     # A command buffer's call: the ops it runs, each with its bound and an estimated share of
     # the call's time (they add up to it). Not rows of the report: totals count the call once.
     command_buffer_ops: list[OpRow] = field(default_factory=list)
+    # Device time (summed over devices and steps) the devices sat idle inside their steps
+    # waiting to start this op: each idle gap in a device's part of a step goes to the op
+    # that ends it (hlogap.trace.steps.OpWaits). None: no steps (or a report saved before).
+    idle_before_us: float | None = None
+    idle_gaps: int = 0  # how many such gaps
 
     @property
     def intensity(self) -> float | None:
@@ -150,6 +154,8 @@ class OpRow(Totals):
             "counters": self.counters,
             "estimated": self.estimated,
             "command_buffer_ops": [r.to_dict(k) for k, r in enumerate(self.command_buffer_ops, 1)],
+            "idle_before_us": self.idle_before_us,
+            "idle_gaps": self.idle_gaps,
         }
 
     @classmethod
@@ -194,9 +200,9 @@ class OpRow(Totals):
             elif f.name == "bound_by":
                 if value not in get_args(BoundBy):
                     raise ValueError(f"{what} is {value!r}, not one of {get_args(BoundBy)}")
-            elif f.name in ("occurrences", "events", "runs_per_occurrence"):
+            elif f.name in ("occurrences", "events", "runs_per_occurrence", "idle_gaps"):
                 value = int(_number(value, what))
-            elif f.name == "median_us":
+            elif f.name in ("median_us", "idle_before_us"):
                 value = None if value is None else _number(value, what)
             elif f.type in ("float", float):
                 value = _number(value, what)
@@ -381,6 +387,10 @@ def steps_summary(steps: list[StepRow]) -> dict[str, object]:
     device_wall = sum(s.device_wall_us for s in steps)
     window = sum(s.wall_us * s.devices for s in steps)
     idle = sum(s.idle_us for s in steps)
+    # The rest of the steps' wall on every device, on each side of the device's own part.
+    start = DEVICE_STEP_KEYS.index("start_us")
+    before_first = sum(r[start] - s.start_us for s in steps for r in s.device_rows)
+    parted = bool(steps) and all(s.device_rows for s in steps)
     step_us = _median([s.wall_us for s in steps])
     bound_walls = [s.bound_wall_us for s in steps if s.bound_wall_us is not None]
     step_bound_us = _median(bound_walls) if len(bound_walls) == len(steps) else None
@@ -393,6 +403,10 @@ def steps_summary(steps: list[StepRow]) -> dict[str, object]:
         # The devices' own steps over the steps' wall on every device: the rest is before a
         # device's first op or after its last (skew, host work, input, launch).
         "device_span_fraction": device_wall / window if window > 0 else None,
+        # Device time: from the step's start to each device's first op, and from each device's
+        # last op to the step's end (None: a report without the devices' parts).
+        "before_first_op_us": before_first if parted else None,
+        "after_last_op_us": window - device_wall - before_first if parted else None,
         "busy_us": busy,
         "idle_us": idle,
         "idle_fraction": idle / device_wall if device_wall > 0 else None,
@@ -417,6 +431,8 @@ class GroupRow(Totals):
     # `--group-by axis`: device time its collectives ran alone, with no compute or other op
     # beside them, summed over devices and steps (None: not an axis group, or no steps).
     exposed_us: float | None = None
+    # Device time the devices sat idle waiting to start its ops (None: no steps).
+    idle_before_us: float | None = None
 
     @property
     def bus_bw(self) -> float | None:
@@ -443,6 +459,7 @@ class GroupRow(Totals):
             "comm_bytes": self.comm_bytes,
             "bus_bw": self.bus_bw,
             "exposed_us": self.exposed_us,
+            "idle_before_us": self.idle_before_us,
         }
 
 
@@ -564,9 +581,6 @@ class AuditReport:
     chip: Chip | None  # None: a saved report whose chip is not known
     chip_source: ChipSource = "report"
     chip_reason: str = ""  # how it was chosen, in words
-    # A calibrated chip's figures that ops of this profile beat, raised to their rates
-    # (hlogap.bounds.measured): `chip` holds the raised figures.
-    raised: list[RaisedFigure] = field(default_factory=list)
     devices: int = 0
     events: int = 0
     ops: list[OpRow]  # every op (or the first N of a saved report), sorted by `sort`
@@ -736,7 +750,6 @@ class AuditReport:
             "hbm_bw": c.hbm_bw,
             "interconnect_bw": c.interconnect_bw,
             "host_bw": c.host_bw,
-            **({"raised": [r.to_dict() for r in self.raised]} if self.raised else {}),
         }
 
     def to_dict(
@@ -819,7 +832,6 @@ class AuditReport:
             backend=backend if backend in get_args(Backend) else "none",
             chip=_chip(data.get("chip")),
             chip_reason=f"from the report {path}",
-            raised=_raised(data.get("chip")),
             devices=int(_number(summary.get("devices", 0), "summary.devices")),
             events=int(_number(summary.get("events", 0), "summary.events")),
             ops=ops,
@@ -924,30 +936,14 @@ def _chip(raw: object) -> Chip | None:
     )
 
 
-def _raised(raw: object) -> list[RaisedFigure]:
-    """The figures a saved report's chip had raised (`chip.raised`)."""
-    found = raw.get("raised") if isinstance(raw, dict) else None
-    if not isinstance(found, list):
-        return []
-    return [
-        RaisedFigure(
-            _text(r.get("figure"), f"chip.raised[{i}].figure"),
-            _number(r.get("calibrated"), f"chip.raised[{i}].calibrated"),
-            _number(r.get("raised"), f"chip.raised[{i}].raised"),
-            _text(r.get("module"), f"chip.raised[{i}].module"),
-            _text(r.get("op"), f"chip.raised[{i}].op"),
-        )
-        for i, r in enumerate(found)
-        if isinstance(r, dict)
-    ]
-
-
 Ranked = TypeVar("Ranked", OpRow, GroupRow)
 
 
 def sort_rows(rows: list[Ranked], key: SortKey) -> list[Ranked]:
-    """Largest gap or measured time first; for efficiency the least efficient first (the ops
-    furthest from their bound); unmeasured rows go last."""
+    """Largest gap, measured time or idle before them first; for efficiency the least
+    efficient first (the ops furthest from their bound); unmeasured rows go last."""
+    if key == "idle":
+        return sorted(rows, key=lambda r: (-(r.idle_before_us or 0.0), -r.gap_us, r.name))
     if key == "gap":
         return sorted(rows, key=lambda r: (-r.gap_us, -r.measured_us, r.name))
     if key == "measured":

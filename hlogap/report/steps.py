@@ -15,7 +15,7 @@ import numpy as np
 from hlogap.hlo.opcodes import is_transfer
 from hlogap.report.model import OpRow, StepRow
 from hlogap.trace.model import OpKey, Step
-from hlogap.trace.steps import FIRST_NONE, OpStepCosts, StepTotals
+from hlogap.trace.steps import FIRST_NONE, OpStepCosts, OpWaits, StepTotals
 from hlogap.trace.summary import RunSummary
 
 
@@ -37,6 +37,14 @@ def op_step_costs(rows: list[OpRow]) -> OpStepCosts:
         elif row.bound_by == "communication" or is_transfer(row.opcode):
             collective.add(key)
     return OpStepCosts(bound, flops, at_bound, frozenset(collective), frozenset(host))
+
+
+def attribute_waits(rows: list[OpRow], waits: OpWaits) -> None:
+    """Each op row's idle before it (`idle_before_us`, `idle_gaps`), from the step pass."""
+    for row in rows:
+        key = OpKey(row.module, row.program_id, row.name)
+        row.idle_before_us = waits.idle_before_ps.get(key, 0) / 1e6
+        row.idle_gaps = waits.gaps.get(key, 0)
 
 
 def step_rows(run: RunSummary, steps: list[Step], totals: list[StepTotals]) -> list[StepRow]:

@@ -5,13 +5,15 @@ module that takes most device time: the k-th execution on every device of every 
 from the first of them to start to the last to end (`module_spans`, `module_steps`). Given the
 run's step windows, each host sums what its devices did in each (`step_totals`): busy time (at
 least one op runs), busy time outside communication, self time and roofline bound of the events
-and occurrences that start in the step.
+and occurrences that start in the step, and what the devices waited for: each idle gap inside
+a device's part of a step goes to the op that ends it (`StepTotals.idle_before_ps`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import numpy as np
 
@@ -99,6 +101,8 @@ class StepTotals:
     # float64 (changes, devices, steps): the same with only one change's ops shortened, for
     # each change asked for (`step_totals(..., changes=...)`: hlogap.advice's actions).
     change_saving_ps: np.ndarray
+    # What the devices waited for in their parts of the steps (`OpWaits`).
+    waits: OpWaits
 
     @property
     def ran(self) -> np.ndarray:
@@ -111,22 +115,44 @@ class StepTotals:
         first host's clock, `offset_ps` the host's offset from it)."""
         if not offset_ps:
             return self
-        moved = {
-            name: np.where(times != FIRST_NONE, times - offset_ps, FIRST_NONE)
-            for name, times in (("first_ps", self.first_ps), ("last_ps", self.last_ps))
-        }
-        return replace(self, **moved)
+        first, last = (
+            np.where(times != FIRST_NONE, times - offset_ps, FIRST_NONE)
+            for times in (self.first_ps, self.last_ps)
+        )
+        return replace(self, first_ps=first, last_ps=last)
 
     @classmethod
     def stacked(cls, hosts: list[StepTotals]) -> StepTotals:
-        """Every host's table, one under the other in host order (one copy, however many)."""
-        return cls(
-            *(
-                np.concatenate([getattr(h, f.name) for h in hosts], axis=1 if changes else 0)
-                for f in fields(cls)
-                for changes in [f.name == "change_saving_ps"]
-            )
-        )
+        """Every host's table, one under the other in host order (one copy, however many); the
+        ops' waits summed over the hosts."""
+        columns: dict[str, Any] = {
+            f.name: np.concatenate([getattr(h, f.name) for h in hosts], axis=1 if changes else 0)
+            for f in fields(cls)
+            if f.name != "waits"
+            for changes in [f.name == "change_saving_ps"]
+        }
+        return cls(**columns, waits=OpWaits.summed([h.waits for h in hosts]))
+
+
+@dataclass(frozen=True)
+class OpWaits:
+    """Per op that a device waited for (device time, summed over devices and steps): the idle
+    gaps inside the devices' parts of the steps that the op ended (it was the next to start on
+    the device: the device was waiting to launch it), and how many. Summed over every op they
+    are the parts' idle time (`last - first - busy`), exactly."""
+
+    idle_before_ps: dict[OpKey, int]
+    gaps: dict[OpKey, int]
+
+    @classmethod
+    def summed(cls, parts: Sequence[OpWaits]) -> OpWaits:
+        idle: dict[OpKey, int] = {}
+        gaps: dict[OpKey, int] = {}
+        for part in parts:
+            for key, ps in part.idle_before_ps.items():
+                idle[key] = idle.get(key, 0) + ps
+                gaps[key] = gaps.get(key, 0) + part.gaps[key]
+        return cls(idle, gaps)
 
 
 FIRST_NONE = np.iinfo(np.int64).max
@@ -149,9 +175,12 @@ def step_totals(
     last = np.full((n_dev, steps), FIRST_NONE, dtype=np.int64)
     sums = {name: np.zeros((n_dev, steps)) for name in _SUMS}
     changed = np.zeros((len(changes), n_dev, steps))
+    # Per op of the host: idle device time before it, and in how many gaps (exact int64).
+    idle_before = np.zeros(len(trace.ops), dtype=np.int64)
+    idle_gaps = np.zeros(len(trace.ops), dtype=np.int64)
     selected = selection.events(trace)
     if not steps or not selected.any():
-        return StepTotals(first, last, **sums, change_saving_ps=changed)
+        return StepTotals(first, last, **sums, change_saving_ps=changed, waits=OpWaits({}, {}))
     window_start = np.array([a for a, _ in windows], dtype=np.int64)
     window_end = np.array([b for _, b in windows], dtype=np.int64)
     keys = [o.key for o in trace.ops]
@@ -198,8 +227,15 @@ def step_totals(
         # spans stay in window order for the searches below.
         lo = np.where(ran, first[d], window_start)
         hi = np.where(ran, last[d], window_start)
-        covered = _covered(*merged_intervals(d_start, d_end), lo, hi)
+        busy_start, busy_end, opener = _busy_spans(d_start, d_end)
+        covered = _covered(busy_start, busy_end, lo, hi)
         sums["busy_ps"][d] = covered
+        # Each gap goes to the op that opens the span it ends at. One device's gaps over a
+        # profile sum below 2**53 ps (2.5 hours): exact in float64.
+        in_windows, gap_ps = _gaps_in(busy_start, busy_end, lo, hi)
+        waited_for = d_op[opener[1:]]
+        for total, weight in ((idle_before, gap_ps), (idle_gaps, in_windows)):
+            total += np.bincount(waited_for, weights=weight, minlength=len(total)).astype(np.int64)
         sums["compute_ps"][d] = sums["no_host_ps"][d] = covered
         d_collective, d_host = is_collective[d_op], is_host[d_op]
         if d_collective.any() or d_host.any():
@@ -236,7 +272,65 @@ def step_totals(
         sums["bound_us"][d] = np.bincount(step[inside], weights=per_bound[at_op], minlength=steps)
         sums["flops"][d] = np.bincount(step[inside], weights=per_flops[at_op], minlength=steps)
         del mine, d_end
-    return StepTotals(first, last, **sums, change_saving_ps=changed)
+    waited = np.flatnonzero(idle_gaps)
+    return StepTotals(
+        first,
+        last,
+        **sums,
+        change_saving_ps=changed,
+        waits=OpWaits(
+            {keys[i]: int(idle_before[i]) for i in waited},
+            {keys[i]: int(idle_gaps[i]) for i in waited},
+        ),
+    )
+
+
+def _busy_spans(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`merged_intervals` of one device's events, with the event that opens each span (index
+    into `start`): of the events starting at the span's start, the one that ends last (an
+    enclosing op, not the first op of its body), the first in the columns' order on a tie."""
+    if not len(start):
+        return start, end, np.zeros(0, dtype=np.intp)
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], end[order]
+    reach = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > reach[:-1]
+    at = np.flatnonzero(new)
+    span_end = np.maximum.reduceat(e, at)
+    # Where several events start at a span's start (the next in order starts with it), the
+    # opener is the longest of them.
+    opener = at.copy()
+    tied = np.flatnonzero(s[np.minimum(at + 1, len(s) - 1)] == s[at])
+    tied = tied[at[tied] + 1 < len(s)]
+    if len(tied):
+        count = np.searchsorted(s, s[at[tied]], side="right") - at[tied]
+        offsets = np.cumsum(count) - count
+        members = np.repeat(at[tied], count) + (
+            np.arange(int(count.sum())) - np.repeat(offsets, count)
+        )
+        longest = np.maximum.reduceat(e[members], offsets)
+        # The first member (in sorted, so column, order) that reaches the run's longest end.
+        is_longest = np.flatnonzero(e[members] == np.repeat(longest, count))
+        opener[tied] = members[is_longest[np.searchsorted(is_longest, offsets)]]
+    return s[at], span_end, order[opener]
+
+
+def _gaps_in(
+    busy_start: np.ndarray, busy_end: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per idle gap (between consecutive busy spans): how many of the windows [lo, hi) it lies
+    in, and its length times that. A window starts and ends inside busy spans (at an op start,
+    and at an op end or inside an op running past it), so a gap lies wholly inside a window or
+    wholly outside: summed, these are the windows' lengths minus what `_covered` finds."""
+    gap_start, gap_end = busy_end[:-1], busy_start[1:]
+    # Each window holds a run of consecutive gaps: +1 where its run starts, -1 past its end.
+    first_gap = np.searchsorted(gap_start, lo, side="left")
+    past_gap = np.maximum(np.searchsorted(gap_end, hi, side="right"), first_gap)
+    edges = np.bincount(first_gap, minlength=len(gap_start) + 1)
+    edges -= np.bincount(past_gap, minlength=len(gap_start) + 1)
+    windows = np.cumsum(edges[:-1])
+    return windows, (gap_end - gap_start) * windows
 
 
 def _change_saving(

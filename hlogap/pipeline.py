@@ -171,8 +171,9 @@ def _audit_hosts(
     from hlogap.advice.base import Context
     from hlogap.advice.what_if import ceiling_change
     from hlogap.advice.what_if import what_if as advise_what_if
+    from hlogap.bounds.measured import raise_to_ops
     from hlogap.hlo.index import HloIndex
-    from hlogap.report.analysis import op_rows
+    from hlogap.report.analysis import op_costs, op_rows, timed_costs
     from hlogap.report.hosts import clock_offsets, host_skew
     from hlogap.report.steps import attribute_waits, op_step_costs, step_rows
     from hlogap.trace.steps import StepTotals
@@ -223,7 +224,11 @@ def _audit_hosts(
 
     # One index: the ops' rows and the memory section share each module's decoded HLO.
     index = HloIndex(modules, dump_dir)
-    rows = op_rows(run, index, the_chip, pairs_on_hosts, what_if)
+    costed = op_costs(run, index, the_chip)
+    # A calibrated chip's figures are what the machine reached once: an op that ran faster
+    # measured it better (a calibration taken while the machine was busy reads low).
+    the_chip, raised = raise_to_ops(the_chip, timed_costs(run, costed))
+    rows = op_rows(run, index, the_chip, costed, pairs_on_hosts, what_if)
     ran = {(o.key.module, o.key.program_id) for o, n in zip(run.ops, run.times.events) if n > 0}
     # Steps on the hosts' own clocks (the windows the host tasks sum in), and the same steps
     # on the first host's clock (what the report says), each host moved by its clock offset.
@@ -315,6 +320,7 @@ def _audit_hosts(
         ops=rows,
         warnings=[*run.warnings, *memory_warnings],
         memory=memory,
+        raised=raised,
     )
     report.host_skew = (
         host_skew(run, rows, step_table, totals, clocks, collectives, arrivals) or None

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal, TypeVar, get_args
 
 from hlogap._version import __version__
+from hlogap.bounds.measured import RaisedFigure
 from hlogap.bounds.roofline import BoundBy
 from hlogap.chips import Chip
 from hlogap.errors import InputError
@@ -581,6 +582,9 @@ class AuditReport:
     chip: Chip | None  # None: a saved report whose chip is not known
     chip_source: ChipSource = "report"
     chip_reason: str = ""  # how it was chosen, in words
+    # A calibrated chip's figures that ops of this profile beat, raised to their rates
+    # (hlogap.bounds.measured): `chip` holds the raised figures.
+    raised: list[RaisedFigure] = field(default_factory=list)
     devices: int = 0
     events: int = 0
     ops: list[OpRow]  # every op (or the first N of a saved report), sorted by `sort`
@@ -750,6 +754,7 @@ class AuditReport:
             "hbm_bw": c.hbm_bw,
             "interconnect_bw": c.interconnect_bw,
             "host_bw": c.host_bw,
+            **({"raised": [r.to_dict() for r in self.raised]} if self.raised else {}),
         }
 
     def to_dict(
@@ -832,6 +837,7 @@ class AuditReport:
             backend=backend if backend in get_args(Backend) else "none",
             chip=_chip(data.get("chip")),
             chip_reason=f"from the report {path}",
+            raised=_raised(data.get("chip")),
             devices=int(_number(summary.get("devices", 0), "summary.devices")),
             events=int(_number(summary.get("events", 0), "summary.events")),
             ops=ops,
@@ -934,6 +940,24 @@ def _chip(raw: object) -> Chip | None:
         path=None,
         host_bw=float(host) if isinstance(host, (int, float)) else None,
     )
+
+
+def _raised(raw: object) -> list[RaisedFigure]:
+    """The figures a saved report's chip had raised (`chip.raised`)."""
+    found = raw.get("raised") if isinstance(raw, dict) else None
+    if not isinstance(found, list):
+        return []
+    return [
+        RaisedFigure(
+            _text(r.get("figure"), f"chip.raised[{i}].figure"),
+            _number(r.get("calibrated"), f"chip.raised[{i}].calibrated"),
+            _number(r.get("raised"), f"chip.raised[{i}].raised"),
+            _text(r.get("module"), f"chip.raised[{i}].module"),
+            _text(r.get("op"), f"chip.raised[{i}].op"),
+        )
+        for i, r in enumerate(found)
+        if isinstance(r, dict)
+    ]
 
 
 Ranked = TypeVar("Ranked", OpRow, GroupRow)

@@ -90,7 +90,7 @@ ProfileArg = Annotated[
 # The selection every command that reads a profile takes.
 RunOpt = Annotated[str | None, typer.Option(help="Run name; default: newest.")]
 HostOpt = Annotated[str | None, typer.Option(help="Only this host's file.")]
-DeviceOpt = Annotated[int | None, typer.Option(help="Only this device ordinal.")]
+DeviceOpt = Annotated[int | None, typer.Option(min=0, help="Only this device ordinal.")]
 ModuleOpt = Annotated[str | None, typer.Option(help="Only modules matching REGEX.")]
 
 
@@ -115,7 +115,7 @@ AuditFormat = Annotated[
 ]
 DiffFormat = Annotated[str | None, _format_option("table, json, md")]
 PlainFormat = Annotated[str | None, _format_option("table, json")]
-TopOpt = Annotated[int, typer.Option("--top", "-n", help="Rows to show; 0 = all.")]
+TopOpt = Annotated[int, typer.Option("--top", "-n", min=0, help="Rows to show; 0 = all.")]
 WideOpt = Annotated[
     bool, typer.Option("--wide", help="Every column, however wide the terminal is.")
 ]

@@ -198,7 +198,7 @@ def _audit_hosts(
         raise InputError(_no_module_match(selection.module, {o.key.module for o in run.ops}))
     the_chip, chip_source, reason = chosen or chip_from_trace(run)
     if selection.device is not None and run.times.devices == 0:
-        raise UsageError(f"no device {selection.device} in this profile")
+        raise InputError(f"no device {selection.device} in this profile")
     if progress is not None:
         progress(f"costing {int((run.times.events > 0).sum())} ops against {the_chip.name}")
     modules = _modules(hosts, run)

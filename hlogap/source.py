@@ -253,12 +253,12 @@ def find_profile(
             regular_file(given, "profile")
         if given.is_file():
             if run is not None:
-                raise InputError(f"--run makes no sense with a single file: {given}")
+                raise UsageError(f"--run makes no sense with a single file: {given}")
             files = [given]
             run_name = given.parent.name if given.parent.parent.name == "profile" else None
         elif not _xplane_files(given) and (archives := _nsys_archives(given)):
             if run is not None:
-                raise InputError(f"--run makes no sense with nsys-jax archives: {given}")
+                raise UsageError(f"--run makes no sense with nsys-jax archives: {given}")
             files, run_name = archives, None
         else:
             run_dir = _select_run(given, run)

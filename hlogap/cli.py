@@ -22,6 +22,18 @@ if TYPE_CHECKING:
     from hlogap.render.base import Document, DocumentKind
     from hlogap.report.model import AuditReport
 
+# Every command's help ends with the exit codes of the contract (docs/cli.md).
+EXIT_CODES = """\b
+Exit codes (docs/cli.md):
+  0  success; for `check`, within the thresholds
+  1  `check` found a regression
+  2  usage: an unknown option, chip or format, a value out of range, an option
+     that does not apply, an output hlogap refuses to write
+  3  input: no profile found, a profile or baseline unreadable or corrupt, a
+     --run, --host, --device or --module that names nothing in the profile
+  4  internal error (a bug): rerun with --debug and report it
+  130, 143  interrupted (Ctrl-C), terminated"""
+
 app = typer.Typer(
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     no_args_is_help=True,
@@ -30,6 +42,7 @@ app = typer.Typer(
     rich_markup_mode=None,
     help="Roofline and profile-gap auditor for XLA programs: which ops lose the most time "
     "against the hardware's roofline, and why.",
+    epilog=EXIT_CODES,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -85,7 +98,11 @@ ChipOpt = Annotated[
 # str, not Path: a Path would fold the `//` of a URL (gs://bucket/tb -> gs:/bucket/tb).
 ProfileArg = Annotated[
     str,
-    typer.Argument(metavar="PATH", help="TensorBoard logdir, run directory, .xplane.pb, or a URL."),
+    typer.Argument(
+        metavar="PATH",
+        help="TensorBoard logdir, run directory, .xplane.pb, nsys-jax archive (.zip, or a "
+        "directory of them), or a URL.",
+    ),
 ]
 # The selection every command that reads a profile takes.
 RunOpt = Annotated[str | None, typer.Option(help="Run name; default: newest.")]
@@ -309,7 +326,7 @@ def _write(
     _emit(render(document, chosen, options), output)
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES)
 def audit(
     path: ProfileArg,
     chip: ChipOpt = None,
@@ -323,7 +340,8 @@ def audit(
     sort: Annotated[
         str,
         typer.Option(
-            help="gap, measured (largest first) or efficiency (lowest first).",
+            help="gap, measured, idle (device idle before the op; largest first) or "
+            "efficiency (lowest first).",
             autocompletion=_complete_sort,
         ),
     ] = "gap",
@@ -342,13 +360,19 @@ def audit(
         str | None,
         typer.Option(
             "--group-by",
-            help="Roll ops up by scope (layer), category, source or module.",
+            help="Roll ops up by scope (the op path cut to --depth components), category, "
+            "source, module or axis (collectives by the mesh axes they run over).",
             autocompletion=_complete_group_by,
         ),
     ] = None,
     depth: Annotated[
-        int, typer.Option("--depth", help="Components of the op path a scope keeps.")
-    ] = 3,
+        int | None,
+        typer.Option(
+            "--depth",
+            min=1,
+            help="Components of the op path a scope keeps (default 3); only with --group-by scope.",
+        ),
+    ] = None,
     steps: Annotated[
         bool,
         typer.Option("--steps", help="Also print the steps: a summary, then --top rows."),
@@ -406,10 +430,13 @@ def audit(
       hlogap audit gs://bucket/tb --chip tpu-v5p -o report.html
       hlogap audit gs://bucket/pod-run --cluster tcp://scheduler:8786
     """
+    from hlogap.pipeline import DEFAULT_DEPTH
     from hlogap.pipeline import audit as run_audit
     from hlogap.render.base import choose_format, needs_timeline
 
     chosen = choose_format("audit", fmt, output)  # a bad format fails before the profile is read
+    if depth is not None and group_by != "scope":
+        raise UsageError("--depth applies only to --group-by scope")
     target = _file_target(output)
     if target is not None:
         from hlogap.files import check_output
@@ -431,7 +458,7 @@ def audit(
             sort=sort,
             jobs=jobs,
             group_by=group_by,
-            depth=depth,
+            depth=DEFAULT_DEPTH if depth is None else depth,
             progress=progress,
             cross_check=cross_check,
             skip_bad_hosts=skip_bad_hosts,
@@ -459,7 +486,7 @@ def audit(
         _wrote(plot)
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES)
 def demo(
     top: TopOpt = 20,
     fmt: AuditFormat = None,
@@ -570,7 +597,7 @@ def _demo_lessons(report: AuditReport) -> list[str]:
     return lessons
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES)
 def calibrate(
     output: Annotated[
         Path | None,
@@ -628,7 +655,7 @@ def _warn_if_noisy(result: Calibration) -> None:
         )
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES)
 def bound(
     hlo: Annotated[
         str, typer.Argument(help="One HLO instruction with inline operand shapes; '-' reads stdin.")
@@ -668,7 +695,7 @@ def bound(
     _write(result, "bound", fmt, None)
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES)
 def memory(
     path: ProfileArg,
     chip: ChipOpt = None,
@@ -711,7 +738,7 @@ def memory(
     _write(MemoryView(report), "memory", fmt, output, top, False, wide)
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES)
 def chips(fmt: PlainFormat = None) -> None:
     """The chips hlogap knows: peaks, bandwidths, ridge points, and where each figure comes from.
 
@@ -728,13 +755,14 @@ def chips(fmt: PlainFormat = None) -> None:
     _write(ChipList([*builtin_chips(), *([cpu] if cpu else [])]), "chips", fmt, None)
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES)
 def check(
     path: Annotated[
         str,
         typer.Argument(
             metavar="PATH",
-            help="Profile to gate (logdir, run directory, .xplane.pb, URL) or a saved JSON report.",
+            help="Profile to gate (logdir, run directory, .xplane.pb, nsys-jax .zip, URL) or a "
+            "saved JSON report.",
         ),
     ],
     baseline: Annotated[
@@ -816,7 +844,8 @@ def check(
     module: ModuleOpt = None,
     fmt: DiffFormat = None,
 ) -> None:
-    """CI gate: compare PATH with a baseline report; exit 1 if it regressed.
+    """CI gate: compare PATH with a baseline report; exit 0 within the thresholds, 1 on a
+    regression, 3 when the profile or the baseline is missing or corrupt (all exit codes below).
 
     \b
     Examples:
@@ -864,7 +893,7 @@ def check(
         raise typer.Exit(EXIT_REGRESSION)
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES)
 def diff(
     base: Annotated[
         str, typer.Argument(metavar="BASE", help="Baseline: a profile (or URL) or a saved report.")

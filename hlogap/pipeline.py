@@ -331,7 +331,11 @@ def _audit_hosts(
         exposed = stacked.change_saving_ps[first:].sum(axis=(1, 2)) / 1e6
         report.exposed_by_axis = dict(zip(by_axis, exposed.tolist(), strict=True))
     report.mesh = _busiest_mesh(rows, index)
-    report.actions = ranked(found, None if saved is None else saved[: len(found)], step_table)
+    # Causes that read the step pass (the ops' idle before them) claim no re-timed saving.
+    waited = findings(Context(rows, the_chip, run.backend, index, memory, step_table), True)
+    report.actions = ranked(
+        found, None if saved is None else saved[: len(found)], step_table, waited
+    )
     point_hints(rows, report.actions)
     report.what_if = [
         advise_what_if(

@@ -36,12 +36,14 @@ def _row(report: AuditReport, module: str, name: str) -> OpRow:
 
 
 def _action_of(report: AuditReport, row: OpRow) -> str:
-    """The cause of the one action an op is in ('' for none)."""
+    """The cause of the one action an op's own time is in ('' for none): device idle is the
+    time before it."""
     assert report.actions is not None
     found = [
         a.cause
         for a in report.actions
-        if any((o.module, o.name) == (row.module, row.name) for o in a.ops)
+        if a.cause != "device idle"
+        and any((o.module, o.name) == (row.module, row.name) for o in a.ops)
     ]
     assert len(found) <= 1, found  # each op in one action
     return found[0] if found else ""
@@ -124,7 +126,11 @@ def _savings_hold(report: AuditReport) -> None:
     assert report.actions is not None
     by_key = {(r.module, r.program_id, r.name): r for r in report.ops}
     seen: set[tuple[str, str, str]] = set()
-    for a in report.actions:
+    idle = [a for a in report.actions if a.cause == "device idle"]
+    # The device idle before an op: no step time claimed, listed after the actions that save.
+    assert report.actions[len(report.actions) - len(idle) :] == idle
+    assert all(a.saving_us == a.op_saving_us == 0 for a in idle)
+    for a in report.actions[: len(report.actions) - len(idle)]:
         keys = [(o.module, o.program_id, o.name) for o in a.ops]
         assert not seen & set(keys)
         seen |= set(keys)

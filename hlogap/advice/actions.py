@@ -21,10 +21,13 @@ from hlogap.units import fmt_us
 MAX_ACTIONS = 12
 
 
-def findings(ctx: Context) -> list[Finding]:
-    """Every cause's findings, largest op saving first, each op kept in its largest one only
-    (so no op's time is counted by two actions), at most `MAX_ACTIONS`."""
-    found = sorted((f for cause in causes() for f in cause(ctx)), key=lambda f: -f.op_saving_us)
+def findings(ctx: Context, after_steps: bool = False) -> list[Finding]:
+    """Every cause's findings (those that read the step pass, with `after_steps`), largest op
+    saving first, each op kept in its largest one only (so no op's time is counted by two
+    actions), at most `MAX_ACTIONS`."""
+    found = sorted(
+        (f for cause in causes(after_steps) for f in cause(ctx)), key=lambda f: -f.op_saving_us
+    )
     taken: set[tuple[str, str, str]] = set()
     kept: list[Finding] = []
     for f in found:
@@ -59,11 +62,15 @@ def changes(found: Sequence[Finding]) -> list[dict[OpKey, float]]:
 
 
 def ranked(
-    found: Sequence[Finding], saved: np.ndarray | None, steps: Sequence[StepRow]
+    found: Sequence[Finding],
+    saved: np.ndarray | None,
+    steps: Sequence[StepRow],
+    unclaimed: Sequence[Finding] = (),
 ) -> list[Action]:
     """The findings as actions, ranked by step time saved (`saved`: per finding and step, from
     `step_savings`; summed over the steps, wall time); without steps, by the device time
-    saved. Their sum never exceeds the steps' own time above their bound."""
+    saved. Their sum never exceeds the steps' own time above their bound. The `unclaimed`
+    ones (causes run after the step pass: no change of theirs was re-timed) follow, saving 0."""
     total = saved.sum(axis=1) if saved is not None and steps else None
     above = sum(max(s.wall_us - s.bound_wall_us, 0.0) for s in steps if s.bound_wall_us is not None)
     if total is not None and total.sum() > above > 0:
@@ -88,7 +95,19 @@ def ranked(
             )
         )
     # A change that saves no step time (its ops are hidden behind others) is not worth making.
-    return sorted((a for a in actions if a.saving_us > 0), key=lambda a: -a.saving_us)
+    saving = sorted((a for a in actions if a.saving_us > 0), key=lambda a: -a.saving_us)
+    return saving + [
+        Action(
+            cause=f.cause,
+            ops=tuple(OpRef(r.module, r.program_id, r.name) for r in f.ops),
+            saving_us=0.0,
+            frame="wall" if steps else "device-time",
+            op_saving_us=f.op_saving_us,
+            evidence=f.evidence,
+            change=f.change,
+        )
+        for f in unclaimed
+    ]
 
 
 def step_savings(totals: StepTotals, count: int) -> np.ndarray:

@@ -3,11 +3,13 @@
 A cause is one module in `hlogap.advice.causes` that calls `register` with a function from the
 audit's `Context` to `Finding`s: the ops it covers, how much device time changing them would
 remove (never more than their gap), the numbers that show it and the one change to make.
+A cause registered `after_steps` reads what the step pass found (the rows' `idle_before_us`):
+it runs after that pass, so no change of its re-times the steps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from hlogap._plugins import import_all
@@ -17,7 +19,7 @@ from hlogap.hlo.index import HloIndex
 from hlogap.hlo.ir import Instruction, Module
 from hlogap.hlo.text import HloParseError, parse_instruction
 from hlogap.memory.static import MemorySection
-from hlogap.report.model import ActionCause, OpRow
+from hlogap.report.model import ActionCause, OpRow, StepRow
 from hlogap.trace.model import Backend
 
 
@@ -30,6 +32,7 @@ class Context:
     backend: Backend
     index: HloIndex
     memory: MemorySection | None = None
+    steps: Sequence[StepRow] = ()  # the step table, for causes registered `after_steps`
     _graphs: dict[int, ModuleGraph] = field(default_factory=dict, repr=False)
     # TPU ops without their module: each op's own HLO text, parsed.
     _parsed: dict[tuple[str, str, str], Instruction | None] = field(
@@ -71,17 +74,19 @@ class Finding:
 
 Cause = Callable[[Context], Iterator[Finding]]
 _CAUSES: list[Cause] = []
+_AFTER_STEPS: list[Cause] = []
 
 
-def register(cause: Cause) -> Cause:
-    _CAUSES.append(cause)
+def register(cause: Cause, *, after_steps: bool = False) -> Cause:
+    (_AFTER_STEPS if after_steps else _CAUSES).append(cause)
     return cause
 
 
-def causes() -> list[Cause]:
-    """Every cause of this package, imported on first use (in module-name order)."""
+def causes(after_steps: bool = False) -> list[Cause]:
+    """Every cause of this package (those that read the step pass, with `after_steps`),
+    imported on first use (in module-name order)."""
     import_all("hlogap.advice.causes")
-    return list(_CAUSES)
+    return list(_AFTER_STEPS if after_steps else _CAUSES)
 
 
 def capped(row: OpRow, removable_us: float) -> float:

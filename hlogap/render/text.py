@@ -70,8 +70,10 @@ def action_lines(report: AuditReport, top: int) -> list[str]:
         names = ", ".join(o.name for o in a.ops[:3]) + (
             f" and {len(a.ops) - 3} more" if len(a.ops) > 3 else ""
         )
+        # An action of a cause run after the step pass (device idle) claims no step time.
+        saves = f"saves {fmt_us(a.saving_us)}{each}" if a.saving_us > 0 else "no step time claimed"
         lines += [
-            f" {rank}. saves {fmt_us(a.saving_us)}{each}: {a.cause}: {names}",
+            f" {rank}. {saves}: {a.cause}: {names}",
             f"    why: {a.evidence}",
             f"    change: {a.change}",
         ]

@@ -475,6 +475,7 @@ ActionCause = Literal[
     "slow kernel",
     "tile padding",
     "slow scatter",
+    "device idle",
 ]
 SavingFrame = Literal["wall", "device-time"]
 

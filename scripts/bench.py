@@ -306,9 +306,16 @@ def _pod_host(source: Path, target: Path, offset_ns: int, stretch: float) -> Non
     target.write_bytes(space.SerializeToString())
 
 
-def bench_pod(chip: str, sizes: list[int]) -> list[dict[str, object]]:
-    """Runs of `sizes` hosts: local pool vs `--cluster local:2`: wall, client and worker
-    peaks, and whether the report recovers the injected offsets and names the slow hosts."""
+POD_EXECUTORS = {
+    "local": ("local pool", []),
+    "cluster": ("--cluster local:2", ["--cluster", "local:2"]),
+}
+
+
+def bench_pod(chip: str, sizes: list[int], executors: list[str]) -> list[dict[str, object]]:
+    """Runs of `sizes` hosts with each of `executors` (POD_EXECUTORS: the local pool,
+    `--cluster local:2`): wall, client and worker peaks, and whether the report recovers the
+    injected offsets and names the slow hosts."""
     import json
     from math import inf
 
@@ -335,10 +342,7 @@ def bench_pod(chip: str, sizes: list[int]) -> list[dict[str, object]]:
                 offset = 0 if name in slow_hosts else _pod_offset_ns(v)
                 expected[name] = (offset - _pod_offset_ns(0)) / 1e3
             size_mb = sum(f.stat().st_size for f in run.iterdir()) / 1e6
-            for executor, extra in (
-                ("local pool", []),
-                ("--cluster local:2", ["--cluster", "local:2"]),
-            ):
+            for executor, extra in (POD_EXECUTORS[e] for e in executors):
                 report = Path(tmp) / "report.json"
                 audit = [hlogap, "audit", str(run.parents[2]), "-f", "json", "--chip", chip]
                 said = Path(tmp) / "stderr.txt"
@@ -561,6 +565,9 @@ def main() -> None:
     parser.add_argument("--no-pod", action="store_true", help="skip the pod case")
     parser.add_argument("--pod-only", action="store_true", help="only the pod case")
     parser.add_argument("--pod-hosts", type=int, nargs="+", default=POD_HOSTS)
+    parser.add_argument(
+        "--pod-executors", nargs="+", choices=list(POD_EXECUTORS), default=list(POD_EXECUTORS)
+    )
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     # hlogap as a user has it: pip compiles a package's bytecode when it installs it; an
@@ -576,7 +583,7 @@ def main() -> None:
     pod = []
     if not args.no_pod:
         print(POD_HEADER)
-        pod = bench_pod(args.chip, args.pod_hosts)
+        pod = bench_pod(args.chip, args.pod_hosts, args.pod_executors)
     help_s = time_help()
     print(f"hlogap --help: {help_s:.3f} s")
     if args.write_docs:

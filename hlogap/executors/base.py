@@ -1,9 +1,10 @@
 """Where a run's hosts are read and their per-host work runs.
 
-An executor reads each host file once and keeps its events where they were read (this process
-or a Dask worker); the audit then sends it small tasks, each a function of one host's
-`TraceData` (hlogap.trace.summary, hlogap.trace.steps), and gets their small results back in
-host order. The audit merges them the same way whichever executor ran them.
+An executor reads each host file once and keeps its events where they were read (in this
+process for a single file; otherwise on the disk of the machine that read them, this one or a
+Dask worker's: hlogap.executors.spill); the audit then sends it small tasks, each a function of
+one host's `TraceData` (hlogap.trace.summary, hlogap.trace.steps), and gets their small results
+back in host order. The audit merges them the same way whichever executor ran them.
 """
 
 from __future__ import annotations

@@ -9,16 +9,21 @@ died, or Dask moved the task to another machine) reads the host file again.
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import socket
 import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hlogap.errors import InputError, UsageError
 from hlogap.executors.base import HostExecutor, HostTask, P, T
-from hlogap.executors.spill import SpilledHost, on_spilled, read_summarize_spill, remove_spills
+from hlogap.executors.spill import SPILL_PREFIX, SpilledHost, load_columns, read_summarize_spill
 from hlogap.source import ProfileSource
 from hlogap.trace.reading import Progress, SkippedHost
 from hlogap.trace.summary import HostSummary, Selection
@@ -28,6 +33,42 @@ if TYPE_CHECKING:
 
 # How long a scheduler may take to answer before the audit gives up on it.
 CONNECT_TIMEOUT_S = 10
+
+
+@dataclass(frozen=True)
+class WorkerSpill(SpilledHost):
+    """A host spilled on a worker: which machine's disk holds it, and which worker to ask."""
+
+    machine: str
+    worker: str  # the worker's address: later tasks are sent there first
+
+
+def read_on_worker(
+    path: str, host: str, skip_bad: bool, selection: Selection, audit: str
+) -> tuple[HostSummary | SkippedHost, WorkerSpill | None]:
+    """The first task on a host, run on a worker: its columns spilled to the worker's local
+    directory."""
+    from distributed import get_worker
+
+    worker = get_worker()
+    directory = Path(worker.local_directory) / f"{SPILL_PREFIX}{audit}" / os.urandom(8).hex()
+    summary = read_summarize_spill(path, host, skip_bad, selection, str(directory))
+    if isinstance(summary, SkippedHost):
+        return summary, None
+    return summary, WorkerSpill(path, host, str(directory), socket.gethostname(), worker.address)
+
+
+def on_worker(spilled: WorkerSpill, task: Any, *args: Any, **kwargs: Any) -> Any:
+    """`task(trace, *args, **kwargs)` on the spilled host's events, mapped back from disk (or
+    the host file read again where the disk is another machine's, or the files are gone)."""
+    trace = load_columns(spilled, here=spilled.machine == socket.gethostname())
+    return task(trace, *args, **kwargs)
+
+
+def remove_spills(audit: str, dask_worker: Any) -> None:
+    """Run on every worker when the audit ends (`Client.run` passes the worker): its spilled
+    hosts' files deleted."""
+    shutil.rmtree(Path(dask_worker.local_directory) / f"{SPILL_PREFIX}{audit}", ignore_errors=True)
 
 
 class DaskHosts(HostExecutor):
@@ -55,14 +96,14 @@ class DaskHosts(HostExecutor):
         self._files = list(source.files)
         self._skip_bad_hosts = skip_bad_hosts
         self._audit = uuid.uuid4().hex  # names this audit's spill directories on the workers
-        self._read: list[SpilledHost] = []
+        self._read: list[WorkerSpill] = []
 
     def summaries(self, selection: Selection) -> Iterator[HostSummary | SkippedHost]:
         from distributed import as_completed
 
         tasks: list[Future] = [
             self.client.submit(
-                read_summarize_spill,
+                read_on_worker,
                 path,
                 host,
                 self._skip_bad_hosts,
@@ -73,7 +114,7 @@ class DaskHosts(HostExecutor):
             for path, host in zip(self._files, self._hosts)
         ]
         position = {task.key: k for k, task in enumerate(tasks)}
-        arrived: dict[int, tuple[HostSummary | SkippedHost, SpilledHost | None]] = {}
+        arrived: dict[int, tuple[HostSummary | SkippedHost, WorkerSpill | None]] = {}
         following = 0
         # Summaries arrive in any order and are handed on in host order: only those that
         # arrive ahead of a slower host wait here.
@@ -105,11 +146,11 @@ class DaskHosts(HostExecutor):
         return result
 
     def _submit(
-        self, spilled: SpilledHost, task: HostTask[P, T], shared: list[Any], kwargs: Any
+        self, spilled: WorkerSpill, task: HostTask[P, T], shared: list[Any], kwargs: Any
     ) -> Any:
         """`task` on one host, sent to the worker whose disk holds its columns first."""
         return self.client.submit(
-            on_spilled,
+            on_worker,
             spilled,
             task,
             *shared,

@@ -1,30 +1,33 @@
-"""Hosts read on this machine: one file in this process, several files in forked readers
-(hlogap.trace.reading); their events stay in this process and tasks run here."""
+"""Hosts read on this machine, tasks run here. One file is read and kept in this process.
+Several files are read in forked readers (hlogap.trace.reading), each summarizing its host and
+spilling its columns to a temporary directory of this audit (hlogap.executors.spill); each later
+task maps one host's columns back at a time, so this process never holds the pod's events
+(the bench's 256 hosts of 50 MB: 6 GB when it did, docs/pods.md)."""
 
 from __future__ import annotations
 
+import functools
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 from hlogap.executors.base import HostExecutor, HostTask, P, T, summarize_read
+from hlogap.executors.spill import (
+    SPILL_PREFIX,
+    SpilledHost,
+    load_columns,
+    read_summarize_spill,
+)
 from hlogap.source import ProfileSource
 from hlogap.trace.model import TraceData
-from hlogap.trace.reading import (
-    Progress,
-    SkippedHost,
-    can_fork,
-    read_files,
-    read_host,
-    read_trace,
-)
+from hlogap.trace.reading import Progress, SkippedHost, can_fork, in_readers, read_trace
 from hlogap.trace.summary import HostSummary, Selection
 
 
-def _read_one(args: tuple[str, str, bool]) -> TraceData | SkippedHost:
-    return read_host(*args)
-
-
 class LocalHosts(HostExecutor):
-    """The hosts are read when it is made: several files `workers` at a time."""
+    """The hosts are read when their summaries are asked for: several files `workers` at a
+    time."""
 
     def __init__(
         self,
@@ -33,35 +36,60 @@ class LocalHosts(HostExecutor):
         progress: Progress | None = None,
         skip_bad_hosts: bool = False,
     ) -> None:
-        self._hosts = list(source.hosts)
-        pairs = list(zip(source.files, source.hosts))
-        self._reads: list[TraceData | SkippedHost]
-        if len(pairs) == 1:  # one file: read here (forked readers of its planes were slower)
-            self._reads = [read_trace(*pairs[0])]
-        elif workers > 1 and not can_fork():
+        self._pairs = list(zip(source.files, source.hosts))
+        self._workers = workers
+        self._progress = progress
+        self._skip_bad_hosts = skip_bad_hosts
+        # One file's events, held here: spilling it would only add the write and the mapping.
+        self._traces: list[TraceData] = []
+        self._spilled: list[SpilledHost] = []
+        self._directory: str | None = None  # the spilled hosts' columns, deleted at close
+
+    def summaries(self, selection: Selection) -> Iterator[HostSummary | SkippedHost]:
+        if len(self._pairs) == 1:  # one file: read here (forked readers of its planes were slower)
+            trace = read_trace(*self._pairs[0])
+            self._traces.append(trace)
+            yield summarize_read(trace, selection, self._pairs[0][1])
+            return
+        # Under the system's temporary directory (TMPDIR), never the profile's.
+        self._directory = tempfile.mkdtemp(prefix=SPILL_PREFIX)
+        spills = [
+            SpilledHost(path, host, str(Path(self._directory) / str(k)))
+            for k, (path, host) in enumerate(self._pairs)
+        ]
+        tasks = [(s.path, s.host, self._skip_bad_hosts, selection, s.directory) for s in spills]
+        summaries: list[HostSummary | SkippedHost]
+        if self._workers > 1 and not can_fork():
             # Not fork: the caller is multithreaded (JAX in the same process, say).
             import multiprocessing
 
             methods = multiprocessing.get_all_start_methods()
             method = "forkserver" if "forkserver" in methods else "spawn"
-            with multiprocessing.get_context(method).Pool(workers) as pool:
-                tasks = [(path, host, skip_bad_hosts) for path, host in pairs]
-                self._reads = list(pool.map(_read_one, tasks, chunksize=1))
+            with multiprocessing.get_context(method).Pool(self._workers) as pool:
+                summaries = pool.starmap(read_summarize_spill, tasks, chunksize=1)
         else:
-            self._reads = list(read_files(pairs, workers, progress, skip_bad_hosts))
-        self._traces: list[TraceData] = []
-
-    def summaries(self, selection: Selection) -> Iterator[HostSummary | SkippedHost]:
-        for k, trace in enumerate(self._reads):
-            if isinstance(trace, TraceData):
-                self._traces.append(trace)
-            yield summarize_read(trace, selection, self._hosts[k])
+            summaries = in_readers(
+                [(t[1], functools.partial(read_summarize_spill, *t)) for t in tasks],
+                self._workers,
+                self._progress,
+            )
+        for spilled, summary in zip(spills, summaries, strict=True):
+            if not isinstance(summary, SkippedHost):
+                self._spilled.append(spilled)
+            yield summary
 
     def each(self, task: HostTask[P, T], *args: P.args, **kwargs: P.kwargs) -> list[T]:
-        return [task(trace, *args, **kwargs) for trace in self._traces]
+        hosts = len(self._traces) + len(self._spilled)
+        return [self.one(k, task, *args, **kwargs) for k in range(hosts)]
 
     def one(self, host: int, task: HostTask[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        return task(self._traces[host], *args, **kwargs)
+        if self._traces:
+            return task(self._traces[host], *args, **kwargs)
+        # Mapped for this task only: the columns are unmapped when the trace goes.
+        return task(load_columns(self._spilled[host]), *args, **kwargs)
 
     def close(self) -> None:
-        self._reads, self._traces = [], []
+        self._traces, self._spilled = [], []
+        if self._directory is not None:
+            shutil.rmtree(self._directory, ignore_errors=True)
+            self._directory = None

@@ -5,12 +5,11 @@ Readers walk only the lines holding op events; lines are parsed one at a time
 (`hlogap.trace.columnar`), splitting a file's device planes between forked readers made every
 measured size slower on 2 cores (0.3 M events 0.9-1.1 s either way, 3 M 3.0 s vs 3.6, 10 M
 11.4 s vs 13.0) and always took more memory (10 M: 1.2 GB vs 1.8 GB in all). Several host files
-are read in parallel (`read_files`).
+are read in parallel (`in_readers`).
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import pickle
 import signal
@@ -18,6 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar, cast
 
 from hlogap.errors import EXIT_INPUT, HlogapError, InputError
 from hlogap.source import is_nsys_archive
@@ -31,6 +31,7 @@ from hlogap.trace.xspace import (
     read_step_annotations,
 )
 
+R = TypeVar("R")
 _READERS: set[int] = set()  # forked readers not yet collected, by pid
 
 
@@ -93,46 +94,45 @@ def read_host(path: str, host: str, skip_bad: bool = False) -> TraceData | Skipp
         return SkippedHost(host, str(exc))
 
 
-def read_files(
-    pairs: Sequence[tuple[str, str]],
+def in_readers(
+    tasks: Sequence[tuple[str, Callable[[], R]]],
     workers: int,
     progress: Progress | None = None,
-    skip_bad: bool = False,
-) -> list[TraceData | SkippedHost]:
-    """Read whole files ((path, host) each), `workers` at a time in forked processes when fork
-    is safe here, else one after the other; results in the order of `pairs`. `progress` hears
-    of each file read; `skip_bad`: see `read_host`."""
-    results: list[TraceData | SkippedHost] = []
+) -> list[R]:
+    """Run each (host, task) pair's task, one per host file, `workers` at a time in forked
+    processes when fork is safe here, else one after the other; results in the order of
+    `tasks`. `progress` hears of each host done."""
+    results: list[R] = []
 
-    def done(trace: TraceData | SkippedHost) -> None:
-        results.append(trace)
+    def done(result: R) -> None:
+        results.append(result)
         if progress is not None:
-            host = pairs[len(results) - 1][1]
-            progress(f"read host {len(results)} of {len(pairs)} ({host})")
+            host = tasks[len(results) - 1][0]
+            progress(f"read host {len(results)} of {len(tasks)} ({host})")
 
     if workers < 2 or not can_fork():
-        for path, host in pairs:
-            done(read_host(path, host, skip_bad))
+        for _, task in tasks:
+            done(task())
         return results
     running: list[tuple[int, int]] = []
-    tasks = iter(pairs)
-    for pair in tasks:
-        running.append(_fork(functools.partial(read_host, *pair, skip_bad)))
+    todo = iter(tasks)
+    for _, task in todo:
+        running.append(_fork(task))
         if len(running) == workers:
             break
     try:
         while running:
-            done(_collect(running.pop(0)))
-            following = next(tasks, None)
+            done(cast(R, _collect(running.pop(0))))
+            following = next(todo, None)
             if following is not None:
-                running.append(_fork(functools.partial(read_host, *following, skip_bad)))
+                running.append(_fork(following[1]))
     except BaseException:  # a bad host file or an interrupt: the other readers end too
         stop_readers()
         raise
     return results
 
 
-def _fork(task: Callable[[], TraceData | SkippedHost]) -> tuple[int, int]:
+def _fork(task: Callable[[], object]) -> tuple[int, int]:
     """Fork a child that runs `task` and writes its pickled result (or error) to a pipe."""
     read_end, write_end = os.pipe()
     # Held during the fork: one arriving while Python runs its at-fork hooks (logging's) is
@@ -162,7 +162,7 @@ def _fork(task: Callable[[], TraceData | SkippedHost]) -> tuple[int, int]:
     return pid, read_end
 
 
-def _collect(child: tuple[int, int]) -> TraceData | SkippedHost:
+def _collect(child: tuple[int, int]) -> object:
     pid, read_end = child
     with os.fdopen(read_end, "rb") as src:
         data = src.read()
@@ -176,4 +176,4 @@ def _collect(child: tuple[int, int]) -> TraceData | SkippedHost:
     result = pickle.loads(data) if data else RuntimeError("a profile reader process died")
     if isinstance(result, BaseException):
         raise result
-    return result  # type: ignore[no-any-return]
+    return result

@@ -1,5 +1,5 @@
 """Class 6, signals: SIGINT and SIGTERM end a multi-host audit and every process it started,
-within a second, with exit 130 / 143 and no traceback."""
+within a second, with exit 130 / 143 and no traceback, and leave no spilled host behind."""
 
 from __future__ import annotations
 
@@ -38,6 +38,8 @@ def test_a_signal_ends_every_process(sig: int, code: int, command: str, tmp_path
     logdir = _many_hosts(tmp_path)
     chip = chip_file(tmp_path)
     marker = uuid.uuid4().hex
+    temp = tmp_path / "tmp"  # where the audit spills its hosts' columns (TMPDIR)
+    temp.mkdir()
     args = (
         ["audit", str(logdir)]
         if command == "audit"
@@ -46,7 +48,7 @@ def test_a_signal_ends_every_process(sig: int, code: int, command: str, tmp_path
     proc = subprocess.Popen(
         [sys.executable, "-m", "hlogap", *args, "--chip", str(chip)],
         cwd=tmp_path,
-        env={**os.environ, "HLOGAP_ATTACK_MARKER": marker},
+        env={**os.environ, "HLOGAP_ATTACK_MARKER": marker, "TMPDIR": str(temp)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -69,3 +71,4 @@ def test_a_signal_ends_every_process(sig: int, code: int, command: str, tmp_path
     assert took < 1.5, took
     time.sleep(0.5)
     assert leftover_processes(marker) == []
+    assert list(temp.iterdir()) == []

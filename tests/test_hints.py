@@ -40,7 +40,11 @@ def test_f32_matmul_on_a_bf16_machine() -> None:
         "%d = f32[4096,4096]{1,0} dot(f32[4096,4096]{1,0} %x, f32[4096,4096]{1,0} %w), "
         "lhs_contracting_dims={1}, rhs_contracting_dims={0}"
     )
-    assert any(h.startswith("f32 matmul: a100-sxm runs bf16") for h in hints(hlo, "a100-sxm"))
+    a100 = load_chip("a100-sxm")  # f32 dots run at its tf32 peak: the ratio is against that
+    ratio = a100.peak_flops["bf16"] / a100.peak_flops["tf32"]
+    assert f"f32 matmul at a100-sxm's tf32 peak: its bf16 peak is {ratio:.2g}x that" in " ".join(
+        hints(hlo, "a100-sxm")
+    )
 
 
 def test_tile_padding_is_reported_with_its_share() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from hlogap.bounds.roofline import Bound
-from hlogap.chips import Chip
+from hlogap.chips import Chip, dtype_key
 from hlogap.cost import OpCost
 from hlogap.hlo.ir import Instruction
 from hlogap.hlo.opcodes import COMMAND_BUFFER_FLAG, changes_layout, is_command_buffer
@@ -15,6 +15,12 @@ from hlogap.units import fmt_si, fmt_us
 PADDING_HINT_FRACTION = 0.1
 # How the hint for an op measured below its bound begins.
 FASTER_THAN_ROOF = "faster than the roofline"
+# A bf16 peak this many times an f32 matmul's own peak is worth naming.
+NARROWER_WORTH = 1.5
+# A collective sending at this share of its link's rate or more is link-bound; below
+# `WAITING_BELOW` of it, the link explains little of its time: it waits.
+NEAR_LINK = 0.5
+WAITING_BELOW = 0.1
 
 
 def hints_for(
@@ -42,22 +48,7 @@ def hints_for(
         )
         out.append(f"runs {names}")
     if cost.matrix_flops and cost.hbm_bytes:
-        dtype = cost.matrix_dtype or "bf16"
-        ridge = chip.ridge_point(dtype)
-        intensity = cost.flops / cost.hbm_bytes
-        if intensity < ridge:
-            out.append(
-                f"intensity {intensity:.3g} FLOP/B is below {chip.name}'s {dtype} ridge point "
-                f"{ridge:.0f}: memory-bound even at peak; more rows per weight read (batch) help"
-            )
-        # Against the chip's true f32 rate: an f32 dot that XLA does not lower to TF32.
-        f32_peak = chip.peak_flops.get("f32")
-        speedup = chip.peak_flops.get("bf16", 0.0) / f32_peak if f32_peak else 0.0
-        if dtype == "f32" and speedup > 2:
-            out.append(
-                f"f32 matmul: {chip.name} runs bf16 {speedup:.0f}x faster; "
-                "consider bf16 inputs with f32 accumulation"
-            )
+        out.extend(_matmul(cost, bound, chip))
     if cost.padding_bytes and cost.hbm_bytes:
         share = cost.padding_bytes / cost.hbm_bytes
         if share >= PADDING_HINT_FRACTION:
@@ -78,8 +69,8 @@ def hints_for(
             f"async op not overlapped: the device waits {_us(measured_us)} per "
             "occurrence at this done; schedule independent work between start and done"
         )
-    if cost.collective and bound.bound_by == "communication":
-        out.append(f"{cost.collective} over {cost.group_size or '?'} devices is link-bound")
+    if cost.collective and bound.bound_by == "communication" and not bound.overlapped:
+        out.append(_collective(cost, bound, chip, measured_us))
     if measured_us and bound.lower_s * 1e6 > measured_us * 1.001:
         # A bound is a floor: beating it means the roof itself is wrong for this op.
         out.insert(
@@ -98,17 +89,80 @@ def hints_for(
 
 
 def _us(value: float) -> str:
-    """A time in its unit (85.2 ms, not 8.52e+04 us); three digits below a microsecond."""
-    return fmt_us(value) if abs(value) >= 1 else f"{value:.3g} us"
+    """A time in its unit (85.2 ms, not 8.52e+04 us); three digits below a microsecond, in
+    nanoseconds below one."""
+    if abs(value) >= 1:
+        return fmt_us(value)
+    return f"{value:.3g} us" if abs(value) >= 1e-3 else f"{value * 1e3:.3g} ns"
+
+
+def _matmul(cost: OpCost, bound: Bound, chip: Chip) -> list[str]:
+    """A matmul's ridge and type, each against the peak its bound used (`matrix_key`: an f32
+    dot runs at a GPU's tf32 peak) and the memory rate its bound used (a cache level's where
+    its bytes fit one), so a hint never argues with the bound-by column."""
+    dtype = cost.matrix_dtype or "bf16"
+    key = chip.matrix_key(dtype)
+    out: list[str] = []
+    ridge = chip.ridge_point(dtype, cost.hbm_bytes)
+    intensity = cost.flops / cost.hbm_bytes
+    if bound.bound_by == "memory" and intensity < ridge:
+        memory = chip.memory_bw(cost.hbm_bytes)
+        cache = (
+            ""
+            if memory == chip.hbm_bw
+            else f" (over the {fmt_si(memory, 'B/s')} cache level its "
+            f"{fmt_si(cost.hbm_bytes, 'B')} fit)"
+        )
+        out.append(
+            f"intensity {intensity:.3g} FLOP/B is below {chip.name}'s {key} ridge point "
+            f"{ridge:.0f}{cache}: more rows per weight read (batch) help"
+        )
+    now, bf16 = chip.matrix_peak(dtype), chip.matrix_peak("bf16")
+    if bound.bound_by == "compute" and dtype_key(dtype) == "f32" and bf16 >= NARROWER_WORTH * now:
+        out.append(
+            f"f32 matmul at {chip.name}'s {key} peak: its {chip.matrix_key('bf16')} peak is "
+            f"{bf16 / now:.2g}x that; consider bf16 inputs with f32 accumulation"
+        )
+    return out
+
+
+def _collective(cost: OpCost, bound: Bound, chip: Chip, measured_us: float | None) -> str:
+    """A collective against its link bound: near it, link-bound; far above it, the time is the
+    devices waiting (latency, synchronisation, a late peer), which the link does not explain."""
+    over = f"{cost.collective} over {cost.group_size or '?'} devices"
+    link = chip.interconnect_bw or 0.0
+    if not measured_us or not link:
+        return (
+            f"{over}: the bound is its bytes at the link's full rate; time above it is latency "
+            "or waiting for the other devices"
+        )
+    rate = cost.comm_bytes / (measured_us * 1e-6)
+    sends = f"sends {fmt_si(rate, 'B/s')}, {rate / link:.0%} of the {fmt_si(link, 'B/s')} link"
+    if rate >= NEAR_LINK * link:
+        return f"{over} is link-bound: {sends}"
+    if rate >= WAITING_BELOW * link:
+        return (
+            f"{over} {sends}: below the link's rate from latency, waiting for the other "
+            "devices, or a link slower than its figure"
+        )
+    return (
+        f"{over} waits, not link-bound: its {fmt_si(cost.comm_bytes, 'B')} need "
+        f"{_us(bound.t_comm_s * 1e6)} at the {fmt_si(link, 'B/s')} link's rate, it took "
+        f"{_us(measured_us)} per occurrence: latency, synchronisation with the other devices "
+        "or a late peer"
+    )
 
 
 def _achieved(cost: OpCost, bound: Bound, chip: Chip, seconds: float) -> list[str]:
     """What the op achieved against the roof that bounds it: the rate behind the gap."""
     if bound.bound_by == "compute" and cost.flops:
         dtype = cost.matrix_dtype or cost.vector_dtype or "bf16"
-        peak = chip.matrix_peak(dtype) if cost.matrix_flops else chip.vector_peak(dtype)
+        vector = None if cost.matrix_flops else chip.vector_key(dtype)
+        peak = chip.matrix_peak(dtype) if vector is None else chip.vector_peak(dtype)
+        # The peak its bound used, by its key (f32 work may run at a tf32 or a vector peak).
+        named = chip.matrix_key(dtype) if vector is None else f"{vector} vector"
         rate = cost.flops / seconds
-        return [f"achieves {fmt_si(rate, 'FLOP/s')}, {rate / peak:.0%} of the {dtype} peak"]
+        return [f"achieves {fmt_si(rate, 'FLOP/s')}, {rate / peak:.0%} of the {named} peak"]
     if bound.bound_by == "memory" and cost.hbm_bytes:
         rate = cost.hbm_bytes / seconds
         roof = chip.memory_bw(cost.hbm_bytes)
@@ -118,7 +172,12 @@ def _achieved(cost: OpCost, bound: Bound, chip: Chip, seconds: float) -> list[st
             f"moves {fmt_si(rate, 'B/s')}, {rate / roof:.0%} of the {fmt_si(roof, 'B/s')} its "
             f"{fmt_si(cost.hbm_bytes, 'B')} working set gets from cache"
         ]
-    if bound.bound_by == "communication" and cost.comm_bytes and chip.interconnect_bw:
+    if (
+        bound.bound_by == "communication"
+        and not cost.collective  # `_collective` says it for collectives
+        and cost.comm_bytes
+        and chip.interconnect_bw
+    ):
         rate = cost.comm_bytes / seconds
         return [f"sends {fmt_si(rate, 'B/s')}, {rate / chip.interconnect_bw:.0%} of the link"]
     return []

@@ -158,9 +158,12 @@ class Chip:
             "sources": dict(self.sources),
         }
 
-    def ridge_point(self, dtype: str = "bf16") -> float:
-        """Arithmetic intensity (FLOP/byte of HBM traffic) where compute and memory times meet."""
-        return self.matrix_peak(dtype) / self.hbm_bw
+    def ridge_point(self, dtype: str = "bf16", nbytes: float | None = None) -> float:
+        """Arithmetic intensity (FLOP/byte) where compute and memory times meet: the matrix
+        peak `matrix_key(dtype)` over HBM bandwidth, or, for an op moving `nbytes`, over the
+        memory rate its bound uses (`memory_bw`: a cache level's where its bytes fit one)."""
+        memory = self.hbm_bw if nbytes is None else self.memory_bw(nbytes)
+        return self.matrix_peak(dtype) / memory
 
 
 def dtype_key(element_type: str) -> str:

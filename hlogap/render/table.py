@@ -560,11 +560,12 @@ def _bound(result: InstructionBound) -> str:
     intensity = result.intensity
     chip = result.chip
     dtype = result.cost.matrix_dtype or "bf16"
+    key = chip.matrix_key(dtype)  # the peak the bound used: f32 operands may run at tf32
     lines = [
         f"{d['name']} ({d['opcode']}) on {chip.display} [{chip.name}]",
         f"  FLOPs            {fmt_si(result.cost.flops, 'FLOP')}"
         + (
-            f" (matrix {fmt_si(result.cost.matrix_flops, 'FLOP')} at {dtype})"
+            f" (matrix {fmt_si(result.cost.matrix_flops, 'FLOP')}, {dtype} at the {key} peak)"
             if result.cost.matrix_flops
             else ""
         ),
@@ -572,7 +573,7 @@ def _bound(result: InstructionBound) -> str:
         f"  interconnect     {fmt_si(result.cost.comm_bytes, 'B')}",
         "  intensity        "
         + ("-" if intensity is None else f"{intensity:.3g} FLOP/B")
-        + f" (ridge point {chip.ridge_point(dtype):.0f} for {dtype})",
+        + f" (ridge point {chip.ridge_point(dtype, result.cost.hbm_bytes):.0f} for {key})",
         f"  T_compute        {d['t_compute_us']:.4g} us",
         f"  T_memory         {d['t_memory_us']:.4g} us",
         f"  T_comm           {d['t_comm_us']:.4g} us",

@@ -1,6 +1,6 @@
-"""A matmul under the chip's ridge point: the batch (rows per weight read) it needs to reach
-it (the seeds' chapter 1: the critical batch), or, where its bytes are its activations, that no
-batch will."""
+"""A memory-bound matmul under its ridge point (its peak over the memory rate its bound uses):
+the batch (rows per weight read) it needs to reach it (the seeds' chapter 1: the critical
+batch), or, where its bytes are its activations, that no batch will."""
 
 from __future__ import annotations
 
@@ -18,18 +18,28 @@ MEANINGFUL = 1.2
 def below_ridge(ctx: Context) -> Iterator[Finding]:
     chip = ctx.chip
     for row in ctx.rows:
-        m = matrix_op(ctx, row)
+        # Only where its own bound says memory: the ridge then is the peak its bound used over
+        # the memory rate its bound used (a cache level's where one run's bytes fit one).
+        m = matrix_op(ctx, row) if row.bound_by == "memory" else None
         if m is None:
             continue
         dtype = row.dtype or "bf16"
-        ridge = chip.ridge_point(dtype)
+        ridge = chip.ridge_point(dtype, m.bytes)
         intensity = m.flops / m.bytes
         if intensity >= ridge:
             continue
         saving = capped(row, row.measured_us - row.t_compute_us * row.occurrences)
         if saving <= 0:
             continue
-        where = f"intensity {intensity:.1f} FLOP/B is under {chip.name}'s {dtype} ridge {ridge:.0f}"
+        where = (
+            f"intensity {intensity:.1f} FLOP/B is under {chip.name}'s {chip.matrix_key(dtype)} "
+            f"ridge {ridge:.0f}"
+        )
+        memory = chip.memory_bw(m.bytes)
+        if memory != chip.hbm_bw:
+            where += (
+                f" (over the {fmt_si(memory, 'B/s')} cache level its {fmt_si(m.bytes, 'B')} fit)"
+            )
         scale = m.batch_to_reach(ridge)
         if scale is not None and scale < MEANINGFUL:
             continue  # at the ridge already, near enough: its gap is not the batch's

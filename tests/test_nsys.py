@@ -124,6 +124,16 @@ def test_steps_are_the_train_step_executions(report: dict) -> None:
     assert all(len(s["per_device"]) == 4 for s in steps)
     # The first execution includes the warm-up.
     assert steps[0]["wall_us"] > 10 * report["summary"]["step_us"]
+    # The summary's figures are the steady steps' (1-4), each summed from their rows: the
+    # warm-up step (95% idle) would read the run as 79% idle.
+    summary = report["summary"]
+    assert summary["warmup_steps"] == 1 and summary["steps"] == 4
+    steady = steps[1:]
+    idle = sum(s["idle_us"] for s in steady) / sum(s["device_wall_us"] for s in steady)
+    assert summary["idle_fraction"] == pytest.approx(idle)
+    assert summary["idle_fraction"] < 0.1
+    seconds = sum(s["wall_us"] * s["devices"] for s in steady) * 1e-6
+    assert summary["flops_per_s"] == pytest.approx(sum(s["flops"] for s in steady) / seconds)
 
 
 @needs_archive

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import statistics
 from collections import defaultdict
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from hlogap import audit
 from hlogap.proto import xplane_pb2
-from hlogap.report.model import AuditReport
+from hlogap.report.model import AuditReport, StepRow, steady_steps, steps_summary
 from hlogap.trace.model import TraceData
 from hlogap.trace.reading import read_trace
 from hlogap.trace.steps import OpStepCosts, step_totals
@@ -275,13 +276,17 @@ def test_utilisation_shares_and_sort(cpu_chip_file: Path, tmp_path: Path) -> Non
     # Every op of the mlp fixture runs inside a step: the steps' FLOPs are the ops' own.
     flops = sum(r.flops * r.occurrences for r in report.ops)
     assert sum(s.flops for s in report.steps) == pytest.approx(flops)
-    device_seconds = sum(s.wall_us * s.devices for s in report.steps) * 1e-6
+    steady = steady_steps(report.steps)
+    flops = sum(s.flops for s in steady)
+    device_seconds = sum(s.wall_us * s.devices for s in steady) * 1e-6
     summary = report.summary_dict()
     assert summary["flops_per_s"] == pytest.approx(flops / device_seconds)
     assert summary["flops_dtype"] == "f32"
     assert summary["hfu"] == pytest.approx(flops / device_seconds / 1e11)  # the test chip's f32
-    step_s = summary["step_us"] * 1e-6  # type: ignore[operator]
-    assert summary["mfu"] == pytest.approx(2e8 / step_s / 1e11)
+    assert summary["mfu"] == pytest.approx(2e8 * len(steady) / device_seconds / 1e11)
+    # The model's FLOPs per step equal to the hardware's: MFU is HFU (one frame for both).
+    report.model_flops = flops / len(steady)
+    assert report.mfu == pytest.approx(report.hfu)
     effs = [r.efficiency for r in report.ops]
     assert effs == sorted(effs)  # type: ignore[type-var]
     doc = report.to_dict(0)
@@ -368,3 +373,47 @@ def test_a_change_of_a_few_ops_is_re_timed_exactly_over_its_own_events() -> None
         assert _change_saving(start, end, ratio, lo, hi) == pytest.approx(
             _saving(start, end, ratio, lo, hi), abs=1e-6
         )
+
+
+def _step(number: int, wall: float, bound_wall: float, idle: float) -> StepRow:
+    busy = wall - idle
+    return StepRow(
+        step=number,
+        source="module",
+        start_us=number * 1e4,
+        wall_us=wall,
+        devices=1,
+        busy_us=busy,
+        measured_us=busy,
+        bound_us=busy / 2,
+        exposed_comm_us=0.0,
+        idle_us=idle,
+        device_wall_us=wall,
+        bound_wall_us=bound_wall,
+        flops=1e9,
+    )
+
+
+def test_warmup_left_out_and_each_step_against_itself() -> None:
+    """A first step of compilation and autotuning (20x the others) is left out of the
+    summary and named; the step speedup is the median of each step's own ratio (the median
+    step's wall over the median at-bound wall mixes two steps)."""
+    steps = [
+        _step(0, 2480.0, 2400.0, 2356.0),
+        _step(1, 125.0, 50.0, 1.0),
+        _step(2, 126.0, 63.0, 1.0),
+        _step(3, 124.0, 31.0, 2.0),
+        _step(4, 130.0, 65.0, 1.0),
+    ]
+    summary = steps_summary(steps)
+    assert summary["warmup_steps"] == 1 and summary["steps"] == 4
+    assert summary["idle_fraction"] == pytest.approx(5.0 / (125 + 126 + 124 + 130))
+    ratios = [125 / 50, 126 / 63, 124 / 31, 130 / 65]  # 2.5, 2, 4, 2: median 2.25
+    assert summary["step_us"] == pytest.approx(125.5)
+    assert summary["step_bound_us"] == pytest.approx(125.5 / statistics.median(ratios))
+    report = AuditReport(path="p", chip=None, ops=[], steps=steps)
+    assert report.step_speedup == pytest.approx(2.25)  # not 125.5 / 56.5 = 2.22
+    # A slow step amid steady ones is a straggler, not warm-up: it stays.
+    assert steady_steps([steps[1], steps[0], steps[2]]) == [steps[1], steps[0], steps[2]]
+    # One step alone is kept, however long.
+    assert steady_steps(steps[:1]) == steps[:1]

@@ -4,12 +4,11 @@ near this chip's roof already, which cap the gain (Amdahl)."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 
 import numpy as np
 
-from hlogap.report.model import OpRow, StepRow, WhatIf
+from hlogap.report.model import OpRow, StepRow, WhatIf, step_ratio, warmup_steps
 from hlogap.trace.model import OpKey
 
 NEAR_ROOF = 0.8  # efficiency here from which an op is "at the roof already"
@@ -48,10 +47,12 @@ def what_if(
     total = sum(t for t, _ in then)
     step_speedup = None
     if step_saved_us is not None and steps and len(step_saved_us) == len(steps):
-        walls = [s.wall_us for s in steps]
-        after = [max(w - float(d), 0.0) for w, d in zip(walls, step_saved_us, strict=True)]
-        if statistics.median(after) > 0:
-            step_speedup = statistics.median(walls) / statistics.median(after)
+        # The steady steps, each against itself (the summary's frame).
+        first = warmup_steps([s.wall_us for s in steps])
+        walls = [s.wall_us for s in steps[first:]]
+        saved = step_saved_us[first:].tolist()
+        after = [max(w - d, 0.0) for w, d in zip(walls, saved, strict=True)]
+        step_speedup = step_ratio(walls, after)
     near_roof = sorted(
         (
             (t, r)

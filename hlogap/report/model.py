@@ -379,10 +379,43 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+# A leading step this many times the median step's wall is warm-up (compilation, autotuning,
+# the first input): the summary's figures leave it out and say which (a 2.5 s first step beside
+# 125 ms ones made a run read 79% idle where its steady steps sit 1% idle).
+WARMUP_FACTOR = 1.5
+
+
+def warmup_steps(walls: Sequence[float]) -> int:
+    """How many leading steps (in order) are warm-up: each over `WARMUP_FACTOR` times the
+    median wall of all steps. One step at least is kept steady."""
+    if len(walls) < 2:
+        return 0
+    limit = WARMUP_FACTOR * statistics.median(walls)
+    count = 0
+    while count < len(walls) - 1 and walls[count] > limit:
+        count += 1
+    return count
+
+
+def steady_steps(steps: Sequence[StepRow]) -> list[StepRow]:
+    """The steps after the warm-up ones (`warmup_steps`)."""
+    return list(steps[warmup_steps([s.wall_us for s in steps]) :])
+
+
+def step_ratio(walls: Sequence[float], shorter: Sequence[float]) -> float | None:
+    """The median over steps of each step's wall over its wall after a change (each step
+    against itself: the medians of the two lists may come from different steps)."""
+    ratios = [w / t for w, t in zip(walls, shorter, strict=True) if t > 0]
+    return statistics.median(ratios) if ratios and len(ratios) == len(walls) else None
+
+
 def steps_summary(steps: list[StepRow]) -> dict[str, object]:
-    """The summary's step keys (docs/json.md): the median step (wall time), and the devices' own
-    step time (device time) split into time at the roofline bound, time lost inside ops and
-    idle time (they add up to `device_wall_us`)."""
+    """The summary's step keys (docs/json.md) over the steady steps (the first `warmup_steps`
+    steps left out): the median step (wall time), and the devices' own step time
+    (device time) split into time at the roofline bound, time lost inside ops and idle time
+    (they add up to `device_wall_us`)."""
+    warmup = warmup_steps([s.wall_us for s in steps])
+    steps = steady_steps(steps)
     busy = sum(s.busy_us for s in steps)
     at_bound = sum(s.at_bound_us for s in steps)
     device_wall = sum(s.device_wall_us for s in steps)
@@ -394,12 +427,18 @@ def steps_summary(steps: list[StepRow]) -> dict[str, object]:
     parted = bool(steps) and all(s.device_rows for s in steps)
     step_us = _median([s.wall_us for s in steps])
     bound_walls = [s.bound_wall_us for s in steps if s.bound_wall_us is not None]
-    step_bound_us = _median(bound_walls) if len(bound_walls) == len(steps) else None
+    ratio = (
+        step_ratio([s.wall_us for s in steps], bound_walls)
+        if len(bound_walls) == len(steps)
+        else None
+    )
     return {
         "steps": len(steps),
+        "warmup_steps": warmup,
         "step_us": step_us,
         "skew_us": _median([s.skew_us for s in steps]),
-        "step_bound_us": step_bound_us,
+        # The median step at the median step's own ratio of wall to wall at the bound.
+        "step_bound_us": step_us / ratio if ratio and step_us is not None else None,
         "device_wall_us": device_wall,
         # The devices' own steps over the steps' wall on every device: the rest is before a
         # device's first op or after its last (skew, host work, input, launch).
@@ -655,27 +694,27 @@ class AuditReport:
 
     @property
     def step_speedup(self) -> float | None:
-        """Median step wall now over the median step wall with every op at its bound (idle,
-        skew and what runs at once kept). Never more than the op-time `speedup`: a step cannot
-        gain more than its ops' time can (the two differ only where ops overlap)."""
-        bound_walls = [s.bound_wall_us for s in self.steps if s.bound_wall_us is not None]
-        if not self.steps or len(bound_walls) < len(self.steps):
+        """The steady steps' median of each step's wall now over its wall with every op at its
+        bound (idle, skew and what runs at once kept). Never more than the op-time `speedup`:
+        a step cannot gain more than its ops' time can (the two differ only where ops
+        overlap)."""
+        steps = steady_steps(self.steps)
+        bound_walls = [s.bound_wall_us for s in steps if s.bound_wall_us is not None]
+        if not steps or len(bound_walls) < len(steps):
             return None
-        now, at_bound = (
-            statistics.median(s.wall_us for s in self.steps),
-            statistics.median(bound_walls),
-        )
-        if at_bound <= 0:
+        ratio = step_ratio([s.wall_us for s in steps], bound_walls)
+        if ratio is None:
             return None
         op_time = self.speedup
-        return min(now / at_bound, op_time) if op_time is not None else now / at_bound
+        return min(ratio, op_time) if op_time is not None else ratio
 
     @property
     def flops_per_s(self) -> float | None:
-        """FLOP/s per device over the steps: the FLOPs of the ops that ran in them, over the
-        steps' wall time and devices."""
-        device_seconds = sum(s.wall_us * s.devices for s in self.steps) * 1e-6
-        flops = sum(s.flops for s in self.steps)
+        """FLOP/s per device over the steady steps: the FLOPs of the ops that ran in them, over
+        the steps' wall time and devices."""
+        steps = steady_steps(self.steps)
+        device_seconds = sum(s.wall_us * s.devices for s in steps) * 1e-6
+        flops = sum(s.flops for s in steps)
         return flops / device_seconds if device_seconds > 0 and flops > 0 else None
 
     @property
@@ -700,11 +739,14 @@ class AuditReport:
 
     @property
     def mfu(self) -> float | None:
-        """Model FLOPs utilisation: `--model-flops` per median step, per device, over the peak."""
-        step_us = _median([s.wall_us for s in self.steps])
-        if not self.model_flops or step_us is None or step_us <= 0:
+        """Model FLOPs utilisation: `--model-flops` per step (whole program) over the steady
+        steps' wall time and devices, over the peak: the frame of `hfu` (equal to it where the
+        model's FLOPs are the hardware's)."""
+        steps = steady_steps(self.steps)
+        device_seconds = sum(s.wall_us * s.devices for s in steps) * 1e-6
+        if not self.model_flops or device_seconds <= 0:
             return None
-        return self._of_peak(self.model_flops / (step_us * 1e-6) / max(self.devices, 1))
+        return self._of_peak(self.model_flops * len(steps) / device_seconds)
 
     def shares(self, rows: Sequence[Totals]) -> list[tuple[float | None, float | None]]:
         """(share, cum_share) of each row's measured time in the report's, in the rows' order."""

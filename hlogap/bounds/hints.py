@@ -209,7 +209,12 @@ def host_wait_hint(
 
 
 def counters_hint(utilisation: dict[str, float]) -> str:
-    """What the hardware counters measured while the op ran, busiest unit first."""
+    """What the `_counters_` line says of each unit while the op ran, most used first. The
+    figures are the compiled code's slot occupancy (which units its instructions use) laid
+    over the time, not measured busy time: docs/counters.md has the evidence."""
     units = sorted(utilisation.items(), key=lambda u: -u[1])
     shown = ", ".join(f"{unit} {share:.0%}" for unit, share in units if share > 0)
-    return f"hardware counters while it ran: {shown or 'every unit idle'}"
+    return (
+        "unit slot occupancy of its code while it ran (the profile's `_counters_`, not "
+        f"measured busy time): {shown or 'no unit used'}"
+    )

@@ -89,8 +89,8 @@ class OpRow(Totals):
     # `--what-if CHIP`: the op's bound on each other chip (total, like `bound_us`); a chip
     # that cannot bound it is left out.
     what_if_us: dict[str, float] | None = None
-    # Hardware counters (TPU `_counters_`): each unit's time-weighted utilisation, 0-1, over
-    # the op's occurrences; None where the profile has none.
+    # TPU `_counters_`: each unit's time-weighted slot occupancy (of the code, not busy time),
+    # 0-1, over the op's occurrences; None where the profile has none.
     counters: dict[str, float] | None = None
     # True when `measured_us` is an estimate: an op of a command buffer (a CUDA graph) whose
     # own time the profile does not have (hlogap.report.command_buffers).

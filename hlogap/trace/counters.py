@@ -7,15 +7,14 @@ sample and unit, named after the unit (`MXU`, `Vector ALU`, `Vector Load`, `Vect
 Spills` count instead and are not read. Samples sit on the `Tensor Core` line's bundle
 boundaries, on the plane's host clock (`offset_ps`, as the ops' own).
 
-A sample's `% util` is the unit's utilisation over the interval that ends at the sample, since
-the unit's previous sample; the event's own duration runs on to the next sample. Read the other
-way, the v6e Pallas matmul (8.6 GFLOP in 75.6 us per run) would have kept its MXU busy 0.26% of
-the time: at most 0.2 GFLOP at the chip's peak. Read this way the MXU is 78% busy, through the
-DMA waits too, which is how Mosaic pipelines a matmul (the MXU runs while the core waits).
+A sample's `% util` covers the interval that ends at the sample, since the unit's previous
+sample; the event's own duration runs on to the next sample. Read that other way, the v6e
+Pallas kernel's `ep_run_kernel` scopes (its blocks' matmuls) would have used the MXU 0.1% of
+their time. The figures are the compiled code's slot occupancy per unit laid over time, not
+busy time (the DMA waits read like the compute): docs/counters.md has the evidence.
 
-An op's utilisation of a unit is the unit's utilisation integrated over the op's event spans,
-over the time the intervals cover there: what the unit did while the op ran, whatever the op
-computes. xprof's ALL_HW roofline reads the same counters.
+An op's figure for a unit is the unit's `% util` integrated over the op's event spans, over the
+time the intervals cover there, whatever the op computes.
 """
 
 from __future__ import annotations

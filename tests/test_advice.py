@@ -229,7 +229,9 @@ def test_actions_are_printed_and_read_back(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "what to change, by the time it saves (wall time, summed over the 3 steps" in out.stdout
     assert re.search(
-        r" 1\. saves [\d.]+ [mu]?s \([\d.]+ [mu]?s a step\): below the ridge", out.stdout
+        r" 1\. saves [\d.]+ [mu]?s \([\d.]+ [mu]?s a step, [\d.]+x the median step\): "
+        "below the ridge",
+        out.stdout,
     )
 
 
@@ -307,3 +309,38 @@ def test_a_slow_scatter_asks_for_the_flags_its_hlo_lacks(tmp_path: Path) -> None
     for flag in ("indices_are_sorted", "unique_indices"):
         assert (f"{flag}=true" in action.change) == (scatter.attrs.get(flag) != "true")
     assert action.op_saving_us <= row.gap_us + 1e-9
+
+
+def test_an_action_per_step_is_in_the_summary_frame() -> None:
+    """An action's step saving is the median over the steady steps (the warm-up step left
+    out, as the summary does) of each step's own saving, and its step speedup the median of
+    each step's wall over its wall with the change: one frame with the header's step line."""
+    import numpy as np
+
+    from hlogap.advice.actions import ranked
+    from hlogap.advice.base import Finding
+    from hlogap.report.model import StepRow
+
+    def step(number: int, wall: float) -> StepRow:
+        return StepRow(
+            step=number,
+            source="module",
+            start_us=1000.0 * number,
+            wall_us=wall,
+            devices=1,
+            busy_us=wall,
+            measured_us=wall,
+            bound_us=wall / 4,
+            exposed_comm_us=0.0,
+            device_wall_us=wall,
+            bound_wall_us=wall / 4,
+        )
+
+    steps = [step(0, 100.0), step(1, 10.0), step(2, 11.0), step(3, 12.0)]  # step 0: warm-up
+    saved = np.array([[50.0, 1.0, 2.0, 3.0]])
+    finding = Finding("launch-bound", (), 56.0, "evidence", "change")
+    (action,) = ranked([finding], saved, steps)
+    assert action.saving_us == pytest.approx(56.0)  # the contract's sum over every step
+    assert action.step_saving_us == pytest.approx(2.0)  # median of 1, 2, 3
+    assert action.step_speedup == pytest.approx(11.0 / 9.0)  # median of 10/9, 11/9, 12/9
+    assert action.to_dict(1)["step_speedup"] == pytest.approx(11.0 / 9.0)

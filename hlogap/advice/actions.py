@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from hlogap.advice.base import Context, Finding, causes
-from hlogap.report.model import Action, OpRef, OpRow, StepRow
+from hlogap.report.model import Action, OpRef, OpRow, StepRow, step_ratio, warmup_steps
 from hlogap.trace.model import OpKey
 from hlogap.trace.steps import StepTotals
 from hlogap.units import fmt_us
@@ -73,9 +73,14 @@ def ranked(
     ones (causes run after the step pass: no change of theirs was re-timed) follow, saving 0."""
     total = saved.sum(axis=1) if saved is not None and steps else None
     above = sum(max(s.wall_us - s.bound_wall_us, 0.0) for s in steps if s.bound_wall_us is not None)
-    if total is not None and total.sum() > above > 0:
+    if saved is not None and total is not None and total.sum() > above > 0:
         # Changes that overlap cannot together beat every op at its bound.
-        total = total * (above / total.sum())
+        saved = saved * (above / total.sum())
+        total = saved.sum(axis=1)
+    # Each action's saving per step in the summary's frame: the steady steps', each step
+    # against itself (steps_summary).
+    first = warmup_steps([s.wall_us for s in steps])
+    walls = [s.wall_us for s in steps[first:]]
     exposed = [s.exposed_comm_us for s in steps]
     actions = []
     for k, f in enumerate(found):
@@ -92,6 +97,11 @@ def ranked(
                 op_saving_us=f.op_saving_us,
                 evidence=evidence,
                 change=f.change,
+                **(
+                    _per_step(walls, saved[k][first:].tolist())
+                    if saved is not None and saved.shape[1] == len(steps)
+                    else {}
+                ),
             )
         )
     # A change that saves no step time (its ops are hidden behind others) is not worth making.
@@ -108,6 +118,15 @@ def ranked(
         )
         for f in unclaimed
     ]
+
+
+def _per_step(walls: list[float], saved: list[float]) -> dict[str, float | None]:
+    """`step_saving_us` (the median step's saving) and `step_speedup` (the median of each
+    step's wall over its wall with the change) of one action over the steady steps."""
+    if not walls:
+        return {}
+    after = [max(w - d, 0.0) for w, d in zip(walls, saved, strict=True)]
+    return {"step_saving_us": statistics.median(saved), "step_speedup": step_ratio(walls, after)}
 
 
 def step_savings(totals: StepTotals, count: int) -> np.ndarray:

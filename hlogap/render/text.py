@@ -6,7 +6,7 @@ import statistics
 
 from hlogap.report.compare import MATCH_METHODS, Diff, DiffRow
 from hlogap.report.gate import CheckResult
-from hlogap.report.model import AuditReport, StepRow, steps_summary
+from hlogap.report.model import AuditReport, StepRow, steps_summary, warmup_steps
 from hlogap.units import fmt_eff, fmt_si, fmt_us
 
 
@@ -58,15 +58,21 @@ def action_lines(report: AuditReport, top: int) -> list[str]:
     if not actions:
         return []
     steps = len(report.steps)
+    warmup = warmup_steps([s.wall_us for s in report.steps])
     frame = (
-        f"wall time, summed over the {steps} steps"
+        f"wall time, summed over the {steps} steps; a step: the median of the "
+        + (f"{steps - warmup} steady steps" if warmup else "steps")
         if actions[0].frame == "wall"
         else "device time (no steps to re-time)"
     )
     lines = [f"what to change, by the time it saves ({frame}; each op in one action):"]
     shown = actions[: min(SHOWN_ACTIONS, top)] if top > 0 else actions
     for rank, a in enumerate(shown, 1):
-        each = f" ({fmt_us(a.saving_us / steps)} a step)" if a.frame == "wall" and steps else ""
+        each = (
+            f" ({fmt_us(a.step_saving_us)} a step, {a.step_speedup:.2f}x the median step)"
+            if a.step_saving_us is not None and a.step_speedup is not None
+            else ""
+        )
         names = ", ".join(o.name for o in a.ops[:3]) + (
             f" and {len(a.ops) - 3} more" if len(a.ops) > 3 else ""
         )

@@ -533,7 +533,9 @@ class Action:
     `saving_us` is wall time of the steps saved, summed over the steps (each step re-timed with
     the change's ops shortened on each device's critical path: an op hidden behind another saves
     nothing); without steps it is device time (`frame`). `op_saving_us` is the device time the
-    ops would lose, never more than their gap."""
+    ops would lose, never more than their gap. `step_saving_us` and `step_speedup` are in the
+    summary's frame: the median over the steady steps of each step's wall saved, and of each
+    step's wall over its wall with the change (None: no steps)."""
 
     cause: ActionCause
     ops: tuple[OpRef, ...]
@@ -542,6 +544,8 @@ class Action:
     op_saving_us: float
     evidence: str
     change: str
+    step_saving_us: float | None = None
+    step_speedup: float | None = None
 
     def to_dict(self, rank: int) -> dict[str, object]:
         return {
@@ -553,6 +557,8 @@ class Action:
             "saving_us": self.saving_us,
             "frame": self.frame,
             "op_saving_us": self.op_saving_us,
+            "step_saving_us": self.step_saving_us,
+            "step_speedup": self.step_speedup,
             "evidence": self.evidence,
             "change": self.change,
         }
@@ -578,6 +584,8 @@ class Action:
             op_saving_us=_number(raw.get("op_saving_us", 0.0), f"{where}.op_saving_us"),
             evidence=_text(raw.get("evidence", ""), f"{where}.evidence"),
             change=_text(raw.get("change", ""), f"{where}.change"),
+            step_saving_us=_optional_number(raw.get("step_saving_us"), f"{where}.step_saving_us"),
+            step_speedup=_optional_number(raw.get("step_speedup"), f"{where}.step_speedup"),
         )
 
 

@@ -81,13 +81,13 @@ def ranked(
     # against itself (steps_summary).
     first = warmup_steps([s.wall_us for s in steps])
     walls = [s.wall_us for s in steps[first:]]
-    exposed = [s.exposed_comm_us for s in steps]
+    exposed = [s.exposed_comm_us for s in steps[first:]]
     actions = []
     for k, f in enumerate(found):
         evidence = f.evidence
         if f.cause == "exposed collective" and exposed:
             alone = fmt_us(statistics.median(exposed))
-            evidence += f"; collectives run alone {alone} a step (median)"
+            evidence += f"; collectives run alone {alone} a step (device time, median step)"
         actions.append(
             Action(
                 cause=f.cause,

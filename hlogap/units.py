@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 
-def fmt_si(value: float, unit: str) -> str:
+def si_scale(value: float) -> tuple[float, str]:
+    """The SI prefix a value is shown with, and its scale: 1.26e11 -> (1e9, "G")."""
     for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
+            return scale, prefix
+    return 1.0, ""
+
+
+def fmt_si(value: float, unit: str) -> str:
+    scale, prefix = si_scale(value)
+    return f"{value / scale:.3g} {prefix}{unit}"
 
 
 def fmt_us(us: float) -> str:

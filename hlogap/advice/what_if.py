@@ -53,6 +53,9 @@ def what_if(
         saved = step_saved_us[first:].tolist()
         after = [max(w - d, 0.0) for w, d in zip(walls, saved, strict=True)]
         step_speedup = step_ratio(walls, after)
+    step_unavailable = None
+    if step_speedup is None:
+        step_unavailable = _why_no_step(rows, chip, steps)
     near_roof = sorted(
         (
             (t, r)
@@ -68,4 +71,28 @@ def what_if(
         new_top_ops=[r.name for _, r in sorted(then, key=lambda x: -x[0])[:TOP]],
         capped_by=[r.name for _, r in near_roof[:3]],
         unmodeled_us=unmodeled,
+        step_unavailable=step_unavailable,
+    )
+
+
+def _why_no_step(rows: Sequence[OpRow], chip: str, steps: Sequence[StepRow]) -> str:
+    """Why the steps were not re-timed on the other chip, with the ops that stopped it."""
+    if not steps:
+        return "no steps to re-time"
+    slower = sorted(
+        (
+            ((r.what_if_us or {}).get(chip, 0.0) / r.measured_us, r.name)
+            for r in rows
+            if r.measured_us > 0
+            and r.bound_by != "unmodeled"
+            and (r.what_if_us or {}).get(chip, 0.0) > r.measured_us
+        ),
+        reverse=True,
+    )
+    if not slower:
+        return "every step would re-time to nothing"
+    ratio, name = slower[0]
+    return (
+        f"{len(slower)} op(s) would take longer at their bound there than measured here "
+        f"({name} {ratio:.2f}x), and a step is only re-timed shorter"
     )

@@ -2,11 +2,13 @@
 `MemoryAllocation`/`MemoryDeallocation` events, the ones xprof's memory profile reads).
 
 Each event carries its allocator's state just after it: bytes allocated from the heap, bytes
-reserved (a TPU's program stack), bytes still free, and `peak_bytes_in_use`, the allocator's own
-high-water mark since it was created. That mark is the allocator's peak (xprof's
-`peakBytesUsageLifetime`); it may predate the profile, and on a TPU it leaves out the reserved
-stack, so the highest in-use figure the events show (heap + stack) is reported beside it, with
-its time, step and the capacity then (in use + free).
+reserved (a TPU's program stack), bytes still free, and `peak_bytes_in_use`, the heap's own
+high-water mark since the allocator was created (xprof's `peakBytesUsageLifetime`). Two peaks,
+two things: the heap's lifetime mark counts no stack (and may predate the profile); the in-use
+peak is the most the events show of heap + stack together, with its time, step, its stack part
+and the capacity then (in use + free). On a TPU, whose program temporaries live in the stack,
+the in-use peak can be far above the heap's mark (v6e: 21.5 GB in use, of it 21.5 GB stack,
+beside a heap mark of 10.7 GB reached at another time).
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ class AllocatorPeak:
     host: str
     name: str
     device: int | None  # the run's device index the allocator serves; None: not a device's
-    peak_bytes: int  # the allocator's own high-water mark (`peak_bytes_in_use`)
+    peak_bytes: int  # the heap's own lifetime high-water mark (`peak_bytes_in_use`): no stack
     peak_us: float | None  # when the mark was reached; None: before the profile began
     in_use_peak_bytes: int  # the most in use (heap + reserved stack) at any of its events
     in_use_peak_us: float
+    # Of the in-use peak, the reserved stack; None in a report saved before it was kept.
+    in_use_stack_bytes: int | None
     step: int | None  # the step the in-use peak fell in; None: between steps, or no steps
     capacity_bytes: int  # in use + free at the in-use peak
     fragmentation: float | None  # the allocator's own figure at the in-use peak
@@ -50,6 +54,7 @@ class AllocatorPeak:
             "peak_us": self.peak_us,
             "in_use_peak_bytes": self.in_use_peak_bytes,
             "in_use_peak_us": self.in_use_peak_us,
+            "in_use_stack_bytes": self.in_use_stack_bytes,
             "step": self.step,
             "capacity_bytes": self.capacity_bytes,
             "fragmentation": self.fragmentation,
@@ -78,7 +83,7 @@ class AllocatorPeak:
             return kind(value)
 
         device, step = maybe("device", int), maybe("step", int)
-        in_use_us = maybe("in_use_peak_us", float)
+        in_use_us, stack = maybe("in_use_peak_us", float), maybe("in_use_stack_bytes", int)
         return cls(
             host=str(raw.get("host", "")),
             name=str(raw.get("name", "")),
@@ -87,6 +92,7 @@ class AllocatorPeak:
             peak_us=maybe("peak_us", float),
             in_use_peak_bytes=count("in_use_peak_bytes"),
             in_use_peak_us=0.0 if in_use_us is None else in_use_us,
+            in_use_stack_bytes=None if stack is None else int(stack),
             step=None if step is None else int(step),
             capacity_bytes=count("capacity_bytes"),
             fragmentation=maybe("fragmentation", float),
@@ -156,6 +162,7 @@ def _peak(
         peak_us=peak_us,
         in_use_peak_bytes=int(in_use[top]),
         in_use_peak_us=(at - origin_ps) / 1e6,
+        in_use_stack_bytes=int(events.stack_bytes[mine][top]),
         step=next((n for n, start, end in windows if start <= at < end), None),
         capacity_bytes=int(in_use[top] + events.available_bytes[mine][top]),
         fragmentation=None if math.isnan(fragmentation) else fragmentation,

@@ -319,12 +319,12 @@ function renderMemory() {
     box.appendChild(el("h3", {}, "At run time: what each allocator held (its events on the host plane)"));
     const table = el("table");
     const head = el("tr");
-    for (const h of ["allocator", "host", "device", "held at most", "when", "step", "capacity", "share", "own peak"]) head.appendChild(el("th", {}, h));
+    for (const h of ["allocator", "host", "device", "in use at most", "of it stack", "when", "step", "capacity", "share", "heap's own peak"]) head.appendChild(el("th", {}, h));
     table.appendChild(head);
     for (const a of A) {
       const tr = el("tr");
       for (const [v, num] of [[a.name, false], [a.host, false], [a.device === null ? "-" : String(a.device), true],
-        [si(a.in_use_peak_bytes, "B"), true], [fmtUs(a.in_use_peak_us), true], [a.step === null ? "-" : String(a.step), true],
+        [si(a.in_use_peak_bytes, "B"), true], [a.in_use_stack_bytes == null ? "-" : si(a.in_use_stack_bytes, "B"), true], [fmtUs(a.in_use_peak_us), true], [a.step === null ? "-" : String(a.step), true],
         [si(a.capacity_bytes, "B"), true], [pct(a.capacity_bytes ? a.in_use_peak_bytes / a.capacity_bytes : null), true],
         [si(a.peak_bytes, "B"), true]])
         tr.appendChild(el("td", num ? {class: "num"} : {}, v));
@@ -332,6 +332,9 @@ function renderMemory() {
     }
     box.appendChild(table);
   }
+    box.appendChild(el("p", {class: "muted"}, "in use at most: heap + reserved stack at the allocator's events, its stack part beside it; " +
+      "heap's own peak: the heap alone at its high-water mark since the allocator was created (xprof's peakBytesUsageLifetime): " +
+      "it counts no stack, so it can be below the in-use figure (a TPU keeps its program's temporaries in the stack)"));
 }
 
 // --- actions: ranked by the step time they save ------------------------------------------

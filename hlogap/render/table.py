@@ -26,6 +26,7 @@ from hlogap.render.text import (
     cross_check_lines,
     diff_cells,
     diff_header,
+    faster_or_slower,
     header_lines,
     more_line,
     multi_module,
@@ -475,12 +476,13 @@ def _allocators(allocators: tuple[AllocatorPeak, ...], width: int | None) -> str
             ("allocator", "left"),
             ("host", "left"),
             ("device", "right"),
-            ("held at most", "right"),
+            ("in use at most", "right"),
+            ("of it stack", "right"),
             ("when", "right"),
             ("step", "right"),
             ("capacity", "right"),
             ("share", "right"),
-            ("own peak", "right"),
+            ("heap's own peak", "right"),
             ("fragmentation", "right"),
         ),
     )
@@ -490,6 +492,7 @@ def _allocators(allocators: tuple[AllocatorPeak, ...], width: int | None) -> str
             a.host,
             "-" if a.device is None else str(a.device),
             fmt_si(a.in_use_peak_bytes, "B"),
+            "-" if a.in_use_stack_bytes is None else fmt_si(a.in_use_stack_bytes, "B"),
             fmt_us(a.in_use_peak_us),
             "-" if a.step is None else str(a.step),
             fmt_si(a.capacity_bytes, "B"),
@@ -498,9 +501,11 @@ def _allocators(allocators: tuple[AllocatorPeak, ...], width: int | None) -> str
             "-" if a.fragmentation is None else f"{a.fragmentation:.0%}",
         )
     notes = [
-        "held at most: heap + reserved stack at the allocator's events (time from the "
-        "profile's first op); own peak: the allocator's high-water mark since it was created "
-        "(xprof's peakBytesUsageLifetime; it leaves out a TPU's reserved stack)",
+        "in use at most: heap + reserved stack, the most at any of the allocator's events "
+        "(time from the profile's first op), its stack part beside it; heap's own peak: the "
+        "heap alone at its high-water mark since the allocator was created (xprof's "
+        "peakBytesUsageLifetime), reached at its own time: it counts no stack, so it can be "
+        "below the in-use figure (a TPU keeps its program's temporaries in the stack)",
         "",
     ]
     title = "at run time (allocator events):"
@@ -585,6 +590,6 @@ def _bound(result: InstructionBound) -> str:
         speedup = other["speedup"]
         lines.append(
             f"  what if on {other['chip']}: bound {other['bound_us']:.4g} us ({other['bound_by']})"
-            + (f", {speedup:.2f}x faster" if speedup else "")
+            + (f", {faster_or_slower(speedup)}" if speedup else "")
         )
     return "\n".join(lines) + "\n"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 
+from hlogap.memory.runtime import AllocatorPeak
 from hlogap.report.compare import MATCH_METHODS, Diff, DiffRow
 from hlogap.report.gate import CheckResult
 from hlogap.report.model import AuditReport, StepRow, steps_summary, warmup_steps
-from hlogap.units import fmt_eff, fmt_si, fmt_us
+from hlogap.units import fmt_eff, fmt_si, fmt_us, si_scale
 
 
 def header_lines(report: AuditReport) -> list[str]:
@@ -15,7 +17,6 @@ def header_lines(report: AuditReport) -> list[str]:
     totals, labelled as device time (summed over devices)."""
     chip = report.chip
     assert chip is not None, "an audited profile always has a chip"
-    bf16 = chip.peak_flops.get("bf16") or max(chip.peak_flops.values())
     speedup = report.speedup
     modeled = report.modeled_fraction
     summed = f" x {report.devices} devices" if report.devices > 1 else ""
@@ -24,7 +25,7 @@ def header_lines(report: AuditReport) -> list[str]:
         + (f" (run {report.run})" if report.run else "")
         + f", {report.backend.upper()}, hosts: {', '.join(report.hosts)}",
         f"chip: {chip.display} [{chip.name}], {report.chip_reason}; "
-        f"peak {fmt_si(bf16, 'FLOP/s')}, HBM {fmt_si(chip.hbm_bw, 'B/s')}",
+        f"{peaks_text(report)}, HBM {fmt_si(chip.hbm_bw, 'B/s')}",
         *raised_lines(report),
         f"devices: {report.devices}, ops: {len(report.ops)}, events: {report.events}",
         *mesh_lines(report),
@@ -36,6 +37,33 @@ def header_lines(report: AuditReport) -> list[str]:
         + (f", op-time speedup {speedup:.2f}x" if speedup else ""),
         *skew_lines(report),
     ]
+
+
+def peaks_text(report: AuditReport) -> str:
+    """The chip's matrix peaks by type (`peak f32 43.4 / bf16 41 GFLOP/s`): the types the
+    profile's ops were bounded at first, most op time first, then bf16 (or the chip's highest)
+    for reference. An op counts where its bound used a matrix peak (its FLOPs over its compute
+    time equal it): vector work, and ops mixing both, name no matrix type."""
+    chip = report.chip
+    assert chip is not None, "an audited profile always has a chip"
+    time_by_key: dict[str, float] = {}
+    for r in report.ops:
+        if r.flops <= 0 or r.t_compute_us <= 0 or not r.dtype:
+            continue
+        key = chip.matrix_key(r.dtype)
+        if math.isclose(r.flops / (r.t_compute_us * 1e-6), chip.peak_flops[key], rel_tol=1e-6):
+            time_by_key[key] = time_by_key.get(key, 0.0) + r.measured_us
+    keys = sorted(time_by_key, key=lambda k: -time_by_key[k])
+    reference = (
+        "bf16"
+        if "bf16" in chip.peak_flops
+        else max(chip.peak_flops, key=chip.peak_flops.__getitem__)
+    )
+    if reference not in keys:
+        keys.append(reference)
+    scale, prefix = si_scale(max(chip.peak_flops[k] for k in keys))
+    shown = " / ".join(f"{k} {chip.peak_flops[k] / scale:.3g}" for k in keys)
+    return f"peak {shown} {prefix}FLOP/s"
 
 
 def raised_lines(report: AuditReport) -> list[str]:
@@ -93,11 +121,22 @@ def what_if_lines(report: AuditReport) -> list[str]:
     this chip's roof already."""
     lines = []
     for w in report.what_if or []:
-        ceiling = "-" if w.speedup is None else f"{w.speedup:.2f}x"
-        step = "" if w.step_speedup is None else f", step {w.step_speedup:.2f}x (wall, median)"
+        ops = (
+            "the ops cannot be compared (no op time)"
+            if w.speedup is None
+            else f"the ops would run {faster_or_slower(w.speedup)} than measured here "
+            f"(device time; speedup {w.speedup:.2f})"
+        )
+        step = (
+            f", the step {faster_or_slower(w.step_speedup)} (wall, median)"
+            if w.step_speedup is not None
+            else f"; step not re-timed: {w.step_unavailable}"
+            if w.step_unavailable
+            else ""
+        )
         line = (
-            f"what if on {w.chip}: every op at its roofs there {ceiling} the op time now "
-            f"(device time){step}; longest there: {', '.join(w.new_top_ops[:3])}"
+            f"what if on {w.chip}: with every op at its bound there, {ops}{step}; "
+            f"longest there: {', '.join(w.new_top_ops[:3])}"
         )
         if w.capped_by:
             line += f"; near this chip's roof already: {', '.join(w.capped_by)}"
@@ -105,6 +144,14 @@ def what_if_lines(report: AuditReport) -> list[str]:
             line += f"; {fmt_us(w.unmodeled_us)} of ops neither chip bounds kept as measured"
         lines.append(line)
     return lines
+
+
+def faster_or_slower(speedup: float) -> str:
+    """A speedup (time now over time then) the way it reads: 1.33 -> "1.33x faster",
+    0.65 -> "1.54x slower"."""
+    if speedup >= 1:
+        return f"{speedup:.2f}x faster"
+    return f"{1 / speedup:.2f}x slower" if speedup > 0 else "no faster (nothing measured here)"
 
 
 def mesh_lines(report: AuditReport) -> list[str]:
@@ -155,8 +202,10 @@ def memory_lines(report: AuditReport) -> list[str]:
         when = f"step {held.step}" if held.step is not None else "outside the steps"
         lines.append(
             f"memory at run time: device {held.device}'s allocator {held.name} held "
-            f"{fmt_si(held.in_use_peak_bytes, 'B')} at most ({when}); its own peak "
-            f"{fmt_si(held.peak_bytes, 'B')}"
+            f"{fmt_si(held.in_use_peak_bytes, 'B')} at most "
+            f"({', '.join(filter(None, (allocator_parts(held), when)))}); "
+            f"its heap's own lifetime peak {fmt_si(held.peak_bytes, 'B')}"
+            + (" (the heap alone, no stack)" if held.in_use_stack_bytes else "")
         )
     headroom, capacity = memory.headroom_bytes, memory.capacity_bytes
     if lines and headroom is not None and capacity:
@@ -166,11 +215,23 @@ def memory_lines(report: AuditReport) -> list[str]:
         )
         scale = memory.batch_scale
         if scale is not None and peak is not None:
+            times = f"{scale:.1f}" if scale < 10 else f"{scale:,.0f}"  # 2.5x, 1,998x
             lines[-1] += (
-                f"; room for {scale:.1f}x the batch of {peak.module} "
+                f"; room for {times}x the batch of {peak.module} "
                 f"(if its temporaries and outputs grow with the batch, its arguments not)"
             )
     return lines
+
+
+def allocator_parts(held: AllocatorPeak) -> str:
+    """The in-use peak split into heap and reserved stack (`heap 959 kB + reserved stack
+    21.5 GB`; "" without a stack): what reconciles it with the heap's own lifetime peak,
+    which counts no stack."""
+    stack = held.in_use_stack_bytes
+    if not stack:
+        return ""
+    heap = held.in_use_peak_bytes - stack
+    return f"heap {fmt_si(heap, 'B')} + reserved stack {fmt_si(stack, 'B')}"
 
 
 SKEW_WORTH_PCT = 1.0  # an op slower by less than this on its slowest host is not named

@@ -409,6 +409,8 @@ def _host_waits(
         hint = host_wait_hint(
             t.host_bytes,
             t.pairs.span_ps * 1e-12,
+            t.pairs.wait_ps * 1e-12,
+            t.start.work_s,
             link_rate.get(t.to_device, 0.0),
             chip,
             sharing,

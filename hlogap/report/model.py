@@ -599,12 +599,14 @@ class WhatIf:
     new_top_ops: list[str]  # the ops that take longest at the other chip's bounds
     capped_by: list[str]  # ops that gain least: at or near this chip's roof already
     unmodeled_us: float  # device time of ops neither chip bounds, kept as measured
+    step_unavailable: str | None = None  # why `step_speedup` is null (None when it is not)
 
     def to_dict(self) -> dict[str, object]:
         return {
             "chip": self.chip,
             "speedup": self.speedup,
             "step_speedup": self.step_speedup,
+            "step_unavailable": self.step_unavailable,
             "new_top_ops": self.new_top_ops,
             "capped_by": self.capped_by,
             "unmodeled_us": self.unmodeled_us,

@@ -197,6 +197,8 @@ def _audit_hosts(
     if selection.module and not run.times.events.any():  # a typo would pass a CI gate
         raise InputError(_no_module_match(selection.module, {o.key.module for o in run.ops}))
     the_chip, chip_source, reason = chosen or chip_from_trace(run)
+    if chosen is not None:
+        run.warnings += _other_chip(run, the_chip)
     if selection.device is not None and run.times.devices == 0:
         raise InputError(f"no device {selection.device} in this profile")
     if progress is not None:
@@ -344,6 +346,24 @@ def _audit_hosts(
         for chip, ceiling in zip(what_if, ceilings, strict=True)
     ] or None
     return report
+
+
+def _other_chip(run: RunSummary, chosen: Chip) -> list[str]:
+    """A warning where `--chip` names another chip than the trace's devices say they are (the
+    user may mean it: judging a profile against another chip's peaks; `--what-if` is made
+    for that)."""
+    if run.backend not in ("gpu", "tpu"):
+        return []
+    try:
+        detected, _, _ = chip_from_trace(run)
+    except InputError:  # not detected, or hosts of several chips: nothing to compare with
+        return []
+    if detected.name == chosen.name:
+        return []
+    return [
+        f"the trace's devices are {detected.display} [{detected.name}], judged against "
+        f"--chip {chosen.name} as asked (`--what-if {chosen.name}` compares the two)"
+    ]
 
 
 def _busiest_collectives(rows: list[OpRow]) -> list[OpKey]:

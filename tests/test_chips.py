@@ -366,3 +366,17 @@ def test_tpu_how() -> None:
     found = detect_chip({"device_type_string": "TPU v6 Lite"}, "/device:TPU:0")
     assert found is not None
     assert found[1] == "detected: device_type_string 'TPU v6 Lite' -> tpu-v6e"
+
+
+def test_a_chip_other_than_the_traces_is_named(amd_file: Path) -> None:
+    """`--chip` naming another chip than the trace's devices are: judged as asked, with a
+    warning naming the chip the trace says (its device plane's own stats)."""
+    from hlogap import audit
+
+    detected = audit(amd_file)
+    assert detected.chip is not None and not any("judged against" in w for w in detected.warnings)
+    other = audit(amd_file, "tpu-v6e")
+    (warning,) = (w for w in other.warnings if "judged against" in w)
+    assert f"[{detected.chip.name}]" in warning and "--chip tpu-v6e" in warning
+    same = audit(amd_file, detected.chip.name)
+    assert not any("judged against" in w for w in same.warnings)

@@ -331,10 +331,10 @@ function renderMemory() {
       table.appendChild(tr);
     }
     box.appendChild(table);
-  }
     box.appendChild(el("p", {class: "muted"}, "in use at most: heap + reserved stack at the allocator's events, its stack part beside it; " +
       "heap's own peak: the heap alone at its high-water mark since the allocator was created (xprof's peakBytesUsageLifetime): " +
       "it counts no stack, so it can be below the in-use figure (a TPU keeps its program's temporaries in the stack)"));
+  }
 }
 
 // --- actions: ranked by the step time they save ------------------------------------------

@@ -430,9 +430,9 @@ def audit(
       hlogap audit gs://bucket/tb --chip tpu-v5p -o report.html
       hlogap audit gs://bucket/pod-run --cluster tcp://scheduler:8786
     """
-    from hlogap.pipeline import DEFAULT_DEPTH
     from hlogap.pipeline import audit as run_audit
     from hlogap.render.base import choose_format, needs_timeline
+    from hlogap.report.groups import DEFAULT_DEPTH
 
     chosen = choose_format("audit", fmt, output)  # a bad format fails before the profile is read
     if depth is not None and group_by != "scope":

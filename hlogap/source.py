@@ -348,8 +348,9 @@ def _select_run(directory: Path, run: str | None) -> Path:
 
 def refuse_to_overwrite(output: Path, files: Sequence[str | Path]) -> None:
     """hlogap never writes into a profile: not onto a file it read (`files`: profiles, chip
-    files, baselines; through links too), not into a run directory it read from, and nowhere
-    under any logdir's `plugins/` tree or onto any `.xplane.pb`, whoever's they are."""
+    files, baselines; through links too), not into the logdir (or run directory) it read
+    from, and nowhere under any logdir's `plugins/` tree or onto any `.xplane.pb`, whoever's
+    they are."""
     if str(output) == "-" or is_url(output):
         return
     local = [Path(f).resolve() for f in files if not is_url(f)]
@@ -370,8 +371,19 @@ def refuse_to_overwrite(output: Path, files: Sequence[str | Path]) -> None:
                 f"refusing to write into the profile directory {f}: {output} "
                 "(hlogap never writes into a profile; choose a path outside it)"
             )
-        if f.name.endswith(XPLANE_SUFFIX) and target.is_relative_to(f.parent):
+        if f.name.endswith(XPLANE_SUFFIX) and target.is_relative_to(root := _logdir_of(f)):
             raise UsageError(
-                f"refusing to write into the profile directory {f.parent}: {output} "
+                f"refusing to write into the profile directory {root}: {output} "
                 "(hlogap never writes into a profile; choose a path outside it)"
             )
+
+
+def _logdir_of(xplane: Path) -> Path:
+    """The profile directory a profile file lies in, as wide as it surely goes: the logdir of
+    TensorBoard's layout (`LOGDIR/plugins/profile/<run>/`), the `profile` directory of a
+    `profile/<run>/` one (its parent may be anything, a home directory), else its run
+    directory."""
+    run = xplane.parent
+    if run.parent.name != "profile":
+        return run
+    return run.parent.parent.parent if run.parent.parent.name == "plugins" else run.parent

@@ -411,7 +411,9 @@ def _logdir_copy(tmp: Path) -> tuple[Path, Path]:
     return logdir, next(logdir.rglob("*.xplane.pb"))
 
 
-@pytest.mark.parametrize("where", ["the file", "a link to it", "its run dir", "plugins"])
+@pytest.mark.parametrize(
+    "where", ["the file", "a link to it", "its run dir", "plugins", "the logdir"]
+)
 def test_output_never_lands_in_the_profile(
     where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -424,8 +426,10 @@ def test_output_never_lands_in_the_profile(
         target.symlink_to(host)
     elif where == "its run dir":
         target = host.parent / "report.json"
-    else:
+    elif where == "plugins":
         target = logdir / "plugins" / "report.json"
+    else:  # the logdir itself: the directory the user named holds the profile
+        target = logdir / "report.json"
     chip = tmp_path / "c.toml"
     chip.write_text('name = "c"\n[peak_flops]\nf32 = 1e11\n[memory]\nhbm_bw = 2e10\n')
     args = ["audit", str(logdir), "--chip", str(chip)]
@@ -434,8 +438,10 @@ def test_output_never_lands_in_the_profile(
     assert host.read_bytes() == original
     assert not (host.parent / "report.json").exists()
     assert not (logdir / "plugins" / "report.json").exists()
-    # Beside the logdir (not in its plugins/ tree) is the user's to write.
-    beside = logdir / "report.json"
+    assert not (logdir / "report.json").exists()
+    assert err.count("\n") == 1
+    # Beside the logdir is the user's to write.
+    beside = tmp_path / "report.json"
     code, _, err = run_cli([*args, "-o", str(beside)], capsys)
     assert code == 0 and json.loads(beside.read_text())["schema"] == "hlogap.audit/3"
 

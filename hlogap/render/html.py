@@ -53,6 +53,7 @@ const si = (v, unit) => {
   const p = [[1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]].find(([s]) => Math.abs(v) >= s);
   return p ? (v / p[0]).toPrecision(3) + " " + p[1] + unit : v.toPrecision(3) + " " + unit;
 };
+const count = (n, word) => n.toLocaleString("en-US") + " " + word + (n === 1 ? "" : "s");
 const pct = (f) => f == null ? "-" : Math.round(f * 100) + "%";
 const el = (tag, attrs = {}, text) => {
   const e = document.createElement(tag);
@@ -119,7 +120,7 @@ function renderOps() {
     tr.addEventListener("click", () => toggleDetail(tr, o));
     table.appendChild(tr);
   }
-  document.getElementById("shown").textContent = rows.length + " of " + R.ops.length + " ops";
+  document.getElementById("shown").textContent = rows.length + " of " + count(R.ops.length, "op");
 }
 
 function toggleDetail(tr, o) {
@@ -203,7 +204,7 @@ function renderChart() {
     });
   }
   box.appendChild(svg);
-  box.appendChild(el("p", {class: "muted"}, pts.length + " ops with FLOPs and bytes; area = time lost against the bound; hover for numbers, click to find the op."));
+  box.appendChild(el("p", {class: "muted"}, count(pts.length, "op") + " with FLOPs and bytes; area = time lost against the bound; hover for numbers, click to find the op."));
 }
 
 // --- scopes and steps ------------------------------------------------------------------

@@ -34,7 +34,7 @@ from hlogap.render.text import (
     steps_overview,
     what_if_lines,
 )
-from hlogap.report.compare import Diff, DiffRow
+from hlogap.report.compare import RENAMED, Diff, DiffRow
 from hlogap.report.gate import CheckResult
 from hlogap.report.model import AuditReport
 from hlogap.units import fmt_eff, fmt_si, fmt_us
@@ -168,9 +168,15 @@ MIN_OP, MIN_WHY = 16, 24
 
 def middle(text: str, width: int) -> str:
     """`text` cut to `width` characters in the middle, where names differ least
-    (`copy_bitcast_fusion.14` -> `copy_bi…sion.14`)."""
+    (`copy_bitcast_fusion.14` -> `copy_bi…sion.14`); a renamed op's two names each cut so,
+    its arrow kept (`ynn…ion.1 -> ynn…ion.2`)."""
     if len(text) <= width:
         return text
+    old, arrow, new = text.partition(RENAMED)
+    room = width - len(RENAMED)
+    if arrow and room >= 6:  # each name keeps its first and last characters
+        first = min(len(old), max(room // 2, room - len(new)))
+        return middle(old, first) + RENAMED + middle(new, room - first)
     head = (width - 1) // 2
     return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
 
@@ -579,17 +585,24 @@ def _bound(result: InstructionBound) -> str:
         "  intensity        "
         + ("-" if intensity is None else f"{intensity:.3g} FLOP/B")
         + f" (ridge point {chip.ridge_point(dtype, result.cost.hbm_bytes):.0f} for {key})",
-        f"  T_compute        {d['t_compute_us']:.4g} us",
-        f"  T_memory         {d['t_memory_us']:.4g} us",
-        f"  T_comm           {d['t_comm_us']:.4g} us",
-        f"  bound            {d['bound_us']:.4g} us ({d['bound_by']}); "
-        f"upper bound {d['upper_bound_us']:.4g} us",
+        f"  T_compute        {_time(d['t_compute_us'])}",
+        f"  T_memory         {_time(d['t_memory_us'])}",
+        f"  T_comm           {_time(d['t_comm_us'])}",
+        f"  bound            {_time(d['bound_us'])} ({d['bound_by']}); "
+        f"upper bound {_time(d['upper_bound_us'])}",
     ]
     lines += [f"  hint: {h}" for h in result.hints]
     for other in d["what_if"]:  # type: ignore[attr-defined]
         speedup = other["speedup"]
         lines.append(
-            f"  what if on {other['chip']}: bound {other['bound_us']:.4g} us ({other['bound_by']})"
+            f"  what if on {other['chip']}: bound {_time(other['bound_us'])} ({other['bound_by']})"
             + (f", {faster_or_slower(speedup)}" if speedup else "")
         )
     return "\n".join(lines) + "\n"
+
+
+def _time(us: object) -> str:
+    """A time as `audit` prints it (`95.61 ms`); under a microsecond with three significant
+    digits, where audit's one decimal would read 0.0 us."""
+    assert isinstance(us, float | int)
+    return fmt_us(us) if us == 0 or abs(us) >= 1 else f"{us:.3g} us"

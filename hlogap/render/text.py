@@ -580,14 +580,7 @@ def more_line(shown: int, total: int, hint: str, what: str = "ops") -> list[str]
 
 def thresholds_line(result: CheckResult) -> str:
     t = result.thresholds
-    text = (
-        f"thresholds: max-regression {t.max_regression:g}%, "
-        f"max-gap-regression {t.max_gap_regression:g}%, "
-        f"max-op-regression {t.max_op_regression:g}%, min-op-share {t.min_op_share:g}%"
-    )
-    if t.min_efficiency is not None:
-        text += f", min-efficiency {t.min_efficiency:g}"
-    return text + (f" (config: {t.config})" if t.config else "")
+    return f"thresholds: {t.describe()}" + (f" (config: {t.config})" if t.config else "")
 
 
 def appeared_lines(result: CheckResult) -> list[str]:

@@ -41,6 +41,8 @@ DIFF_SCHEMA = "hlogap.diff/1"
 
 # -------------------------------------------------------------------------------------- matching
 
+RENAMED = " -> "  # between the two names of an op that XLA renamed
+
 
 @dataclass(frozen=True)
 class Pair:
@@ -157,7 +159,7 @@ class DiffRow:
         """`name`, or `old -> new` when XLA renamed the op."""
         b, n = self.base, self.new
         if b is not None and n is not None and b.name != n.name:
-            return f"{b.name} -> {n.name}"
+            return f"{b.name}{RENAMED}{n.name}"
         return self.op.name
 
     @property

@@ -28,7 +28,7 @@ from hlogap.report.compare import Diff, DiffRow
 from hlogap.report.model import AuditReport
 from hlogap.source import read_toml
 from hlogap.trace.model import CORRUPT_TRACE
-from hlogap.units import fmt_us
+from hlogap.units import fmt_si, fmt_us
 
 CHECK_SCHEMA = "hlogap.check/1"
 MIN_OP_US = 1.0  # ops faster than this per occurrence (on both sides) are launch noise
@@ -51,6 +51,25 @@ class Thresholds:
 
     def to_dict(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def describe(self) -> str:
+        """Every threshold in force, as the options that set it (`max-regression 5%, ...`)."""
+        text = (
+            f"max-regression {self.max_regression:g}%, "
+            f"max-gap-regression {self.max_gap_regression:g}%, "
+            f"max-op-regression {self.max_op_regression:g}%, min-op-share {self.min_op_share:g}%"
+        )
+        if self.min_efficiency is not None:
+            text += f", min-efficiency {self.min_efficiency:g}"
+        if self.max_step_regression is not None:
+            text += f", max-step-regression {self.max_step_regression:g}%"
+        if self.max_idle_regression is not None:
+            text += f", max-idle-regression {self.max_idle_regression:g} points"
+        if self.max_peak_bytes is not None:
+            text += f", max-peak-hbm {fmt_si(self.max_peak_bytes, 'B')}"
+        if self.max_peak_regression is not None:
+            text += f", max-peak-hbm {self.max_peak_regression:g}%"
+        return text
 
 
 KEYS = tuple(f.name for f in fields(Thresholds) if f.name != "config")

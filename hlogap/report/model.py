@@ -759,7 +759,9 @@ class AuditReport:
         return self._of_peak(self.model_flops * len(steps) / device_seconds)
 
     def shares(self, rows: Sequence[Totals]) -> list[tuple[float | None, float | None]]:
-        """(share, cum_share) of each row's measured time in the report's, in the rows' order."""
+        """(share, cum_share) of each row's measured time in the report's, in the rows' order,
+        to 12 decimals: sums taken in another order than the total's end at exactly 1, not
+        0.9999999999999999."""
         total = self.measured_us
         if total <= 0:
             return [(None, None)] * len(rows)
@@ -767,7 +769,7 @@ class AuditReport:
         running = 0.0
         for r in rows:
             running += r.measured_us
-            out.append((r.measured_us / total, running / total))
+            out.append((round(r.measured_us / total, 12), round(running / total, 12)))
         return out
 
     def summary_dict(self) -> dict[str, object]:

@@ -29,6 +29,7 @@ def slow_kernels(ctx: Context) -> Iterator[Finding]:
         achieved = sum(r.flops * r.occurrences for r in rows) / (measured / 1e6)
         efficiency = sum(r.bound_us for r in rows) / measured
         dtype = rows[0].dtype or "bf16"
+        runs = sum(r.occurrences * r.runs_per_occurrence for r in rows)
         if any(k in target.lower() for k in _ATTENTION):
             change = (
                 "try another attention implementation or configuration (e.g. Transformer "
@@ -43,7 +44,8 @@ def slow_kernels(ctx: Context) -> Iterator[Finding]:
             "slow kernel",
             tuple(rows),
             sum(capped(r, r.gap_us) for r in rows),
-            f"{len(rows)} call(s) of {target}: compute-bound at {efficiency:.0%} of their roof, "
+            f"{len(rows)} {'op' if len(rows) == 1 else 'ops'} calling {target} ({runs:,} "
+            f"{'run' if runs == 1 else 'runs'}): compute-bound at {efficiency:.0%} of their roof, "
             f"{fmt_si(achieved, 'FLOP/s')} against {ctx.chip.name}'s "
             f"{fmt_si(ctx.chip.matrix_peak(dtype), 'FLOP/s')} {dtype} peak; their bytes are not "
             "the limit, so more batch will not help",

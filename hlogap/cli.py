@@ -581,9 +581,10 @@ def _demo_lessons(report: AuditReport) -> list[str]:
 
     lessons = [
         "",
-        "how to read it: one row per op, the most time lost first; gap = measured - bound, "
-        "the bound being the roofline's lower limit on the op's time; eff = bound / measured; "
-        "why = what bounds it",
+        "how to read it: one row per op, the most time lost first; n = its occurrences "
+        "(3x200: 200 runs in each, a loop body); gap = measured - bound, the bound being the "
+        "roofline's lower limit on the op's time; eff = bound / measured (- where unmodeled: "
+        "no bound); why = what bounds it",
     ]
     if report.actions:
         top = report.actions[0]

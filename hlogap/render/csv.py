@@ -9,6 +9,7 @@ import io
 from typing import Any
 
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
+from hlogap.render.cells import has_bound
 from hlogap.report.model import AuditReport
 
 COLUMNS = (
@@ -19,6 +20,7 @@ COLUMNS = (
     "opcode",
     "category",
     "occurrences",
+    "runs_per_occurrence",
     "measured_us",
     "share",
     "cum_share",
@@ -56,6 +58,8 @@ class CsvRenderer:
             for rank, (row, share) in enumerate(zip(rows, shares, strict=True), 1):
                 values = row.to_dict(rank, *share)
                 values["hints"] = "; ".join(row.hints)
+                if not has_bound(row):  # no bound: empty cells, not 0 and its whole time
+                    values.update(bound_us=None, gap_us=None, efficiency=None)
                 writer.writerow(["" if values[c] is None else values[c] for c in COLUMNS])
         return out.getvalue()
 

@@ -13,6 +13,7 @@ import json
 from html import escape
 
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
+from hlogap.render.cells import op_labels
 from hlogap.render.text import header_lines, steps_overview
 from hlogap.report.model import AuditReport
 
@@ -63,21 +64,25 @@ const el = (tag, attrs = {}, text) => {
 };
 
 // --- op table: sort, filter, details -------------------------------------------------
+// An unmodeled op has no bound: its bound, gap and efficiency are "-" (and sort last), not 0,
+// its whole time and 0%. `label` tells apart ops of one name in several modules.
+const bounded = (o, v) => o.bound_by === "unmodeled" ? null : v;
+const runs = (o) => o.runs_per_occurrence > 1 ? o.occurrences + "x" + o.runs_per_occurrence : String(o.occurrences);
 const COLUMNS = [
   ["rank", "#", (o) => o.rank, (o) => String(o.rank), true],
-  ["name", "op", (o) => o.name, (o) => o.name, false],
+  ["name", "op", (o) => o.label, (o) => o.label, false],
   ["category", "category", (o) => o.category, (o) => o.category, false],
-  ["occurrences", "n", (o) => o.occurrences, (o) => String(o.occurrences), true],
+  ["occurrences", "n", (o) => o.occurrences * o.runs_per_occurrence, runs, true],
   ["measured_us", "measured", (o) => o.measured_us, (o) => fmtUs(o.measured_us), true],
   ["share", "time", (o) => o.share, (o) => pct(o.share), true],
-  ["bound_us", "bound", (o) => o.bound_us, (o) => fmtUs(o.bound_us), true],
-  ["gap_us", "gap", (o) => o.gap_us, (o) => fmtUs(o.gap_us), true],
-  ["efficiency", "eff", (o) => o.efficiency, (o) => pct(o.efficiency), true],
+  ["bound_us", "bound", (o) => bounded(o, o.bound_us), (o) => fmtUs(bounded(o, o.bound_us)), true],
+  ["gap_us", "gap", (o) => bounded(o, o.gap_us), (o) => fmtUs(bounded(o, o.gap_us)), true],
+  ["efficiency", "eff", (o) => bounded(o, o.efficiency), (o) => pct(bounded(o, o.efficiency)), true],
   ["bound_by", "bound by", (o) => o.bound_by, (o) => o.bound_by, false],
   ["hints", "why", (o) => (o.hints[0] || ""), (o) => (o.hints[0] || ""), false],
 ];
 let sortKey = "gap_us", sortDir = -1, filterText = "";
-const maxGap = Math.max(1e-9, ...R.ops.map((o) => o.gap_us || 0));
+const maxGap = Math.max(1e-9, ...R.ops.map((o) => bounded(o, o.gap_us) || 0));
 
 function renderOps() {
   const table = document.getElementById("ops");
@@ -96,7 +101,7 @@ function renderOps() {
   table.appendChild(head);
   const get = COLUMNS.find((c) => c[0] === sortKey)[2];
   const needle = filterText.toLowerCase();
-  const rows = R.ops.filter((o) => !needle || [o.name, o.category, o.bound_by, o.module,
+  const rows = R.ops.filter((o) => !needle || [o.label, o.category, o.bound_by, o.module,
     o.op_name, o.hints.join(" ")].join(" ").toLowerCase().includes(needle));
   rows.sort((a, b) => {
     const x = get(a), y = get(b);
@@ -109,7 +114,7 @@ function renderOps() {
     for (const [key, , , show, num] of COLUMNS) {
       const td = el("td", num ? {class: "num"} : {});
       if (key === "gap_us") {
-        const bar = el("span", {class: "bar", style: "width:" + (40 * (o.gap_us || 0) / maxGap).toFixed(1) + "px"});
+        const bar = el("span", {class: "bar", style: "width:" + (40 * Math.max(0, bounded(o, o.gap_us) || 0) / maxGap).toFixed(1) + "px"});
         td.appendChild(bar);
         td.appendChild(document.createTextNode(" " + show(o)));
       } else {
@@ -193,7 +198,7 @@ function renderChart() {
     const r = 3 + 14 * Math.sqrt(Math.max(0, p.o.gap_us) / maxGap);
     const dot = add("circle", {cx: sx(p.x), cy: sy(p.y), r: r.toFixed(1)});
     const t = document.createElementNS(NS, "title");
-    t.textContent = `${p.o.name}: ${si(p.y, "FLOP/s")} at ${p.x.toPrecision(3)} FLOP/B, lost ${fmtUs(p.o.gap_us)} (efficiency ${pct(p.o.efficiency)}: its bound over its time)`;
+    t.textContent = `${p.o.label}: ${si(p.y, "FLOP/s")} at ${p.x.toPrecision(3)} FLOP/B, lost ${fmtUs(p.o.gap_us)} (efficiency ${pct(p.o.efficiency)}: its bound over its time)`;
     dot.appendChild(t);
     dot.addEventListener("click", () => {
       filterText = ""; document.getElementById("filter").value = ""; renderOps();
@@ -386,6 +391,11 @@ class HtmlRenderer:
         if not isinstance(document, AuditReport):
             raise TypeError(f"no HTML for {type(document).__name__}")
         data = document.to_dict(options.top)
+        ops = data["ops"]
+        assert isinstance(ops, list)
+        shown = document.ops[: len(ops)]
+        for op, label in zip(ops, op_labels(document, shown), strict=True):
+            op["label"] = label
         title = f"hlogap audit: {escape(document.path)}"
         header = escape("\n".join(header_lines(document)))
         steps = escape("\n".join(steps_overview(document)[:2]))

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
+from hlogap.render.cells import bound_cells, count_cell, op_labels
 from hlogap.render.text import (
     CHECK_ROWS,
     DIFF_COLUMNS,
@@ -69,12 +70,16 @@ def _audit(report: AuditReport, top: int, steps: bool) -> str:
         "|---:|---|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     rows = report.ops if top <= 0 else report.ops[:top]
-    for rank, (r, (share, _)) in enumerate(zip(rows, report.shares(rows), strict=True), 1):
+    labels = op_labels(report, rows)
+    for rank, (r, label, (share, _)) in enumerate(
+        zip(rows, labels, report.shares(rows), strict=True), 1
+    ):
         hint = r.hints[0] if r.hints else ""
+        bound, gap, eff = bound_cells(r)
         lines.append(
-            f"| {rank} | `{_cell(r.name)}` | {_cell(r.category)} | {r.occurrences} | "
-            f"{fmt_us(r.measured_us)} | {fmt_eff(share)} | {fmt_us(r.bound_us)} | "
-            f"{fmt_us(r.gap_us)} | {fmt_eff(r.efficiency)} | {r.bound_by} | {_cell(hint)} |"
+            f"| {rank} | `{_cell(label)}` | {_cell(r.category)} | {count_cell(r)} | "
+            f"{fmt_us(r.measured_us)} | {fmt_eff(share)} | {bound} | {gap} | {eff} | "
+            f"{r.bound_by} | {_cell(hint)} |"
         )
     if steps:
         lines += ["", *(f"- {_cell(line)}" for line in steps_overview(report)), ""]

@@ -16,6 +16,7 @@ from hlogap.render.base import (
     RenderOptions,
     register,
 )
+from hlogap.render.cells import bound_cells, count_cell, op_labels
 from hlogap.render.text import (
     CHECK_ROWS,
     DIFF_COLUMNS,
@@ -251,22 +252,26 @@ def _ops(
     report: AuditReport, top: int, width: int | None, color: bool = False
 ) -> tuple[Table | list[str], list[str]]:
     rows = report.ops if top <= 0 else report.ops[:top]
-    cells = [
-        {
-            "#": str(rank),
-            "op": r.name,
-            "category": r.category,
-            "n": str(r.occurrences),
-            "measured": fmt_us(r.measured_us),
-            "time": fmt_eff(share),
-            "bound": fmt_us(r.bound_us),
-            "gap": fmt_us(r.gap_us),
-            "eff": fmt_eff(r.efficiency),
-            "bound by": r.bound_by,
-            "why": r.hints[0] if r.hints else "",
-        }
-        for rank, (r, (share, _)) in enumerate(zip(rows, report.shares(rows), strict=True), 1)
-    ]
+    cells = []
+    for rank, (r, label, (share, _)) in enumerate(
+        zip(rows, op_labels(report, rows), report.shares(rows), strict=True), 1
+    ):
+        bound, gap, eff = bound_cells(r)
+        cells.append(
+            {
+                "#": str(rank),
+                "op": label,
+                "category": r.category,
+                "n": count_cell(r),
+                "measured": fmt_us(r.measured_us),
+                "time": fmt_eff(share),
+                "bound": bound,
+                "gap": gap,
+                "eff": eff,
+                "bound by": r.bound_by,
+                "why": r.hints[0] if r.hints else "",
+            }
+        )
     if width is None:
         table = _new_table()
         _columns(table, OP_COLUMNS)

@@ -6,6 +6,7 @@ import math
 import statistics
 
 from hlogap.memory.runtime import AllocatorPeak
+from hlogap.render.cells import op_totals_line, step_bound_text, step_shares_text
 from hlogap.report.compare import MATCH_METHODS, Diff, DiffRow
 from hlogap.report.gate import CheckResult
 from hlogap.report.model import AuditReport, StepRow, steps_summary, warmup_steps
@@ -17,8 +18,6 @@ def header_lines(report: AuditReport) -> list[str]:
     totals, labelled as device time (summed over devices)."""
     chip = report.chip
     assert chip is not None, "an audited profile always has a chip"
-    speedup = report.speedup
-    modeled = report.modeled_fraction
     summed = f" x {report.devices} devices" if report.devices > 1 else ""
     return [
         f"profile: {report.path}"
@@ -31,10 +30,7 @@ def header_lines(report: AuditReport) -> list[str]:
         *mesh_lines(report),
         *step_lines(report),
         *memory_lines(report),
-        f"ops, device-time{summed}: measured {fmt_us(report.measured_us)}, "
-        f"bound {fmt_us(report.bound_us)}, gap {fmt_us(report.gap_us)}, "
-        f"efficiency {fmt_eff(report.efficiency)}, modeled {fmt_eff(modeled)} of time"
-        + (f", op-time speedup {speedup:.2f}x" if speedup else ""),
+        op_totals_line(report, summed),
         *skew_lines(report),
     ]
 
@@ -368,18 +364,16 @@ def step_lines(report: AuditReport) -> list[str]:
         )
         + (
             # The median step over the steps' own median ratio: one frame for both figures.
-            f"; with every op at its bound {fmt_us(median / step_speedup)}: step speedup "
-            f"{step_speedup:.2f}x"
+            step_bound_text(report, fmt_us(median / step_speedup), step_speedup)
             if step_speedup
             else ""
         )
     )
     lines = [
         first,
-        f"each device's step time: {share('at_bound_us')} at the roofline bound"
-        + (" or unmodeled" if (report.modeled_fraction or 0.0) < 0.995 else "")
-        + ", "
-        f"{share('lost_in_ops_us')} lost in ops, {share('idle_us')} idle; exposed: "
+        f"each device's step time: "
+        f"{step_shares_text(report, share('at_bound_us'), share('lost_in_ops_us'))}, "
+        f"{share('idle_us')} idle; exposed: "
         f"collectives {share('exposed_comm_us')}, host transfers {share('exposed_host_us')}",
     ]
     rate = report.flops_per_s

@@ -1,0 +1,118 @@
+"""What the human-readable formats (table, md, csv, html) show for an op and for the ops'
+totals, where the plain numbers would mislead:
+
+- an `unmodeled` op has no bound: its bound, gap and efficiency are `-`, never `0.0 us`, its
+  whole time and `0%` (JSON keeps the contract's `bound_us` 0 and `bound_by` says why);
+- an op that runs several times per occurrence (a while body) counts `3x200`: 3 occurrences
+  of 200 runs each;
+- ops of one name in several modules (`ynn_fusion` of four programs) are told apart by their
+  module (`jit_tiny_ops/ynn_fusion`), as `diff` names them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hlogap.report.model import AuditReport, OpRow
+from hlogap.units import fmt_eff, fmt_us
+
+NO_BOUND = "-"
+
+
+def has_bound(row: OpRow) -> bool:
+    return row.bound_by != "unmodeled"
+
+
+def bound_cells(row: OpRow) -> tuple[str, str, str]:
+    """The row's bound, gap and efficiency as text; `-` for an unmodeled op."""
+    if not has_bound(row):
+        return NO_BOUND, NO_BOUND, NO_BOUND
+    return fmt_us(row.bound_us), fmt_us(row.gap_us), fmt_eff(row.efficiency)
+
+
+def count_cell(row: OpRow) -> str:
+    """Occurrences, times the runs in each where the op runs more than once in one (`3x200`)."""
+    runs = row.runs_per_occurrence
+    return f"{row.occurrences}x{runs}" if runs > 1 else str(row.occurrences)
+
+
+def op_labels(report: AuditReport, rows: Sequence[OpRow]) -> list[str]:
+    """Each row's name, qualified where the report holds ops of that name in more than one
+    module: by the module (`jit_tiny_ops/ynn_fusion`), and by the program id too where one
+    module name was compiled more than once (`jit_f(17)/fusion.3`)."""
+    programs: dict[str, set[tuple[str, str]]] = {}
+    for r in report.ops:
+        programs.setdefault(r.name, set()).add((r.module, r.program_id))
+    labels = []
+    for r in rows:
+        seen = programs.get(r.name, set())
+        if len(seen) <= 1:
+            labels.append(r.name)
+            continue
+        twice = sum(module == r.module for module, _ in seen) > 1
+        module = f"{r.module}({r.program_id})" if twice else r.module
+        labels.append(f"{module}/{r.name}")
+    return labels
+
+
+# Unmodeled ops under this share of the ops' time are not told apart in the header (their
+# rows still show `-`): "0% of the ops' time is unmodeled" would say nothing.
+NOTED_SHARE = 0.005
+
+
+def unmodeled_us(report: AuditReport) -> float:
+    """Device time of the ops hlogap cannot bound, where it is worth saying (`NOTED_SHARE`)."""
+    unmodeled = sum(r.measured_us for r in report.ops if not has_bound(r))
+    return unmodeled if unmodeled >= NOTED_SHARE * report.measured_us else 0.0
+
+
+def op_totals_line(report: AuditReport, summed: str) -> str:
+    """The ops' totals in device time: measured, then bound, gap and efficiency of the ops
+    that have a bound, with the unmodeled ops' time apart (they have none)."""
+    measured, unmodeled = report.measured_us, unmodeled_us(report)
+    speedup = report.speedup
+    head = f"ops, device-time{summed}: measured {fmt_us(measured)}"
+    if unmodeled <= 0:
+        return (
+            f"{head}, bound {fmt_us(report.bound_us)}, gap {fmt_us(report.gap_us)}, "
+            f"efficiency {fmt_eff(report.efficiency)}, modeled {fmt_eff(report.modeled_fraction)}"
+            " of time" + (f", op-time speedup {speedup:.2f}x" if speedup else "")
+        )
+    modeled = measured - unmodeled
+    if modeled <= 0:
+        return f"{head}, all in unmodeled ops (no bound: no gap or efficiency to tell)"
+    bound = report.bound_us  # unmodeled ops add none
+    return (
+        f"{head}; modeled ops ({fmt_eff(modeled / measured)} of it): bound {fmt_us(bound)}, "
+        f"gap {fmt_us(modeled - bound)}, efficiency {fmt_eff(bound / modeled)}; unmodeled ops "
+        f"(no bound) {fmt_us(unmodeled)}"
+        + (f"; op-time speedup {speedup:.2f}x (unmodeled ops kept)" if speedup else "")
+    )
+
+
+def step_bound_text(report: AuditReport, at_bound: str, speedup: float) -> str:
+    """The step's end: its wall with every op at its bound and the step speedup, said of the
+    modeled ops only (unmodeled ops keep their time), or that no op has a bound."""
+    unmodeled = unmodeled_us(report)
+    if unmodeled <= 0:
+        return f"; with every op at its bound {at_bound}: step speedup {speedup:.2f}x"
+    if unmodeled >= report.measured_us:
+        return "; no step speedup to tell: every op is unmodeled (no bound)"
+    return (
+        f"; with every modeled op at its bound (unmodeled ops kept) {at_bound}: step speedup "
+        f"{speedup:.2f}x"
+    )
+
+
+def step_shares_text(report: AuditReport, at_bound: str, lost: str) -> str:
+    """Where each device's step time goes in ops: at the bound, lost, and unmodeled apart."""
+    unmodeled = unmodeled_us(report)
+    if unmodeled <= 0:
+        return f"{at_bound} at the roofline bound, {lost} lost in ops"
+    if unmodeled >= report.measured_us:
+        return f"{at_bound} in unmodeled ops (no bound: nothing known lost)"
+    share = fmt_eff(unmodeled / report.measured_us)
+    return (
+        f"{at_bound} at the roofline bound or in unmodeled ops ({share} of the ops' device "
+        f"time is unmodeled, with no bound), {lost} lost in modeled ops"
+    )

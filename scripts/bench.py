@@ -13,11 +13,12 @@ pyarrow, the `nsys` extra). In the same run, on the same file:
 Each command runs in a child process, hlogap and xprof in turn (a slow spell of the machine
 falls on both); wall time and that child's peak RSS (os.wait4) are taken.
 The pod case (issues 14, 33) audits runs of 4, 32, 128 and 256 hosts of ~50 MB each with the
-local process pool and with `--cluster local:2`: one scaled file written again with a few clock
-offsets and once with its events 1.5x as long (a slow host), hard-linked under every host's
-name (the disk holds a few copies). It takes the hlogap process's own peak (the client: on a
-cluster it holds only summaries) and each worker's, and checks in the report that every
-host's offset is recovered and the slow hosts are named.
+local process pool and with `--cluster local:2` (`--pod-executors` picks): one scaled file
+written again with a few clock offsets and once with its events 1.5x as long (a slow host),
+hard-linked under every host's name (the disk holds a few copies). It takes the hlogap
+process's own peak (the client: it holds only summaries, the hosts' columns being on the
+workers' or the readers' disk) and each worker's, and checks in the report that every host's
+offset is recovered and the slow hosts are named.
 `--write-docs` rewrites the tables in docs/performance.md.
 """
 

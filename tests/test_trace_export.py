@@ -54,7 +54,11 @@ def _check_format(events: list[dict[str, Any]]) -> None:
         assert e["ph"] in ("X", "M"), e
         assert isinstance(e["pid"], int) and isinstance(e["tid"], int)
         if e["ph"] == "M":
-            assert e["name"] in ("process_name", "thread_name") and e["args"]["name"]
+            assert e["name"] in ("process_name", "thread_name", "thread_sort_index")
+            if e["name"] == "thread_sort_index":
+                assert e["args"]["sort_index"] == e["tid"]
+                continue
+            assert e["args"]["name"]
             if e["name"] == "process_name":
                 processes.add(e["pid"])
             else:

@@ -1,9 +1,11 @@
 """`--format perfetto` (`-o trace.json.gz`): the profile's timeline as Chrome trace-event JSON.
 
 Perfetto (ui.perfetto.dev) and chrome://tracing open it. Each device is a process of the trace;
-its ops are complete ("X") events on as few threads ("lanes") as keep them from overlapping
-(XLA:CPU runs several ops at once; a TPU while loop holds its body's ops), each with the op's
-bound, gap, efficiency and first hint as args and a colour by efficiency. Beside the lanes,
+its ops are complete ("X") events on one thread per line of the profile they sit on, named as
+the profile names it (a GPU's `Stream #7(Compute)` and NCCL stream, a TPU's `XLA Ops`, an
+XLA:CPU worker thread), with more threads after a line's own only as its events overlap (a TPU
+while loop holds its body's ops); each event has the op's bound, gap, efficiency and first hint
+as args and a colour by efficiency. Beside the lanes,
 each device has a track of its idle gaps (inside its own step, or between its first and last op
 without steps) and one of exposed communication (a collective or a host transfer running while
 no compute op does); a process of its own holds the steps. Times count from the same instant as
@@ -65,6 +67,28 @@ def lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return lane
 
 
+def tracks(
+    line: np.ndarray, start: np.ndarray, end: np.ndarray, line_names: list[str]
+) -> tuple[np.ndarray, list[str]]:
+    """Each event's track (numbered from 0) and the tracks' names: one track per line of the
+    profile, in its order and named as it names them (`Stream #7(Compute)`, `XLA Ops`), and
+    more after a line's own where its events overlap (`XLA Ops (running at once 2)`: a while
+    loop and its body's ops, XLA:CPU's thread pool), as few as keep them apart (`lanes`).
+    Events sorted by start."""
+    track = np.zeros(len(line), dtype=np.int64)
+    names: list[str] = []
+    for k in np.unique(line).tolist():
+        mine = np.flatnonzero(line == k)
+        lane = lanes(start[mine], end[mine])
+        track[mine] = len(names) + lane
+        title = line_names[k] or "ops"
+        names += [
+            title,
+            *(f"{title} (running at once {n + 1})" for n in range(1, int(lane.max()) + 1)),
+        ]
+    return track, names
+
+
 def _gaps(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The gaps between sorted disjoint intervals."""
     return end[:-1], start[1:]
@@ -123,14 +147,22 @@ class TraceEventRenderer:
         timeline = report.timeline
         assert timeline is not None
         events: list[dict[str, Any]] = [_name("process_name", STEPS_PID, 0, "steps")]
-        for step in report.steps:
+        # A step runs from its first device's start to its last device's end: with skew, steps
+        # overlap, and go on tracks of their own there.
+        steps = sorted(report.steps, key=lambda s: s.start_us)
+        start = np.array([s.start_us for s in steps], dtype=np.float64)
+        end = start + np.array([s.wall_us for s in steps], dtype=np.float64)
+        track, names = tracks(np.zeros(len(steps), dtype=np.int32), start, end, ["steps"])
+        for k, title in enumerate(names):
+            events += [_name("thread_name", STEPS_PID, k, title), _sort_index(STEPS_PID, k)]
+        for step, tid in zip(steps, track.tolist(), strict=True):
             events.append(
                 {
                     "name": f"step {step.step}",
                     "cat": "step",
                     "ph": "X",
                     "pid": STEPS_PID,
-                    "tid": 0,
+                    "tid": tid,
                     "ts": step.start_us,
                     "dur": step.wall_us,
                     "args": {
@@ -179,16 +211,14 @@ class TraceEventRenderer:
         start = host_events.start_ps[mine]
         end = start + host_events.duration_ps[mine]
         self_ps = host_events.self_ps[mine]
-        lane = lanes(start, end)
-        n_lanes = int(lane.max()) + 1 if len(lane) else 0
+        line = host_events.line[mine]
+        track, names = tracks(line, start, end, host_events.lines)
         out = [_name("process_name", pid, 0, name)]
-        out += [
-            _name("thread_name", pid, k, "ops" if k == 0 else f"ops (running at once {k + 1})")
-            for k in range(n_lanes)
-        ]
+        for k, title in enumerate(names):
+            out += [_name("thread_name", pid, k, title), _sort_index(pid, k)]
         described = [_describe(key, rows.get(key)) for key in host_events.ops]
         for o, s, e, own, k in zip(
-            op.tolist(), start.tolist(), end.tolist(), self_ps.tolist(), lane.tolist()
+            op.tolist(), start.tolist(), end.tolist(), self_ps.tolist(), track.tolist()
         ):
             title, args, row = described[o]
             efficiency, gap_us = _occurrence_figures(row, own)
@@ -214,9 +244,9 @@ class TraceEventRenderer:
             if len(out) >= BATCH_EVENTS:
                 yield out
                 out = []
-        idle_tid, exposed_tid = n_lanes, n_lanes + 1
-        out.append(_name("thread_name", pid, idle_tid, IDLE_TRACK))
-        out.append(_name("thread_name", pid, exposed_tid, EXPOSED_TRACK))
+        idle_tid, exposed_tid = len(names), len(names) + 1
+        for tid, title in ((idle_tid, IDLE_TRACK), (exposed_tid, EXPOSED_TRACK)):
+            out += [_name("thread_name", pid, tid, title), _sort_index(pid, tid)]
         busy_start, busy_end = merged_intervals(start, end)
         gap_start, gap_end = _gaps(busy_start, busy_end)
         if windows is not None:  # idle only inside the device's own steps
@@ -239,6 +269,17 @@ class TraceEventRenderer:
 
 def _name(kind: str, pid: int, tid: int, name: str) -> dict[str, Any]:
     return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
+
+
+def _sort_index(pid: int, tid: int) -> dict[str, Any]:
+    """Tracks shown in the order of their ids (the profile's line order), not by name."""
+    return {
+        "name": "thread_sort_index",
+        "ph": "M",
+        "pid": pid,
+        "tid": tid,
+        "args": {"sort_index": tid},
+    }
 
 
 def _spans(

@@ -171,6 +171,10 @@ class TraceData:
     steps: list[Step] = field(default_factory=list)  # annotated steps, when the trace has some
     warnings: list[str] = field(default_factory=list)
     allocations: AllocatorEvents | None = None  # None: the trace has no allocator events
+    # The events in column order as runs of one line of the profile each (a GPU stream, a
+    # thread, a TPU's `XLA Ops`): the line's name and the run's length (the timeline export's
+    # tracks).
+    lines: list[tuple[str, int]] = field(default_factory=list)
     # Bool per event for each selection already made (`hlogap.trace.summary.Selection`): the
     # per-host tasks of one audit all ask for the same one.
     selected: dict[Hashable, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
@@ -203,6 +207,7 @@ class TraceBuilder:
         self.modules: dict[tuple[str, str], bytes] = {}
         self.module_names: dict[str, str] = {}  # program id -> module name
         self.blocks: list[_Block] = []
+        self.block_lines: list[str] = []  # the profile's line of each block
         self.steps: list[Step] = []
         self.allocations: AllocatorEvents | None = None
         self._unknown = 0  # negative execution ids handed out where the trace gives none
@@ -234,10 +239,12 @@ class TraceBuilder:
         gpu: bool,
         execution: np.ndarray | None = None,
         extra_ps: np.ndarray | None = None,
+        line: str = "",
     ) -> None:
-        """One line's events of one device. GPU kernels never nest (overlaps on a stream are
-        clock jitter, and xprof charges each kernel its whole duration); CPU thunks and TPU ops
-        nest inside while/call/conditional events, which then get self time.
+        """One line's events of one device (`line`: the line's name in the profile, its track
+        in a timeline export). GPU kernels never nest (overlaps on a stream are clock jitter,
+        and xprof charges each kernel its whole duration); CPU thunks and TPU ops nest inside
+        while/call/conditional events, which then get self time.
 
         `execution` is each event's module execution (any int64 id; `UNKNOWN_EXECUTION` where
         unknown); without it, GPU
@@ -295,6 +302,7 @@ class TraceBuilder:
         self.blocks.append(
             _Block(op_arr, dev_arr, start_arr, dur_arr, self_arr, exec_arr.astype(np.int32))
         )
+        self.block_lines.append(line)
 
     def _guard_memory(self, events: int) -> None:
         """Stop before memory runs out, however small a file's events are on disk (a 6-byte
@@ -350,10 +358,12 @@ class TraceBuilder:
                 f"{self._negative} events with a negative duration left out {CORRUPT_TRACE}",
             ]
         warnings = [*warnings, *self.notes]
+        lines = [(name, len(b.op)) for name, b in zip(self.block_lines, self.blocks, strict=True)]
         trace = _trace(
             backend, self.devices, self.ops, self.modules, self.blocks, self.steps, warnings
         )
         trace.allocations = self.allocations
+        trace.lines = lines
         return trace
 
 

@@ -322,17 +322,23 @@ def _timeline(
         op_ids[k] = builder.op(OpKey(name, program_id, kinds.ops[pair // per_module]))
         builder.module_names[program_id] = name
     op_ids = op_ids[pair_of.ravel()]
+    # The archive has no GPU streams: a range is on the host thread that opened it, projected
+    # onto the GPU's time; that thread is its line.
+    thread_of = ranges.tid[rows]
     for ordinal in sorted(set(device_of.tolist())):
-        mine = device_of == ordinal
         device = builder.new_device(f"/device:GPU:{ordinal}", ordinal, stats)
-        builder.add_line(
-            device,
-            op_ids[mine],
-            ranges.start_ns[rows[mine]] * 1000,
-            ranges.duration_ns[rows[mine]] * 1000,
-            gpu=True,
-            execution=module_of[mine],
-        )
+        on_device = device_of == ordinal
+        for thread in np.unique(thread_of[on_device]).tolist():
+            mine = on_device & (thread_of == thread)
+            builder.add_line(
+                device,
+                op_ids[mine],
+                ranges.start_ns[rows[mine]] * 1000,
+                ranges.duration_ns[rows[mine]] * 1000,
+                gpu=True,
+                execution=module_of[mine],
+                line=f"thread {thread}",
+            )
     builder.steps = _steps(ranges, kinds, ran)
     return warnings
 

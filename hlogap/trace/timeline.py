@@ -18,13 +18,16 @@ from hlogap.trace.timing import take
 
 @dataclass(frozen=True)
 class HostEvents:
-    """One host's selected op events, sorted by device then start; `op` indexes `ops` and
-    `device` indexes `devices` (the host's own, in the order the run numbers them)."""
+    """One host's selected op events, sorted by device then start; `op` indexes `ops`,
+    `device` indexes `devices` (the host's own, in the order the run numbers them) and `line`
+    indexes `lines` (the profile's lines, in its order)."""
 
     devices: list[str]  # each device's plane, with its ordinal where the plane name lacks it
     ops: list[OpKey]
+    lines: list[str]  # as the profile names them: `Stream #7(Compute)`, `XLA Ops`, a thread
     device: np.ndarray  # int32
     op: np.ndarray  # int32
+    line: np.ndarray  # int32
     start_ps: np.ndarray  # int64, on the device's clock
     duration_ps: np.ndarray  # int64
     self_ps: np.ndarray  # int64: the duration less the op events nested in it
@@ -50,11 +53,18 @@ def host_events(trace: TraceData, selection: Selection) -> HostEvents:
         d.plane if d.plane.endswith(f":{d.ordinal}") else f"{d.plane} device {d.ordinal}"
         for d in trace.devices
     ]
+    # Each event's line: the runs of `trace.lines` laid over the columns, lines in the
+    # profile's order.
+    lines: dict[str, int] = {}
+    run_line = np.array([lines.setdefault(name, len(lines)) for name, _ in trace.lines])
+    line = np.repeat(run_line.astype(np.int32), [count for _, count in trace.lines])
     return HostEvents(
         devices=names,
         ops=[o.key for o in trace.ops],
+        lines=list(lines),
         device=device[order].astype(np.int32),
         op=take(trace.op_index, selected)[order].astype(np.int32),
+        line=take(line, selected)[order].astype(np.int32),
         start_ps=start[order],
         duration_ps=take(trace.duration_ps, selected)[order],
         self_ps=take(trace.self_ps, selected)[order],

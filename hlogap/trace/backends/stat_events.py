@@ -83,6 +83,7 @@ def read_stat_events(
 
     op_lines: list[tuple[np.ndarray, ...]] = []  # per line: op, device, start, duration, ...
     line_devices: list[list[int]] = []
+    line_names: list[str] = []  # as the profile names each line (`Stream #7(Compute)`)
     marker_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # context, start, end
 
     def read_line(line: RawLine) -> None:
@@ -127,6 +128,7 @@ def read_stat_events(
             )
         )
         line_devices.append(devices_in(pairs[:, 1]))  # every distinct row occurs in the line
+        line_names.append(line.display_name or line.name)
 
     for line in lines:
         if line.event_count:
@@ -158,8 +160,8 @@ def read_stat_events(
                 "at that start, so an execution never runs into the next"
             )
         extras = list(np.split(run_on, cuts))
-    for (ops, devs, start, dur, execution, *_), devices, extra in zip(
-        op_lines, line_devices, extras, strict=True
+    for (ops, devs, start, dur, execution, *_), devices, extra, name in zip(
+        op_lines, line_devices, extras, line_names, strict=True
     ):
         for dev in devices:
             mine = devs == dev if len(devices) > 1 else slice(None)
@@ -171,6 +173,7 @@ def read_stat_events(
                 gpu,
                 execution=execution[mine],
                 extra_ps=extra[mine] if extra is not None else None,
+                line=name,
             )
 
 

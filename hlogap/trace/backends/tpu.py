@@ -203,7 +203,9 @@ class _PlaneReader:
         ops, start_arr, dur_arr = ops[order], start_arr[order], dur_arr[order]
         execution = execution[order] if execution is not None else None
         del order
-        self.builder.add_line(self.device, ops, start_arr, dur_arr, gpu=False, execution=execution)
+        self.builder.add_line(
+            self.device, ops, start_arr, dur_arr, gpu=False, execution=execution, line=OP_LINE
+        )
 
     def _executions(self, host_start: np.ndarray, host_dur: np.ndarray) -> np.ndarray | None:
         """The `XLA Modules` event (one per execution of a program) enclosing each event, by

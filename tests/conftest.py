@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from hlogap.report.model import StepRow
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "fixtures"
 AMD = SHARED / "amd-gpu"
@@ -49,6 +51,27 @@ def write_cpu_chip(directory: Path) -> Path:
 @pytest.fixture
 def cpu_chip_file(tmp_path: Path) -> Path:
     return write_cpu_chip(tmp_path)
+
+
+def step_row(number: int, wall: float, bound_wall: float, idle: float) -> StepRow:
+    """A one-device step of `wall` us (of it `idle` idle, the rest busy in ops at twice their
+    bound) whose wall with every op at its bound is `bound_wall`."""
+    busy = wall - idle
+    return StepRow(
+        step=number,
+        source="module",
+        start_us=number * 1e4,
+        wall_us=wall,
+        devices=1,
+        busy_us=busy,
+        measured_us=busy,
+        bound_us=busy / 2,
+        exposed_comm_us=0.0,
+        idle_us=idle,
+        device_wall_us=wall,
+        bound_wall_us=bound_wall,
+        flops=1e9,
+    )
 
 
 def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -16,7 +16,7 @@ from hlogap import audit, load_report
 from hlogap.chips import load_chip
 from hlogap.hlo.text import parse_module
 from hlogap.report.model import AuditReport, OpRow
-from tests.conftest import AMD_FILES, FIXTURES, SHARED
+from tests.conftest import AMD_FILES, FIXTURES, SHARED, step_row
 
 FLAWS = FIXTURES / "flaws"
 V6E = SHARED / "tpu-v6e-offload" / "tpu_inference_2.xplane.pb"
@@ -319,24 +319,9 @@ def test_an_action_per_step_is_in_the_summary_frame() -> None:
 
     from hlogap.advice.actions import ranked
     from hlogap.advice.base import Finding
-    from hlogap.report.model import StepRow
 
-    def step(number: int, wall: float) -> StepRow:
-        return StepRow(
-            step=number,
-            source="module",
-            start_us=1000.0 * number,
-            wall_us=wall,
-            devices=1,
-            busy_us=wall,
-            measured_us=wall,
-            bound_us=wall / 4,
-            exposed_comm_us=0.0,
-            device_wall_us=wall,
-            bound_wall_us=wall / 4,
-        )
-
-    steps = [step(0, 100.0), step(1, 10.0), step(2, 11.0), step(3, 12.0)]  # step 0: warm-up
+    # Step 0: warm-up; the others at a quarter of their wall with every op at its bound.
+    steps = [step_row(n, wall, wall / 4, 0.0) for n, wall in enumerate([100.0, 10.0, 11.0, 12.0])]
     saved = np.array([[50.0, 1.0, 2.0, 3.0]])
     finding = Finding("launch-bound", (), 56.0, "evidence", "change")
     (action,) = ranked([finding], saved, steps)

@@ -14,15 +14,13 @@ import pytest
 
 from hlogap import audit, load_report
 from hlogap.advice.causes.idle import IDLE_SHARE, MAX_OPS
-from hlogap.proto import xplane_pb2
 from hlogap.render.base import RenderOptions, render
 from hlogap.report.model import AuditReport, sort_rows
 from hlogap.trace.model import TraceData
 from hlogap.trace.steps import FIRST_NONE, StepTotals
 from hlogap.units import fmt_us
 from tests.conftest import FIXTURES, SHARED
-from tests.test_steps import _annotations
-from tests.test_timing import _events_by_op
+from tests.test_steps import _annotations, cpu_op_events
 
 # An event: (start, end, op); ops are (module, name) for the profile walk, op keys for columns.
 Event = tuple[int, int, Any]
@@ -50,28 +48,6 @@ def _part(events: Iterable[Event], lo: int, hi: int) -> tuple[int, int] | None:
     return min(s for s, _ in inside), min(max(e for _, e in inside), hi)
 
 
-def _profile_events(path: Path) -> dict[int, list[Event]]:
-    """Oracle: every XLA:CPU op event per device ordinal, lasting until its `end:` marker."""
-    space = xplane_pb2.XSpace.FromString(path.read_bytes())
-    (cpu,) = [p for p in space.planes if p.name == "/host:CPU"]
-    names = {k: v.name for k, v in cpu.stat_metadata.items()}
-    durations = _events_by_op(path, "/host:CPU")
-    seen: dict[tuple[str, str], int] = defaultdict(int)
-    by_device: dict[int, list[Event]] = defaultdict(list)
-    for line in cpu.lines:
-        for ev in line.events:
-            stats = {names[s.metadata_id]: s for s in ev.stats}
-            if "hlo_op" in stats:
-                key = (names[stats["hlo_module"].ref_value], names[stats["hlo_op"].ref_value])
-                start = line.timestamp_ns * 1000 + ev.offset_ps
-                duration = durations[key][seen[key]]
-                seen[key] += 1
-                by_device[stats["device_ordinal"].int64_value].append(
-                    (start, start + duration, key)
-                )
-    return by_device
-
-
 def _idle_by_op(report: AuditReport) -> dict[tuple[str, str], float]:
     found: dict[tuple[str, str], float] = defaultdict(float)
     for r in report.ops:
@@ -86,7 +62,7 @@ def test_cpu_idle_is_the_gaps_each_op_ended(program: str, cpu_chip_file: Path) -
     path = next((FIXTURES / program).rglob("*.xplane.pb"))
     report = audit(path, str(cpu_chip_file))
     expected: dict[tuple[str, str], int] = defaultdict(int)
-    for events in _profile_events(path).values():
+    for events in cpu_op_events(path).values():
         for lo, hi in _annotations(path).values():
             part = _part(events, lo, hi)
             if part is not None:

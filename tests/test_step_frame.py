@@ -14,12 +14,12 @@ import pytest
 
 from hlogap import audit
 from hlogap.proto import xplane_pb2
-from hlogap.report.model import AuditReport, StepRow, steady_steps, steps_summary
+from hlogap.report.model import AuditReport, steady_steps, steps_summary
 from hlogap.trace.model import TraceData
 from hlogap.trace.reading import read_trace
 from hlogap.trace.steps import OpStepCosts, step_totals
 from hlogap.trace.summary import Selection
-from tests.conftest import AMD_FILES, FIXTURES, SAMPLE, SHARED, cpu_fixtures
+from tests.conftest import AMD_FILES, FIXTURES, SAMPLE, SHARED, cpu_fixtures, step_row
 from tests.test_steps import _union_in
 
 V6E = SHARED / "tpu-v6e-offload" / "tpu_inference_2.xplane.pb"
@@ -120,7 +120,7 @@ def _check_devices(report: AuditReport, events: Events, module: str) -> None:
         assert sum(counts) == len(of_module) and min(counts) > 0
 
 
-def test_mi300x_devices_step_by_step() -> None:
+def test_mi300x_devices_step_bystep_row() -> None:
     path = AMD_FILES["mi300x"]
     if not path.is_file():
         pytest.skip(f"{path} absent (../shared not beside the project)")
@@ -134,7 +134,7 @@ def test_mi300x_devices_step_by_step() -> None:
     assert isinstance(summary["idle_fraction"], float) and summary["idle_fraction"] < 0.5
 
 
-def test_v6e_devices_step_by_step() -> None:
+def test_v6e_devices_step_bystep_row() -> None:
     if not V6E.is_file():
         pytest.skip(f"{V6E} absent (../shared not beside the project)")
     report = audit(V6E)
@@ -375,35 +375,16 @@ def test_a_change_of_a_few_ops_is_re_timed_exactly_over_its_own_events() -> None
         )
 
 
-def _step(number: int, wall: float, bound_wall: float, idle: float) -> StepRow:
-    busy = wall - idle
-    return StepRow(
-        step=number,
-        source="module",
-        start_us=number * 1e4,
-        wall_us=wall,
-        devices=1,
-        busy_us=busy,
-        measured_us=busy,
-        bound_us=busy / 2,
-        exposed_comm_us=0.0,
-        idle_us=idle,
-        device_wall_us=wall,
-        bound_wall_us=bound_wall,
-        flops=1e9,
-    )
-
-
 def test_warmup_left_out_and_each_step_against_itself() -> None:
     """A first step of compilation and autotuning (20x the others) is left out of the
     summary and named; the step speedup is the median of each step's own ratio (the median
     step's wall over the median at-bound wall mixes two steps)."""
     steps = [
-        _step(0, 2480.0, 2400.0, 2356.0),
-        _step(1, 125.0, 50.0, 1.0),
-        _step(2, 126.0, 63.0, 1.0),
-        _step(3, 124.0, 31.0, 2.0),
-        _step(4, 130.0, 65.0, 1.0),
+        step_row(0, 2480.0, 2400.0, 2356.0),
+        step_row(1, 125.0, 50.0, 1.0),
+        step_row(2, 126.0, 63.0, 1.0),
+        step_row(3, 124.0, 31.0, 2.0),
+        step_row(4, 130.0, 65.0, 1.0),
     ]
     summary = steps_summary(steps)
     assert summary["warmup_steps"] == 1 and summary["steps"] == 4

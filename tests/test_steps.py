@@ -62,16 +62,15 @@ def test_annotated_steps_are_the_annotations(program: str, cpu_chip_file: Path) 
     assert sum(s.measured_us for s in report.steps) == pytest.approx(report.measured_us)
 
 
-def test_busy_time_is_the_union_of_op_events(cpu_chip_file: Path) -> None:
-    # sharded_train: 8 devices whose ops overlap on XLA:CPU's thread pool.
-    path = next((FIXTURES / "sharded_train").rglob("*.xplane.pb"))
-    report = audit(path, str(cpu_chip_file))
+def cpu_op_events(path: Path) -> dict[int, list[tuple[int, int, tuple[str, str]]]]:
+    """Oracle: every XLA:CPU op event per device ordinal, (start, end, (module, op)) in ps,
+    lasting until its `end:` marker."""
     space = xplane_pb2.XSpace.FromString(path.read_bytes())
     (cpu,) = [p for p in space.planes if p.name == "/host:CPU"]
     names = {k: v.name for k, v in cpu.stat_metadata.items()}
-    by_device: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    durations = _events_by_op(path, "/host:CPU")  # each op event until its end: marker
+    durations = _events_by_op(path, "/host:CPU")
     seen: dict[tuple[str, str], int] = defaultdict(int)
+    by_device: dict[int, list[tuple[int, int, tuple[str, str]]]] = defaultdict(list)
     for line in cpu.lines:
         for ev in line.events:
             stats = {names[s.metadata_id]: s for s in ev.stats}
@@ -80,7 +79,20 @@ def test_busy_time_is_the_union_of_op_events(cpu_chip_file: Path) -> None:
                 start = line.timestamp_ns * 1000 + ev.offset_ps
                 duration = durations[key][seen[key]]
                 seen[key] += 1
-                by_device[stats["device_ordinal"].int64_value].append((start, start + duration))
+                by_device[stats["device_ordinal"].int64_value].append(
+                    (start, start + duration, key)
+                )
+    return by_device
+
+
+def test_busy_time_is_the_union_of_op_events(cpu_chip_file: Path) -> None:
+    # sharded_train: 8 devices whose ops overlap on XLA:CPU's thread pool.
+    path = next((FIXTURES / "sharded_train").rglob("*.xplane.pb"))
+    report = audit(path, str(cpu_chip_file))
+    by_device = {
+        device: [(start, end) for start, end, _ in events]
+        for device, events in cpu_op_events(path).items()
+    }
     spans = _annotations(path)
     for step in report.steps:
         lo, hi = spans[step.step]

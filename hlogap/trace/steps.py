@@ -19,7 +19,7 @@ import numpy as np
 
 from hlogap.trace.model import OpKey, Step, TraceData, devices_in
 from hlogap.trace.summary import Selection
-from hlogap.trace.timing import blocks, merged_intervals, take
+from hlogap.trace.timing import blocks, merged_intervals, sorted_spans, take
 
 # Per device of a host (its index): sorted (first start, last end) arrays of its executions.
 Spans = dict[int, tuple[np.ndarray, np.ndarray]]
@@ -291,12 +291,7 @@ def _busy_spans(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndar
     enclosing op, not the first op of its body), the first in the columns' order on a tie."""
     if not len(start):
         return start, end, np.zeros(0, dtype=np.intp)
-    order = np.argsort(start, kind="stable")
-    s, e = start[order], end[order]
-    reach = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > reach[:-1]
-    at = np.flatnonzero(new)
+    order, s, e, at = sorted_spans(start, end)
     span_end = np.maximum.reduceat(e, at)
     # Where several events start at a span's start (the next in order starts with it), the
     # opener is the longest of them.

@@ -147,14 +147,23 @@ def async_pairs(trace: TraceData, selected: np.ndarray, start_op: int, done_op: 
     return AsyncPairs(device, begin, end, window, wait)
 
 
-def merged_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals [start, end) as sorted disjoint intervals."""
-    if not len(start):
-        return start, end
+def sorted_spans(
+    start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(order, start, end, at): the intervals sorted by start (`order`, stable: a tie keeps the
+    columns' order), their starts and ends in that order, and the positions where each
+    disjoint span of their union begins. Not for empty input."""
     order = np.argsort(start, kind="stable")
     s, e = start[order], end[order]
     reach = np.maximum.accumulate(e)
     new = np.ones(len(s), dtype=bool)
     new[1:] = s[1:] > reach[:-1]
-    at = np.flatnonzero(new)
+    return order, s, e, np.flatnonzero(new)
+
+
+def merged_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals [start, end) as sorted disjoint intervals."""
+    if not len(start):
+        return start, end
+    _, s, e, at = sorted_spans(start, end)
     return s[at], np.maximum.reduceat(e, at)

@@ -262,10 +262,12 @@ def _audit_hosts(
     )
     windows = [(s.start_ps, s.end_ps) for s in steps]
     numbered = [(s.number, s.start_ps, s.end_ps) for s in steps]
+    # Allocator times count from where the steps' `start_us` count: the first op or step.
+    origin_ps = min([run.origin_ps or 0, *(s.start_ps for s in steps)])
     allocators = [
         on_run(peak, host, offset)
         for peaks, host, offset in zip(
-            hosts.each(allocator_peaks, selection, run.origin_ps or 0, numbered),
+            hosts.each(allocator_peaks, selection, origin_ps, numbered),
             run.hosts,
             run.device_offsets,
             strict=True,

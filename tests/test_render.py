@@ -29,6 +29,7 @@ def test_every_format_module_registers_itself() -> None:
         "text",
         "plot",
         "cells",
+        "sparkline",
     }
     # The trace-event module's format is named after the viewer users know it by.
     named = {"perfetto" if m == "trace_events" else m for m in modules}

@@ -9,6 +9,11 @@ peak is the most the events show of heap + stack together, with its time, step, 
 and the capacity then (in use + free). On a TPU, whose program temporaries live in the stack,
 the in-use peak can be far above the heap's mark (v6e: 21.5 GB in use, of it 21.5 GB stack,
 beside a heap mark of 10.7 GB reached at another time).
+
+The events also give the bytes in use over time: each allocator's curve (heap, and heap +
+stack, after each event) is cut into `TIMELINE_POINTS` buckets of equal time, each holding the
+most in use at any moment in it, so a chart of hundreds of allocators stays small and never
+loses a peak. A host task returns only these buckets, never its events.
 """
 
 from __future__ import annotations
@@ -23,8 +28,58 @@ import numpy as np
 from hlogap.trace.model import AllocatorEvents, TraceData
 from hlogap.trace.summary import Selection
 
+# Buckets in an allocator's timeline: a chart's width in points (an 80-column sparkline takes
+# the most of every few), and 2 x 200 numbers per allocator keep a report of a pod small.
+TIMELINE_POINTS = 200
+
 # A GPU's BFC allocator is named after its device (`GPU_0_bfc`); a TPU's is its `index_on_host`.
 _DEVICE_ALLOCATOR = re.compile(r"^(?:GPU_(\d+)_\w+|(\d+))$")
+
+
+@dataclass(frozen=True)
+class AllocatorTimeline:
+    """An allocator's bytes in use over time, from its first event to its last (microseconds
+    from the profile's first op, on the devices' clock), in buckets of equal width: each
+    holds the most in use at any moment inside it (what the events in it left, and what the
+    last event before it left while that lasted), so the curve's maximum is the peak."""
+
+    start_us: float
+    end_us: float
+    heap_bytes: tuple[int, ...]  # the heap alone (`bytes_allocated`)
+    in_use_bytes: tuple[int, ...]  # heap + reserved stack, as `in_use_peak_bytes` counts
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "start_us": self.start_us,
+            "end_us": self.end_us,
+            "heap_bytes": list(self.heap_bytes),
+            "in_use_bytes": list(self.in_use_bytes),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: object, where: str) -> AllocatorTimeline | None:
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            raise ValueError(f"{where} is not an object")
+        start, end = raw.get("start_us"), raw.get("end_us")
+        if not isinstance(start, (int, float)) or not isinstance(end, (int, float)):
+            raise ValueError(f"{where}.start_us or end_us is not a number")
+        if not math.isfinite(start) or not math.isfinite(end):
+            raise ValueError(f"{where}.start_us or end_us is not finite")
+
+        def counts(key: str) -> tuple[int, ...]:
+            values = raw.get(key)
+            if not isinstance(values, list) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values
+            ):
+                raise ValueError(f"{where}.{key} is not a list of byte counts")
+            return tuple(values)
+
+        heap, in_use = counts("heap_bytes"), counts("in_use_bytes")
+        if len(heap) != len(in_use) or not in_use:
+            raise ValueError(f"{where}: heap_bytes and in_use_bytes differ in length or are empty")
+        return cls(float(start), float(end), heap, in_use)
 
 
 @dataclass(frozen=True)
@@ -44,6 +99,8 @@ class AllocatorPeak:
     capacity_bytes: int  # in use + free at the in-use peak
     fragmentation: float | None  # the allocator's own figure at the in-use peak
     events: int
+    # The bytes in use over time; None in a report saved before it was kept.
+    timeline: AllocatorTimeline | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -59,6 +116,7 @@ class AllocatorPeak:
             "capacity_bytes": self.capacity_bytes,
             "fragmentation": self.fragmentation,
             "events": self.events,
+            "timeline": None if self.timeline is None else self.timeline.to_dict(),
         }
 
     @classmethod
@@ -97,6 +155,7 @@ class AllocatorPeak:
             capacity_bytes=count("capacity_bytes"),
             fragmentation=maybe("fragmentation", float),
             events=count("events"),
+            timeline=AllocatorTimeline.from_dict(raw.get("timeline"), f"{where}.timeline"),
         )
 
 
@@ -131,6 +190,32 @@ def allocator_peaks(
     return peaks
 
 
+def bucket_maxima(
+    time_ps: np.ndarray, series: Sequence[np.ndarray], buckets: int
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """A step curve (each value holds from its time to the next one's; `time_ps` ascending)
+    cut into at most `buckets` of equal time from its first time to its last: the buckets'
+    edges (one more than the buckets) and, per series, the most it held in each bucket. A
+    bucket's most counts every value set inside it (even one that held for no time, as at a
+    peak that a free undoes at once) and the value carried in from before it, unless a new one
+    was set at its very start. So each series' maximum is its buckets' maximum. O(values)."""
+    start, end = int(time_ps[0]), int(time_ps[-1])
+    count = max(1, min(buckets, end - start))  # every bucket at least 1 ps wide
+    edges = np.array([start + (end - start) * k // count for k in range(count + 1)], np.int64)
+    bucket = np.searchsorted(edges[1:-1], time_ps, side="right")  # an edge opens its bucket
+    firsts = np.flatnonzero(np.diff(bucket, prepend=-1))  # each bucket's first value, if any
+    last_before = np.searchsorted(time_ps, edges[:-1], side="left") - 1
+    # The value before a bucket lasts into it unless the next one is set at its start edge.
+    next_time = time_ps[np.minimum(last_before + 1, len(time_ps) - 1)]
+    carried = (last_before >= 0) & (next_time > edges[:-1])
+    maxima = []
+    for values in series:
+        most = np.zeros(count, dtype=np.int64)
+        most[bucket[firsts]] = np.maximum.reduceat(values, firsts)
+        maxima.append(np.where(carried, np.maximum(most, values[last_before]), most))
+    return edges, maxima
+
+
 def on_run(peaks: AllocatorPeak, host: str, device_offset: int) -> AllocatorPeak:
     """A host task's peak placed in the run: its host's name, its device's index in the run."""
     device = None if peaks.device is None else peaks.device + device_offset
@@ -154,6 +239,8 @@ def _peak(
     top = int(np.argmax(in_use))
     at = int(time_ps[top])
     fragmentation = float(events.fragmentation[mine][top])
+    heap = events.heap_bytes[mine]
+    edges, (heap_most, in_use_most) = bucket_maxima(time_ps, (heap, in_use), TIMELINE_POINTS)
     return AllocatorPeak(
         host="",
         name=name,
@@ -167,4 +254,10 @@ def _peak(
         capacity_bytes=int(in_use[top] + events.available_bytes[mine][top]),
         fragmentation=None if math.isnan(fragmentation) else fragmentation,
         events=len(mine),
+        timeline=AllocatorTimeline(
+            start_us=(int(edges[0]) - origin_ps) / 1e6,
+            end_us=(int(edges[-1]) - origin_ps) / 1e6,
+            heap_bytes=tuple(heap_most.tolist()),
+            in_use_bytes=tuple(in_use_most.tolist()),
+        ),
     )

@@ -340,7 +340,51 @@ function renderMemory() {
     box.appendChild(el("p", {class: "muted"}, "in use at most: heap + reserved stack at the allocator's events, its stack part beside it; " +
       "heap's own peak: the heap alone at its high-water mark since the allocator was created (xprof's peakBytesUsageLifetime): " +
       "it counts no stack, so it can be below the in-use figure (a TPU keeps its program's temporaries in the stack)"));
+    const T = A.filter((a) => a.timeline);
+    if (T.length) {
+      box.appendChild(el("h3", {}, "In use over time (heap + stack, filled; the heap alone, line): the most in each of an allocator's buckets, the steps' starts dashed"));
+      const steps = (R.steps || []).map((s) => [s.step, s.start_us, s.start_us + s.wall_us]);
+      const x0 = Math.min(...T.map((a) => a.timeline.start_us), ...steps.map((s) => s[1]));
+      const x1 = Math.max(...T.map((a) => a.timeline.end_us), ...steps.map((s) => s[2]));
+      for (const a of T) box.appendChild(allocatorChart(a, x0, x1, steps));
+    }
   }
+}
+
+// One allocator's bytes in use over the profile: its buckets as steps, on an axis shared by all.
+function allocatorChart(a, x0, x1, steps) {
+  const NS = "http://www.w3.org/2000/svg", W = 900, H = 120, L = 70, B = 18, TOP = 16;
+  const t = a.timeline, n = t.in_use_bytes.length, most = Math.max(...t.in_use_bytes) || 1;
+  const when = (us) => us < 0 ? "-" + fmtUs(-us) : fmtUs(us);  // events may come before the first op
+  const x = (us) => (L + (W - L - 10) * (x1 > x0 ? (us - x0) / (x1 - x0) : 0)).toFixed(1);
+  const y = (v) => (H - B - (H - B - TOP) * v / most).toFixed(1);
+  const at = (k) => x(t.start_us + (t.end_us - t.start_us) * k / n);
+  const path = (values) => `M${at(0)},${y(values[0])}` + values.map((v, k) => ` V${y(v)} H${at(k + 1)}`).join("");
+  const svg = document.createElementNS(NS, "svg");
+  const add = (tag, attrs, text) => {
+    const e = document.createElementNS(NS, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+    if (text != null) e.textContent = text;
+    svg.appendChild(e);
+    return e;
+  };
+  svg.setAttribute("width", W); svg.setAttribute("height", H); svg.setAttribute("class", "allocator-curve");
+  // Many steps: a tick each under the axis, their numbers left out (lines would hide the curve).
+  const few = steps.length <= 40;
+  for (const [number, start] of steps) {
+    add("line", {x1: x(start), x2: x(start), y1: few ? TOP : H - B, y2: H - B + 5, class: "step-start", stroke: "#888", "stroke-dasharray": few ? "3 3" : ""});
+    if (steps.length <= 20) add("text", {x: +x(start) + 2, y: TOP + 9}, String(number));
+  }
+  add("path", {d: path(t.in_use_bytes) + ` V${y(0)} H${at(0)} Z`, fill: "rgba(216, 87, 42, 0.3)", stroke: "#d8572a", "stroke-width": "1.2"});
+  if (t.heap_bytes.some((v, k) => v !== t.in_use_bytes[k])) add("path", {d: path(t.heap_bytes), fill: "none", stroke: "#2a6fd8", "stroke-width": "1.2"});
+  const device = a.device === null ? "" : `, device ${a.device}`;
+  add("text", {x: L, y: 11}, `${a.name}${a.host ? " on " + a.host : ""}${device}: at most ${si(most, "B")}` +
+    (a.in_use_peak_us == null ? "" : ` at ${when(a.in_use_peak_us)}`) + ` (events from ${when(t.start_us)} to ${when(t.end_us)})`);
+  add("text", {x: 4, y: TOP + 4}, si(most, "B"));
+  add("text", {x: 4, y: H - B + 4}, "0 B");
+  add("text", {x: L, y: H - 2}, when(x0));
+  add("text", {x: W - 10, y: H - 2, "text-anchor": "end"}, when(x1));
+  return svg;
 }
 
 // --- actions: ranked by the step time they save ------------------------------------------

@@ -17,6 +17,7 @@ from hlogap.render.base import (
     register,
 )
 from hlogap.render.cells import bound_cells, count_cell, op_labels
+from hlogap.render.sparkline import allocator_timeline_lines
 from hlogap.render.text import (
     CHECK_ROWS,
     DIFF_COLUMNS,
@@ -475,6 +476,8 @@ def _memory(report: AuditReport, top: int, width: int | None) -> str:
         text += _print([*lines, ""], table, [*more, ""], width=width or WIDE)
     if memory.allocators:
         text += _allocators(memory.allocators, width)
+        curves = allocator_timeline_lines(memory.allocators, report.steps, width)
+        text += "".join(line + "\n" for line in [*curves, *([""] if curves else [])])
     return text + (_print(warnings, width=width or WIDE) if warnings else "")
 
 

@@ -305,6 +305,7 @@ def _write(
     top: int = 20,
     steps: bool = False,
     wide: bool = False,
+    sub_rows: bool = True,
 ) -> None:
     """Render `document` in the chosen format to `output` or stdout; on a terminal, tables fit
     its width unless `wide`."""
@@ -317,7 +318,7 @@ def _write(
     width = shutil.get_terminal_size().columns if terminal and not wide else None
     # Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org).
     color = terminal and not os.environ.get("NO_COLOR")
-    options = RenderOptions(top=top, color=color, steps=steps, width=width)
+    options = RenderOptions(top=top, color=color, steps=steps, width=width, sub_rows=sub_rows)
     # JSON and trace events: bytes as the encoder writes them, no text copy of a large document.
     chunks = render_chunks(document, chosen, options)
     if chunks is not None:
@@ -395,6 +396,14 @@ def audit(
         ),
     ] = None,
     wide: WideOpt = False,
+    sub_rows: Annotated[
+        bool,
+        typer.Option(
+            "--sub-rows/--no-sub-rows",
+            help="Under a command buffer (CUDA graph) call, its ops with their estimated "
+            "share of its time (table, csv, md, html).",
+        ),
+    ] = True,
     skip_bad_hosts: Annotated[
         bool,
         typer.Option(
@@ -478,7 +487,7 @@ def audit(
         from hlogap.render.plot import draw_plot
 
         chart = draw_plot(report, plot)
-    _write(report, "audit", fmt, output, top, steps, wide)
+    _write(report, "audit", fmt, output, top, steps, wide, sub_rows)
     if plot is not None and chart is not None:
         from hlogap.files import write_bytes
 

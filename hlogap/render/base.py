@@ -74,6 +74,8 @@ class RenderOptions:
     color: bool = False  # a terminal that shows colour
     steps: bool = False  # the per-step table too (human-readable formats; JSON always has it)
     width: int | None = None  # a terminal's columns, to fit tables to; None: wide, whole rows
+    # Under a command buffer call, its ops with their estimated times (hlogap.render.cells).
+    sub_rows: bool = True
 
 
 class Renderer(Protocol):

@@ -7,6 +7,8 @@ totals, where the plain numbers would mislead:
   of 200 runs each;
 - ops of one name in several modules (`ynn_fusion` of four programs) are told apart by their
   module (`jit_tiny_ops/ynn_fusion`), as `diff` names them.
+- a command buffer call (CUDA graph) has its ops under it, their estimated times marked `~`
+  and counted in no total or share (`sub_rows`).
 """
 
 from __future__ import annotations
@@ -116,3 +118,57 @@ def step_shares_text(report: AuditReport, at_bound: str, lost: str) -> str:
         f"{at_bound} at the roofline bound or in unmodeled ops ({share} of the ops' device "
         f"time is unmodeled, with no bound), {lost} lost in modeled ops"
     )
+
+
+# A command buffer's ops under its call (`--no-sub-rows` hides them): their times are the
+# call's split by their bounds, an estimate, marked so and never in a total or a share.
+ESTIMATED = "~"
+SUB_ROW = "  └ "
+# Ops shown under a call in the table and Markdown, longest first; `--top 0` shows all.
+SHOWN_SUB_ROWS = 5
+SUB_ROWS_NOTE = (
+    f"{ESTIMATED} estimated: a command buffer (CUDA graph) is timed as one call; the ops under "
+    "it share its time in proportion to their bounds, counted once, in the call "
+    "(docs/nsys.md; --no-sub-rows hides them)"
+)
+
+
+def sub_rows(row: OpRow, top: int) -> tuple[list[OpRow], list[OpRow]]:
+    """The ops of a command buffer call to show under it, longest estimated time first, and
+    those left out: `SHOWN_SUB_ROWS` of them, all with `top` 0 (`--top 0` shows all)."""
+    longest = sorted(row.command_buffer_ops, key=lambda r: -r.measured_us)
+    shown = longest if top <= 0 else longest[:SHOWN_SUB_ROWS]
+    return shown, longest[len(shown) :]
+
+
+def sub_row_cells(row: OpRow) -> dict[str, str]:
+    """An estimated op's cells, by the op table's column names: its own bound, its estimated
+    time, gap and efficiency marked `~`, no share, and its own first hint (the estimate's
+    wording is the note's)."""
+    bound, gap, eff = bound_cells(row)
+    if has_bound(row):
+        gap, eff = ESTIMATED + gap, ESTIMATED + eff
+    own = [h for h in row.hints if not h.startswith("estimated: ")]
+    return {
+        "#": "",
+        "op": SUB_ROW + row.name,
+        "category": row.category,
+        "n": count_cell(row),
+        "measured": ESTIMATED + fmt_us(row.measured_us),
+        "time": "",
+        "bound": bound,
+        "gap": gap,
+        "eff": eff,
+        "bound by": row.bound_by,
+        "why": own[0] if own else "",
+    }
+
+
+def more_sub_cells(left_out: Sequence[OpRow]) -> dict[str, str]:
+    """The line that stands for a call's ops left out of its sub-rows, with their time."""
+    cells = dict.fromkeys(("#", "category", "n", "time", "bound", "gap", "eff", "bound by"), "")
+    return cells | {
+        "op": f"{SUB_ROW}… {len(left_out)} more ops",
+        "measured": ESTIMATED + fmt_us(sum(r.measured_us for r in left_out)),
+        "why": "--top 0 shows all",
+    }

@@ -1,6 +1,8 @@
 """`--format csv`: one row per op, the contract's op fields (hints joined by `; `); with
 `--group-by`, one row per group instead, and with `--steps`, one row per step (a CSV file holds
-one table: the one the options ask for)."""
+one table: the one the options ask for). Under a command buffer call come its ops (unless
+`--no-sub-rows`): no rank, share or cum_share, `estimated` true and `command_buffer_rank` the
+call's rank; the ranked rows (`command_buffer_rank` empty) add up to the report's totals."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.render.cells import has_bound
-from hlogap.report.model import AuditReport
+from hlogap.report.model import AuditReport, OpRow
 
 COLUMNS = (
     "rank",
@@ -34,6 +36,8 @@ COLUMNS = (
     "intensity",
     "hints",
     "hlo",
+    "estimated",
+    "command_buffer_rank",
 )
 
 
@@ -56,12 +60,18 @@ class CsvRenderer:
             rows = document.ops if options.top <= 0 else document.ops[: options.top]
             shares = document.shares(rows)
             for rank, (row, share) in enumerate(zip(rows, shares, strict=True), 1):
-                values = row.to_dict(rank, *share)
-                values["hints"] = "; ".join(row.hints)
-                if not has_bound(row):  # no bound: empty cells, not 0 and its whole time
-                    values.update(bound_us=None, gap_us=None, efficiency=None)
-                writer.writerow(["" if values[c] is None else values[c] for c in COLUMNS])
+                _op(writer, row, row.to_dict(rank, *share))
+                for sub in row.command_buffer_ops if options.sub_rows else ():
+                    values = sub.to_dict(rank) | {"rank": None, "command_buffer_rank": rank}
+                    _op(writer, sub, values)
         return out.getvalue()
+
+
+def _op(writer: Any, row: OpRow, values: dict[str, object]) -> None:
+    values["hints"] = "; ".join(row.hints)
+    if not has_bound(row):  # no bound: empty cells, not 0 and its whole time
+        values.update(bound_us=None, gap_us=None, efficiency=None)
+    writer.writerow(["" if values.get(c) is None else values[c] for c in COLUMNS])
 
 
 def _groups(report: AuditReport, top: int, writer: Any) -> None:

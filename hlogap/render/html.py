@@ -30,6 +30,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 th.num { text-align: right; }
 tr.op:hover, tr.step:hover { background: #f7f9ff; } tr.op, tr.step { cursor: pointer; }
 tr.found { background: #fff3c4; }
+tr.sub td { color: #555; font-size: 12.5px; } tr.sub td:nth-child(2) { padding-left: 1.6em; }
 tr.detail td { background: #fafafa; font-size: 12.5px; }
 tr.detail pre { white-space: pre-wrap; margin: 0.4em 0; max-width: 110em; }
 #filter { width: 28em; padding: 4px 6px; margin: 0.5em 0; }
@@ -101,8 +102,10 @@ function renderOps() {
   table.appendChild(head);
   const get = COLUMNS.find((c) => c[0] === sortKey)[2];
   const needle = filterText.toLowerCase();
-  const rows = R.ops.filter((o) => !needle || [o.label, o.category, o.bound_by, o.module,
-    o.op_name, o.hints.join(" ")].join(" ").toLowerCase().includes(needle));
+  const matches = (o) => !needle || [o.label || o.name, o.category, o.bound_by, o.module,
+    o.op_name, o.hints.join(" ")].join(" ").toLowerCase().includes(needle);
+  const showSubs = document.getElementById("subrows").checked;
+  const rows = R.ops.filter((o) => matches(o) || (showSubs && o.command_buffer_ops.some(matches)));
   rows.sort((a, b) => {
     const x = get(a), y = get(b);
     if (x == null) return 1;
@@ -124,8 +127,29 @@ function renderOps() {
     }
     tr.addEventListener("click", () => toggleDetail(tr, o));
     table.appendChild(tr);
+    const longest = [...o.command_buffer_ops].sort((a, b) => b.measured_us - a.measured_us);
+    if (showSubs) for (const sub of longest) table.appendChild(subRow(sub));
   }
   document.getElementById("shown").textContent = rows.length + " of " + count(R.ops.length, "op");
+}
+
+// A command buffer's op under its call (estimated: its share of the call's time by its
+// bound), kept under the call whatever the sort; its estimated figures marked "~".
+const estimated = (text) => text === "-" ? text : "~" + text;
+const SUB_CELLS = {
+  rank: () => "", name: (o) => "\u2514 " + o.name, share: () => "",
+  measured_us: (o) => estimated(fmtUs(o.measured_us)),
+  gap_us: (o) => estimated(fmtUs(bounded(o, o.gap_us))),
+  efficiency: (o) => estimated(pct(bounded(o, o.efficiency))),
+  hints: (o) => (o.hints.find((h) => !h.startsWith("estimated: ")) || ""),
+};
+function subRow(o) {
+  const tr = el("tr", {class: "op sub", title: o.hints[0] || ""});
+  for (const [key, , , show, num] of COLUMNS) {
+    tr.appendChild(el("td", num ? {class: "num"} : {}, (SUB_CELLS[key] || show)(o)));
+  }
+  tr.addEventListener("click", () => toggleDetail(tr, o));
+  return tr;
 }
 
 function toggleDetail(tr, o) {
@@ -410,6 +434,7 @@ function renderActions() {
 }
 
 document.getElementById("filter").addEventListener("input", (e) => { filterText = e.target.value; renderOps(); });
+document.getElementById("subrows").addEventListener("change", renderOps);
 renderOps();
 renderChart();
 renderScopes();
@@ -441,6 +466,9 @@ class HtmlRenderer:
         for op, label in zip(ops, op_labels(document, shown), strict=True):
             op["label"] = label
         title = f"hlogap audit: {escape(document.path)}"
+        # The command buffers' ops under their calls: a box to hide them where there are some.
+        hidden = "" if any(r.command_buffer_ops for r in shown) else " hidden"
+        checked = " checked" if options.sub_rows else ""
         header = escape("\n".join(header_lines(document)))
         steps = escape("\n".join(steps_overview(document)[:2]))
         return f"""<!doctype html>
@@ -454,6 +482,7 @@ class HtmlRenderer:
 <div id="chart"></div>
 <h2>Ops <span id="shown" class="muted"></span></h2>
 <input id="filter" type="search" placeholder="filter: op, category, bound by, module, hint">
+<label id="subrows-box" class="muted"{hidden}><input id="subrows" type="checkbox"{checked}> the ops of each command buffer (CUDA graph) under its call: times estimated (~), its share by their bounds, counted once in the call</label>
 <table id="ops"></table>
 <h2>What to change</h2>
 <div id="actions"></div>

@@ -6,7 +6,16 @@ import sys
 from pathlib import Path
 
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
-from hlogap.render.cells import bound_cells, count_cell, op_labels
+from hlogap.render.cells import (
+    SUB_ROW,
+    SUB_ROWS_NOTE,
+    bound_cells,
+    count_cell,
+    more_sub_cells,
+    op_labels,
+    sub_row_cells,
+    sub_rows,
+)
 from hlogap.render.text import (
     CHECK_ROWS,
     DIFF_COLUMNS,
@@ -33,7 +42,7 @@ class MarkdownRenderer:
 
     def render(self, document: Document, options: RenderOptions) -> str:
         if isinstance(document, AuditReport):
-            return _audit(document, options.top, options.steps)
+            return _audit(document, options.top, options.steps, options.sub_rows)
         if isinstance(document, Diff):
             return "\n".join(["## hlogap diff", "", *_diff(document, options.top)]) + "\n"
         if isinstance(document, CheckResult):
@@ -48,7 +57,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _audit(report: AuditReport, top: int, steps: bool) -> str:
+def _audit(report: AuditReport, top: int, steps: bool, subs: bool = True) -> str:
     lines = ["## hlogap audit", ""]
     lines += [f"- {_cell(line)}" for line in header_lines(report)]
     if report.group_by:
@@ -71,6 +80,7 @@ def _audit(report: AuditReport, top: int, steps: bool) -> str:
     ]
     rows = report.ops if top <= 0 else report.ops[:top]
     labels = op_labels(report, rows)
+    estimated = False
     for rank, (r, label, (share, _)) in enumerate(
         zip(rows, labels, report.shares(rows), strict=True), 1
     ):
@@ -81,6 +91,11 @@ def _audit(report: AuditReport, top: int, steps: bool) -> str:
             f"{fmt_us(r.measured_us)} | {fmt_eff(share)} | {bound} | {gap} | {eff} | "
             f"{r.bound_by} | {_cell(hint)} |"
         )
+        under, left_out = sub_rows(r, top) if subs else ([], [])
+        lines += [_sub_row(sub_row_cells(sub), code=True) for sub in under]
+        lines += [_sub_row(more_sub_cells(left_out), code=False)] if left_out else []
+        estimated = estimated or bool(under)
+    lines += ["", f"{_cell(SUB_ROWS_NOTE)}"] if estimated else []
     if steps:
         lines += ["", *(f"- {_cell(line)}" for line in steps_overview(report)), ""]
         lines += ["| " + " | ".join(STEP_COLUMNS) + " |", "|" + "---:|" * len(STEP_COLUMNS)]
@@ -90,6 +105,15 @@ def _audit(report: AuditReport, top: int, steps: bool) -> str:
             lines.append("| " + " | ".join(cells[c] for c in STEP_COLUMNS) + " |")
         lines += more_line(len(shown), len(report.steps), "--top 0 shows all", "steps")
     return "\n".join(lines) + "\n"
+
+
+def _sub_row(cells: dict[str, str], code: bool) -> str:
+    """A command buffer's op under its call (`↳ name`, its estimated figures marked `~`), or
+    the line standing for the ops left out (`code` False)."""
+    name = _cell(cells["op"].removeprefix(SUB_ROW))
+    op = f"↳ `{name}`" if code else f"↳ {name}"
+    keys = ("category", "n", "measured", "time", "bound", "gap", "eff", "bound by", "why")
+    return f"| | {op} | " + " | ".join(_cell(cells[k]) for k in keys) + " |"
 
 
 def _diff_table(rows: list[DiffRow], with_module: bool) -> list[str]:

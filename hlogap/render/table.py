@@ -16,7 +16,15 @@ from hlogap.render.base import (
     RenderOptions,
     register,
 )
-from hlogap.render.cells import bound_cells, count_cell, op_labels
+from hlogap.render.cells import (
+    SUB_ROWS_NOTE,
+    bound_cells,
+    count_cell,
+    more_sub_cells,
+    op_labels,
+    sub_row_cells,
+    sub_rows,
+)
 from hlogap.render.sparkline import allocator_timeline_lines
 from hlogap.render.text import (
     CHECK_ROWS,
@@ -131,7 +139,7 @@ def _audit(report: AuditReport, options: RenderOptions) -> str:
     if report.group_by:
         drawn, after = _groups(report, top, options.width)
     else:
-        drawn, after = _ops(report, top, options.width, color)
+        drawn, after = _ops(report, top, options.width, color, options.sub_rows)
     checked = cross_check_lines(report)
     after = [*after, *(["", *checked] if checked else [])]
     actions = [*action_lines(report, top), *what_if_lines(report)]
@@ -250,10 +258,11 @@ def _fitted_table(
 
 
 def _ops(
-    report: AuditReport, top: int, width: int | None, color: bool = False
+    report: AuditReport, top: int, width: int | None, color: bool = False, subs: bool = True
 ) -> tuple[Table | list[str], list[str]]:
     rows = report.ops if top <= 0 else report.ops[:top]
     cells = []
+    note: list[str] = []
     for rank, (r, label, (share, _)) in enumerate(
         zip(rows, op_labels(report, rows), report.shares(rows), strict=True), 1
     ):
@@ -273,13 +282,18 @@ def _ops(
                 "why": r.hints[0] if r.hints else "",
             }
         )
+        shown, left_out = sub_rows(r, top) if subs else ([], [])
+        cells += [sub_row_cells(sub) for sub in shown]
+        cells += [more_sub_cells(left_out)] if left_out else []
+        if shown:
+            note = [SUB_ROWS_NOTE]
     if width is None:
         table = _new_table()
         _columns(table, OP_COLUMNS)
         for c in cells:
             table.add_row(*(c[name] for name, _ in OP_COLUMNS))
-        return table, more_line(len(rows), len(report.ops), "--top 0 shows all")
-    more = more_line(len(rows), len(report.ops), "--top 0 shows all")
+        return table, [*more_line(len(rows), len(report.ops), "--top 0 shows all"), *note]
+    more = [*more_line(len(rows), len(report.ops), "--top 0 shows all"), *note]
     _, _, why_width = _fit(cells, OP_COLUMNS, DROP_FIRST, width)
     if all(len(c["why"]) <= why_width for c in cells):
         table, dropped = _fitted_table(cells, OP_COLUMNS, DROP_FIRST, width)

@@ -14,8 +14,11 @@ from hlogap.units import fmt_si, fmt_us
 # nothing yet (before its first event) or any more (after its last).
 LEVELS = " ▁▂▃▄▅▆▇█"
 MAX_WIDTH = 80
-MAX_LABEL = 14  # an allocator's name (with its host's where there are several) is cut to this
+# An allocator's name (with its host's before it where there are several) is cut to this from
+# the left: hosts of a pod differ at their ends (`...-w-12/GPU_0_bfc`).
+MAX_LABEL = 14
 PEAK_WIDTH = 8  # "21.5 GB"
+MIN_COLUMNS = 20  # a narrower terminal wraps the lines rather than lose the curve
 
 
 def allocator_timeline_lines(
@@ -30,7 +33,8 @@ def allocator_timeline_lines(
     hosts = {a.host for a in shown}
     labels = [_cut(a.name if len(hosts) < 2 else f"{a.host}/{a.name}") for a in shown]
     label_width = max(len("steps"), *(len(s) for s in labels))
-    columns = min(width or MAX_WIDTH, MAX_WIDTH) - 2 - label_width - 2 - 2 - PEAK_WIDTH
+    room = min(width or MAX_WIDTH, MAX_WIDTH) - 2 - label_width - 2 - 2 - PEAK_WIDTH
+    columns = max(MIN_COLUMNS, room)
     starts = [a.timeline.start_us for a in shown if a.timeline is not None]
     ends = [a.timeline.end_us for a in shown if a.timeline is not None]
     first = min([*starts, *(s.start_us for s in steps)])
@@ -57,7 +61,7 @@ def allocator_timeline_lines(
 
 
 def _cut(label: str) -> str:
-    return label if len(label) <= MAX_LABEL else label[: MAX_LABEL - 1] + "…"
+    return label if len(label) <= MAX_LABEL else "…" + label[len(label) - MAX_LABEL + 1 :]
 
 
 def _column(us: float, first: float, column_us: float, columns: int) -> int:

@@ -378,6 +378,80 @@ def test_step_gate_fails_closed_without_steps(
     assert "step time: no steps in BASE" in out.stdout
 
 
+def test_step_gates_leave_out_the_warm_up_as_the_summary_does(
+    mlp_report: dict, tmp_path: Path
+) -> None:
+    """A run traced from its first step (compilation, autotuning: 20x long and nearly all
+    idle) against the same run traced from its second: the steady steps are the same, and the
+    gates compare those, as the audit's summary does (they read 79% idle on the H100 archive
+    where the summary said 1%)."""
+    base = _save(tmp_path, mlp_report, "steady.json")
+    with_warmup = copy.deepcopy(mlp_report)
+    first = copy.deepcopy(with_warmup["steps"][0])
+    first["wall_us"] *= 20
+    first["device_wall_us"] *= 20
+    first["idle_us"] = first["device_wall_us"] - first["busy_us"]
+    with_warmup["steps"].insert(0, first)
+    new = _save(tmp_path, with_warmup, "warm.json")
+    out = _check(
+        str(new),
+        "--baseline",
+        str(base),
+        "--max-step-regression",
+        "0",
+        "--max-idle-regression",
+        "0",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stdout
+    idle = mlp_report["summary"]["idle_fraction"] * 100
+    assert f"devices idle {idle:.1f}% -> {idle:.1f}%" in out.stdout
+    assert "warm-up steps left out: 1 in NEW" in out.stdout
+
+
+def test_a_version_2_idle_is_not_compared(mlp_report: dict, tmp_path: Path) -> None:
+    """Version 2 counted the skew between devices as idle: the idle gate says so and fails
+    closed rather than compare two different figures (it passed at -54 points)."""
+    old = copy.deepcopy(mlp_report)
+    old["schema"] = "hlogap.audit/2"
+    for step in old["steps"]:
+        del step["per_device"]
+    base, new = _save(tmp_path, old, "v2.json"), _save(tmp_path, mlp_report, "v3.json")
+    out = _check(str(new), "--baseline", str(base), "--max-idle-regression", "5", cwd=tmp_path)
+    assert out.returncode == 1, out.stdout
+    assert "idle: BASE saved before hlogap.audit/3" in out.stdout
+
+
+def test_most_of_the_program_gone_fails_closed(mlp_report: dict, tmp_path: Path) -> None:
+    """A profile that lacks ops holding most of the baseline's time is not the same program:
+    exit 3 with the share (an audit filtered to one module passed at -89%); less than that,
+    the gone ops are listed."""
+    ops = sorted(mlp_report["ops"], key=lambda o: -o["measured_us"])
+    total = mlp_report["summary"]["measured_us"]
+    kept, gone_us = [], 0.0
+    for op in ops:  # drop the largest ops until over half the time is gone
+        if gone_us <= 0.5 * total:
+            gone_us += op["measured_us"]
+        else:
+            kept.append(op)
+    part = copy.deepcopy(mlp_report)
+    part["ops"] = kept
+    part["summary"]["ops"] = len(kept)
+    part["summary"]["measured_us"] = sum(o["measured_us"] for o in kept)
+    part["summary"]["bound_us"] = sum(o["bound_us"] for o in kept)
+    base, new = _save(tmp_path, mlp_report, "all.json"), _save(tmp_path, part, "part.json")
+    out = _check(str(new), "--baseline", str(base), cwd=tmp_path)
+    assert out.returncode == 3, out.stdout
+    assert f"took {gone_us / total:.0%} of the baseline" in out.stderr
+    # One op gone (over 1% of the time, under half): listed, and the gate still runs.
+    smaller = copy.deepcopy(mlp_report)
+    lost = next(o for o in ops[1:] if 0.01 * total < o["measured_us"] < 0.5 * total)
+    smaller["ops"] = [o for o in smaller["ops"] if o["name"] != lost["name"]]
+    out = _check(str(_save(tmp_path, smaller, "one.json")), "--baseline", str(base), cwd=tmp_path)
+    assert out.returncode in (0, 1), out.stderr
+    assert "ops gone since the baseline" in out.stdout and lost["name"] in out.stdout
+
+
 # ------------------------------------------------------------------------- the gate fails closed
 
 
@@ -421,3 +495,11 @@ def test_baseline_with_infinite_medians_is_corrupt(
     baseline.write_text(text)
     out = _gate(baseline, cpu_chip_file, cwd=tmp_path)
     assert out.returncode == 3 and "corrupt" in out.stderr
+
+
+def test_a_change_is_shown_to_the_limits_precision() -> None:
+    """A +0.0437% peak growth against a 0.01% limit failed reading '+0.0%'."""
+    from hlogap.report.gate import _pct
+
+    assert _pct(0.0437, 0.01) == "+0.044%"
+    assert _pct(0.0437) == "+0.0%" and _pct(12.34, 5) == "+12.3%" and _pct(None) == "-"

@@ -578,18 +578,24 @@ def thresholds_line(result: CheckResult) -> str:
 
 
 def appeared_lines(result: CheckResult) -> list[str]:
-    if not result.appeared:
-        return []
-    names = ", ".join(
-        f"{r.name} ({r.op.measured_us / result.diff.new.measured_us:.0%} of the time)"
-        for r in result.appeared[:5]
-    )
-    extra = len(result.appeared) - 5
-    return [
-        "new ops (counted in the totals, not gated one by one): "
-        + names
-        + (f" and {extra} more" if extra > 0 else "")
-    ]
+    """The ops only one side has (not tiny), each with its share of its side's time."""
+    lines = []
+    for rows, report, what in (
+        (result.appeared, result.diff.new, "new ops"),
+        (result.vanished, result.diff.base, "ops gone since the baseline"),
+    ):
+        if not rows:
+            continue
+        names = ", ".join(
+            f"{r.name} ({r.op.measured_us / report.measured_us:.0%} of the time)" for r in rows[:5]
+        )
+        extra = len(rows) - 5
+        lines.append(
+            f"{what} (counted in the totals, not gated one by one): "
+            + names
+            + (f" and {extra} more" if extra > 0 else "")
+        )
+    return lines
 
 
 CROSS_CHECK_ROWS = 10  # differing ops listed under the table; JSON lists them all

@@ -25,7 +25,7 @@ from pathlib import Path
 from hlogap._version import __version__
 from hlogap.errors import InputError, UsageError
 from hlogap.report.compare import Diff, DiffRow
-from hlogap.report.model import AuditReport
+from hlogap.report.model import AuditReport, steady_steps, steps_summary, warmup_steps
 from hlogap.source import read_toml
 from hlogap.trace.model import CORRUPT_TRACE
 from hlogap.units import fmt_si, fmt_us
@@ -162,6 +162,7 @@ class CheckResult:
     gated: list[DiffRow]  # matched ops the per-op check looked at
     regressed: list[DiffRow]  # gated ops over the per-op limit, largest total delta first
     appeared: list[DiffRow]  # new ops that would not be tiny (they count in the totals only)
+    vanished: list[DiffRow] = field(default_factory=list)  # baseline ops gone, not tiny
 
     @property
     def passed(self) -> bool:
@@ -184,6 +185,7 @@ class CheckResult:
             "checks": [c.to_dict() for c in self.checks],
             "regressed_ops": [r.to_dict() for r in self.regressed],
             "appeared_ops": [r.to_dict() for r in self.appeared],
+            "vanished_ops": [r.to_dict() for r in self.vanished],
             "gated_ops": len(self.gated),
             "diff": self.diff.to_dict(0),
         }
@@ -193,7 +195,8 @@ def _short(check: Check) -> str:
     if check.name == "ops":
         return f"{check.value:.0f} op{'' if check.value == 1 else 's'} over +{check.limit:g}%"
     if check.name == "step":
-        return f"step {_pct(check.value)} (limit +{check.limit:g}%)"
+        value = "unknown" if check.value is None else _pct(check.value)
+        return f"step {value} (limit +{check.limit:g}%)"
     if check.name == "idle":
         value = "unknown" if check.value is None else f"{check.value:+.1f} pt"
         return f"idle {value} (limit +{check.limit:g} pt)"
@@ -201,7 +204,7 @@ def _short(check: Check) -> str:
         value = "unknown" if check.value is None else _bytes(check.value)
         return f"peak {value} (max {_bytes(check.limit)})"
     if check.name == "peak-growth":
-        return f"peak {_pct(check.value)} (limit +{check.limit:g}%)"
+        return f"peak {_pct(check.value, check.limit)} (limit +{check.limit:g}%)"
     if check.name == "efficiency":
         value = "unknown" if check.value is None else f"{check.value:.2f}"
         return f"efficiency {value} (min {check.limit:g})"
@@ -263,7 +266,8 @@ def _memory_checks(diff: Diff, t: Thresholds) -> list[Check]:
                     growth,
                     t.max_peak_regression,
                     growth > t.max_peak_regression,
-                    f"static memory peak {_bytes(base[1])} -> {_bytes(new[1])}: {_pct(growth)} "
+                    f"static memory peak {_bytes(base[1])} -> {_bytes(new[1])}: "
+                    f"{_pct(growth, t.max_peak_regression)} "
                     f"(limit +{t.max_peak_regression:g}%)",
                 )
             )
@@ -299,8 +303,15 @@ def parse_peak_limit(text: str) -> tuple[float | None, float | None]:
     return number * scale, None
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.1f}%"
+def _pct(value: float | None, limit: float | None = None) -> str:
+    """A change in %: one decimal, more where the limit it is read against has more (+0.04%
+    against a 0.01% limit, not +0.0%)."""
+    if value is None:
+        return "-"
+    digits = 1
+    if limit is not None and 0 < limit < 0.1:
+        digits = math.ceil(-math.log10(limit)) + 1
+    return f"{value:+.{digits}f}%"
 
 
 def _share(row: DiffRow, diff: Diff) -> float:
@@ -354,15 +365,38 @@ def _refuse_degenerate(diff: Diff) -> None:
                 f"{role} {report.path} is {report.bound_us / report.measured_us:.3g}x faster "
                 "than its own roofline bound: its times are not real (or the chip is wrong)"
             )
+
+    def modules(report: AuditReport) -> str:
+        return ", ".join(sorted({o.module for o in report.ops})[:4])
+
     if not any(row.base is not None and row.new is not None for row in diff.rows):
-
-        def modules(report: AuditReport) -> str:
-            return ", ".join(sorted({o.module for o in report.ops})[:4])
-
         raise InputError(
             f"no op of {diff.new.path} (modules {modules(diff.new)}) matches the baseline "
             f"{diff.base.path} (modules {modules(diff.base)}): nothing was compared"
         )
+    gone = _vanished_share(diff)
+    if gone > VANISHED_LIMIT:
+        kept = {o.module for o in diff.new.ops}
+        lost = sorted({r.op.module for r in diff.rows if r.new is None} - kept)
+        which = f" (modules {', '.join(lost[:4])} vanished)" if lost else ""
+        raise InputError(
+            f"ops that took {gone:.0%} of the baseline {diff.base.path}'s time are not in "
+            f"{diff.new.path}{which}: not the same program, its totals cannot be compared "
+            "(--module gates the part both run)"
+        )
+
+
+# The share of the baseline's measured time in ops the profile lacks above which the two are
+# not one program: the totals would compare what is left with all of it (an audit filtered to
+# one module passed at -89%).
+VANISHED_LIMIT = 0.5
+
+
+def _vanished_share(diff: Diff) -> float:
+    """The share of the baseline's measured time in ops the profile does not have."""
+    total = diff.base.measured_us
+    gone = sum(r.base.measured_us for r in diff.rows if r.new is None and r.base is not None)
+    return gone / total if total > 0 else 0.0
 
 
 def run_check(diff: Diff, t: Thresholds) -> CheckResult:
@@ -425,17 +459,33 @@ def run_check(diff: Diff, t: Thresholds) -> CheckResult:
     appeared = [
         row for row in diff.rows if row.base is None and not is_tiny(row, diff, t.min_op_share)
     ]
-    return CheckResult(diff, t, checks, gated, regressed, appeared)
+    vanished = [
+        row for row in diff.rows if row.new is None and not is_tiny(row, diff, t.min_op_share)
+    ]
+    return CheckResult(diff, t, checks, gated, regressed, appeared, vanished)
 
 
 def _idle_share(report: AuditReport) -> float | None:
-    """Percent of the devices' own step time spent idle (skew between devices is not idle)."""
-    device_time = sum(s.device_wall_us for s in report.steps)
-    return sum(s.idle_us for s in report.steps) / device_time * 100 if device_time > 0 else None
+    """Percent of the devices' own step time spent idle over the steady steps (the summary's
+    frame: warm-up left out; skew between devices is not idle)."""
+    fraction = steps_summary(report.steps)["idle_fraction"]
+    return fraction * 100 if isinstance(fraction, float) else None
+
+
+def _warmup(diff: Diff) -> str:
+    """Which warm-up steps the step figures leave out, per side ('' where none)."""
+    left = [
+        f"{count} in {side}"
+        for side, r in (("BASE", diff.base), ("NEW", diff.new))
+        for count in [warmup_steps([s.wall_us for s in r.steps])]
+        if count
+    ]
+    return f"; warm-up steps left out: {', '.join(left)}" if left else ""
 
 
 def _step_checks(diff: Diff, t: Thresholds) -> list[Check]:
-    """The step checks asked for; each fails when a side has no steps to compare."""
+    """The step checks asked for, over each side's steady steps (the summary's frame); each
+    fails when a side has no steps to compare."""
     checks: list[Check] = []
     missing = [side for side, r in (("BASE", diff.base), ("NEW", diff.new)) if not r.steps]
     why = f"no steps in {' and '.join(missing)}" if missing else ""
@@ -443,8 +493,8 @@ def _step_checks(diff: Diff, t: Thresholds) -> list[Check]:
         if missing:
             checks.append(Check("step", None, t.max_step_regression, True, f"step time: {why}"))
         else:
-            base = statistics.median(s.wall_us for s in diff.base.steps)
-            new = statistics.median(s.wall_us for s in diff.new.steps)
+            base = statistics.median(s.wall_us for s in steady_steps(diff.base.steps))
+            new = statistics.median(s.wall_us for s in steady_steps(diff.new.steps))
             delta = (new - base) / base * 100 if base > 0 else None
             checks.append(
                 Check(
@@ -453,13 +503,25 @@ def _step_checks(diff: Diff, t: Thresholds) -> list[Check]:
                     t.max_step_regression,
                     delta is None or delta > t.max_step_regression,
                     f"median step {fmt_us(base)} -> {fmt_us(new)}: {_pct(delta)} "
-                    f"(limit +{t.max_step_regression:g}%)",
+                    f"(limit +{t.max_step_regression:g}%){_warmup(diff)}",
                 )
             )
     if t.max_idle_regression is not None:
+        # A version-2 report counted the skew between devices as idle (version 3 does not):
+        # its idle is not the same figure, and no verdict can compare the two.
+        older = [
+            side
+            for side, r in (("BASE", diff.base), ("NEW", diff.new))
+            if r.steps and not all(s.device_rows for s in r.steps)
+        ]
         base_idle, new_idle = _idle_share(diff.base), _idle_share(diff.new)
-        if missing or base_idle is None or new_idle is None:
-            reason = why or "no step time"
+        if missing or older or base_idle is None or new_idle is None:
+            reason = why or (
+                f"{' and '.join(older)} saved before hlogap.audit/3 (its idle counts the skew "
+                "between devices): save it again with this hlogap"
+                if older
+                else "no step time"
+            )
             checks.append(Check("idle", None, t.max_idle_regression, True, f"idle: {reason}"))
         else:
             change = new_idle - base_idle
@@ -470,7 +532,7 @@ def _step_checks(diff: Diff, t: Thresholds) -> list[Check]:
                     t.max_idle_regression,
                     change > t.max_idle_regression,
                     f"devices idle {base_idle:.1f}% -> {new_idle:.1f}% of step time: "
-                    f"{change:+.1f} pt (limit +{t.max_idle_regression:g} pt)",
+                    f"{change:+.1f} pt (limit +{t.max_idle_regression:g} pt){_warmup(diff)}",
                 )
             )
     return checks

@@ -15,7 +15,7 @@ from hlogap.memory.runtime import allocator_peaks, on_run
 from hlogap.memory.static import memory_section
 from hlogap.report.groups import DEFAULT_DEPTH, GROUP_KEYS, axis_groups, group_rows
 from hlogap.report.model import SORT_KEYS, AuditReport, ChipSource, load_json, sort_rows
-from hlogap.source import ProfileSource, find_profile, is_url, regular_file
+from hlogap.source import ProfileSource, Remote, find_profile, is_url, regular_file
 from hlogap.trace.model import OpKey, Step, merge_steps
 from hlogap.trace.reading import Progress, SkippedHost
 from hlogap.trace.steps import collective_times, module_spans, module_steps, step_totals
@@ -408,18 +408,28 @@ def _modules(hosts: HostExecutor, run: RunSummary) -> dict[tuple[str, str], byte
     return modules
 
 
-def is_json_report(path: Path) -> bool:
-    """A saved report: a `.json` file, or any file (not `.pb`) whose content starts with `{`."""
-    if path.suffix.lower() == ".json":
+def is_json_report(path: str | Path) -> bool:
+    """A saved report: a `.json` file or URL, or any file (not `.pb`) whose content starts with
+    `{` (a URL's first bytes read through fsspec; a remote logdir is no file and reads none)."""
+    name = str(path).split("::", 1)[0].lower()  # a chained URL's first part names the file
+    if name.endswith(".json"):
         return True
-    if not path.is_file() or path.suffix.lower() == ".pb":
+    if name.endswith(".pb"):
+        return False
+    if is_url(path):
+        remote = Remote(str(path))
+        if not remote.call("isfile", remote.path):
+            return False
+        head: bytes = remote.call("cat_file", remote.path, 0, 64)
+        return head.lstrip().startswith(b"{")
+    local = Path(path)
+    if not local.is_file():
         return False
     try:
-        with path.open("rb") as f:
-            head = f.read(64)
+        with local.open("rb") as f:
+            return f.read(64).lstrip().startswith(b"{")
     except OSError:
         return False
-    return head.lstrip().startswith(b"{")
 
 
 def load_report(
@@ -433,21 +443,20 @@ def load_report(
     module: str | None = None,
     progress: Progress | None = None,
 ) -> AuditReport:
-    """A saved JSON report, or a profile audited. `role` ("baseline", "BASE"...) names it in
-    errors. `module` (a regex) also filters the ops of a saved report."""
-    if is_url(path):  # a remote profile: find_profile lists it through fsspec
+    """A saved JSON report (a local path or a URL), or a profile audited. `role` ("baseline",
+    "BASE"...) names it in errors. `module` (a regex) also filters the ops of a saved report."""
+    if not is_url(path):
+        local = Path(path)
+        if not local.exists():
+            raise InputError(f"{role} not found: {local}")
+        if not local.is_dir():
+            regular_file(local, role)
+    if not is_json_report(path):
         return audit(
             path, chip, run=run, host=host, device=device, module=module, progress=progress
         )
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"{role} not found: {p}")
-    if not p.is_dir():
-        regular_file(p, role)
-    if not is_json_report(p):
-        return audit(p, chip, run=run, host=host, device=device, module=module, progress=progress)
     module_re = module_pattern(module)
-    report = load_json(p, role)
+    report = load_json(path, role)
     if module_re is None:
         return report
     matched = [o for o in report.ops if module_re.search(o.module)]

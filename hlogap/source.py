@@ -171,6 +171,13 @@ class Remote:
         return InputError(f"cannot {verb} {self.url}: {_first_line(exc)}")
 
 
+def read_remote(url: str) -> bytes:
+    """The whole file a URL names (a saved report), through fsspec: one line for any failure."""
+    remote = Remote(url)
+    data: bytes = remote.call("cat_file", remote.path, timed=False)
+    return data
+
+
 def _is_auth_error(exc: BaseException) -> bool:
     """Credentials refused or missing, as the backends raise it: botocore's NoCredentialsError,
     google.auth's errors, gcsfs's 401/403."""

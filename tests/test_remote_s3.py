@@ -167,6 +167,32 @@ def test_audit_cluster_and_check_read_a_run_in_s3(
     assert gate.returncode == 0, gate.stdout + gate.stderr
 
 
+def test_a_baseline_kept_in_s3_is_read_as_a_saved_report(
+    s3_env: dict[str, str], local_run: Path, chip: Path
+) -> None:
+    """`check --baseline s3://.../base.json` and `diff s3://... PATH`: the object is the saved
+    report, read through s3fs, never audited as a profile."""
+    local = _hlogap(["audit", str(local_run), "--chip", str(chip), "-f", "json"], s3_env)
+    assert local.returncode == 0, local.stderr
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=s3_env["AWS_ENDPOINT_URL"],
+        region_name="us-east-1",
+        aws_access_key_id=s3_env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=s3_env["AWS_SECRET_ACCESS_KEY"],
+    )
+    s3.put_object(Bucket=BUCKET, Key="baselines/main.json", Body=local.stdout.encode())
+    url = f"s3://{BUCKET}/baselines/main.json"
+    gate = _hlogap(["check", str(local_run), "--baseline", url, "--chip", str(chip)], s3_env)
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    assert f"baseline: {url}; checked: {local_run}" in gate.stdout
+    diff = _hlogap(["diff", url, str(local_run), "--chip", str(chip), "-f", "json"], s3_env)
+    assert diff.returncode == 0, diff.stderr
+    base = json.loads(diff.stdout)["base"]
+    assert (base["path"], base["kind"]) == (url, "report")
+    assert base["measured_us"] == pytest.approx(json.loads(local.stdout)["summary"]["measured_us"])
+
+
 def _one_line_error(result: subprocess.CompletedProcess[str]) -> str:
     assert result.returncode == 3, result.stdout + result.stderr
     assert result.stdout == ""

@@ -18,7 +18,7 @@ from hlogap.chips import Chip
 from hlogap.errors import InputError
 from hlogap.hlo.mesh import Mesh
 from hlogap.memory.static import MemorySection
-from hlogap.source import regular_file
+from hlogap.source import is_url, read_remote, regular_file
 from hlogap.trace.model import Backend, StepSource
 from hlogap.trace.timeline import Timeline
 
@@ -916,11 +916,14 @@ class AuditReport:
         return report
 
 
-def load_json(path: Path, role: str) -> AuditReport:
-    """A saved `audit --format json` report; `role` ("baseline", "BASE"...) names it in errors."""
-    regular_file(path, role)
+def load_json(path: str | Path, role: str) -> AuditReport:
+    """A saved `audit --format json` report, a local file or a URL (read through fsspec);
+    `role` ("baseline", "BASE"...) names it in errors."""
     try:
-        text = path.read_text(encoding="utf-8")
+        if is_url(path):
+            text = read_remote(str(path)).decode("utf-8")
+        else:
+            text = regular_file(Path(path), role).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise InputError(f"cannot read {role} {path}: {reason}") from exc

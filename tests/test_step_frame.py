@@ -398,3 +398,10 @@ def test_warmup_left_out_and_each_step_against_itself() -> None:
     assert steady_steps([steps[1], steps[0], steps[2]]) == [steps[1], steps[0], steps[2]]
     # One step alone is kept, however long.
     assert steady_steps(steps[:1]) == steps[:1]
+
+
+def test_a_small_utilisation_is_not_printed_as_zero() -> None:
+    from hlogap.render.text import fmt_util
+
+    assert fmt_util(0.00002) == "<0.1%"  # the v6e offload profile's HFU read "0.0%"
+    assert fmt_util(0.004) == "0.4%" and fmt_util(0.14) == "14%" and fmt_util(0.0) == "0.0%"

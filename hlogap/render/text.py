@@ -396,7 +396,9 @@ def _step_list(numbers: list[int]) -> str:
 
 
 def fmt_util(value: float) -> str:
-    """A utilisation: one decimal below 10% (0.4% is not 0%)."""
+    """A utilisation: one decimal below 10% (0.4% is not 0%), and under 0.05% not 0.0%."""
+    if 0 < value < 0.0005:
+        return "<0.1%"
     return f"{value:.1%}" if value < 0.1 else f"{value:.0%}"
 
 

@@ -172,6 +172,74 @@ def test_a_corrupt_host_is_exit_3_naming_it_or_skipped_with_a_warning(
     assert sorted(data["hosts"]["hosts"]) == ["host00", "host01", "host03"]
 
 
+def _run_with_a_truncated_host(pod: Path, directory: Path) -> Path:
+    """A two-host run of the pod whose second host file is cut short."""
+    run = directory / "tb" / "plugins" / "profile" / "run1"
+    run.mkdir(parents=True)
+    for f in sorted((pod / "plugins" / "profile" / "run1").iterdir())[:2]:
+        (run / f.name).write_bytes(f.read_bytes())
+    (run / "host01.xplane.pb").write_bytes((run / "host01.xplane.pb").read_bytes()[:3000])
+    return directory / "tb"
+
+
+def test_a_local_clusters_workers_log_no_traceback_of_a_bad_host(
+    pod: Path, chip: str, tmp_path: Path
+) -> None:
+    """`--cluster local:2`: the workers write to hlogap's stderr; a host's failure is still the
+    one line (the workers' "Compute Failed" record, with its traceback, is not written)."""
+    logdir = _run_with_a_truncated_host(pod, tmp_path)
+    failed = _cli("audit", str(logdir), "--chip", chip, "--cluster", "local:2")
+    assert failed.returncode == 3 and failed.stdout == ""
+    assert failed.stderr.startswith("hlogap: error: corrupt or truncated profile")
+    assert failed.stderr.count("\n") == 1 and "host01.xplane.pb" in failed.stderr
+
+
+def _capture_worker_log(dask_worker: object) -> None:
+    """On a worker: keep what its task-error logger lets by, in a buffer on the worker."""
+    import logging.handlers
+
+    buffer = logging.handlers.BufferingHandler(10_000)
+    logging.getLogger("distributed.worker").addHandler(buffer)
+    dask_worker.hlogap_test_log = buffer  # type: ignore[attr-defined]
+
+
+def _worker_log(dask_worker: object) -> list[str]:
+    import logging
+
+    buffer = dask_worker.hlogap_test_log  # type: ignore[attr-defined]
+    logging.getLogger("distributed.worker").removeHandler(buffer)
+    return [str(r.args[0]) for r in buffer.buffer if str(r.msg).startswith("Compute Failed")]
+
+
+def _worker_filters(dask_worker: object) -> int:
+    import logging
+
+    return len(logging.getLogger("distributed.worker").filters)
+
+
+def _fails() -> None:
+    raise ValueError("another client's task")
+
+
+def test_a_users_workers_drop_only_hlogaps_task_errors_while_it_runs(
+    pod: Path, scheduler: str, chip: str, tmp_path: Path
+) -> None:
+    """On a user's scheduler: hlogap's failed task is not logged by the worker that ran it,
+    another client's is, and the workers' logging is as it was once the audit ends."""
+    logdir = _run_with_a_truncated_host(pod, tmp_path)
+    with distributed.Client(scheduler) as client:
+        before = client.run(_worker_filters)
+        client.run(_capture_worker_log)
+        with pytest.raises(InputError, match="host01"):
+            hlogap.audit(logdir, chip, cluster=scheduler)
+        foreign = client.submit(_fails, pure=False)
+        with pytest.raises(ValueError):
+            foreign.result()
+        logged = [key for keys in client.run(_worker_log).values() for key in keys]
+        assert logged == [foreign.key]
+        assert client.run(_worker_filters) == before
+
+
 def test_an_unreachable_scheduler_is_exit_3_in_one_line(
     pod: Path, chip: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

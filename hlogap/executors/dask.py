@@ -97,6 +97,17 @@ class DaskHosts(HostExecutor):
         self._skip_bad_hosts = skip_bad_hosts
         self._audit = uuid.uuid4().hex  # names this audit's spill directories on the workers
         self._read: list[WorkerSpill] = []
+        # Before any task: a host's failure is one line here, not a traceback in the log of a
+        # worker (whose stderr is this one with local[:N]).
+        from hlogap.executors.dask_plugin import QuietTaskErrors
+
+        self._quiet = f"hlogap-quiet-{self._audit}"
+        try:
+            with worker_errors(address):
+                self.client.register_plugin(QuietTaskErrors(self._quiet))
+        except BaseException:
+            self.close()
+            raise
 
     def summaries(self, selection: Selection) -> Iterator[HostSummary | SkippedHost]:
         from distributed import as_completed
@@ -177,6 +188,8 @@ class DaskHosts(HostExecutor):
         # close the client and say the failure itself, not this one.
         with suppress(Exception):
             self.client.run(remove_spills, self._audit, on_error="ignore")
+        with suppress(Exception):  # the workers' logging as it was (a user's cluster lives on)
+            self.client.unregister_worker_plugin(self._quiet)
         self.client.close()
         if self._cluster is not None:
             self._cluster.close()

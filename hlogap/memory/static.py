@@ -12,7 +12,7 @@ temporary allocations: logical buffers allocated, freed and shared in program or
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from google.protobuf.message import DecodeError
@@ -467,14 +467,23 @@ class ModuleMemoryChange:
     base_aliased_bytes: int
     new_aliased_bytes: int
     appeared: tuple[HeldBuffer, ...]  # held at NEW's peak, not at BASE's (largest first)
+    base_program_id: str = ""
+    new_program_id: str = ""
 
     @property
     def delta_bytes(self) -> int:
         return self.new_peak_bytes - self.base_peak_bytes
 
+    @property
+    def changed(self) -> bool:
+        """The static peak or the donated bytes differ (what a diff's text reports)."""
+        return self.delta_bytes != 0 or self.new_aliased_bytes != self.base_aliased_bytes
+
     def to_dict(self) -> dict[str, object]:
         return {
             "module": self.module,
+            "base_program_id": self.base_program_id,
+            "new_program_id": self.new_program_id,
             "base_peak_bytes": self.base_peak_bytes,
             "new_peak_bytes": self.new_peak_bytes,
             "delta_bytes": self.delta_bytes,
@@ -491,21 +500,17 @@ APPEARED_MIN_SHARE = 0.01
 def memory_changes(
     base: MemorySection | None, new: MemorySection | None
 ) -> list[ModuleMemoryChange]:
-    """The modules both runs have, by name: their peaks and donated bytes, and the buffers held
-    at NEW's peak that BASE did not hold (matched by what they are, op path or instruction,
-    shape and kind, so a renamed instruction of the same op is the same buffer)."""
+    """The modules both runs have (`pair_modules`): their peaks and donated bytes, and the
+    buffers held at NEW's peak that BASE did not hold (matched by what they are, op path or
+    instruction, shape and kind, so a renamed instruction of the same op is the same buffer)."""
     if base is None or new is None:
         return []
-    before = {m.module: m for m in base.modules}
+
+    def key(b: HeldBuffer) -> tuple[str, str, str]:
+        return (b.op_name or b.instruction, b.shape, b.kind)
+
     changes: list[ModuleMemoryChange] = []
-    for m in new.modules:
-        old = before.get(m.module)
-        if old is None:
-            continue
-
-        def key(b: HeldBuffer) -> tuple[str, str, str]:
-            return (b.op_name or b.instruction, b.shape, b.kind)
-
+    for old, m in pair_modules(base.modules, new.modules):
         held_before = {key(b) for b in old.at_peak}
         appeared = tuple(
             b
@@ -520,6 +525,42 @@ def memory_changes(
                 old.aliased_bytes,
                 m.aliased_bytes,
                 appeared,
+                old.program_id,
+                m.program_id,
             )
         )
     return changes
+
+
+def pair_modules(
+    base: Sequence[ModuleMemory], new: Sequence[ModuleMemory]
+) -> list[tuple[ModuleMemory, ModuleMemory]]:
+    """BASE's and NEW's modules paired, in NEW's order: by (name, program id) where both runs
+    have it (a module compiled twice in one run, `jit_add` 34 and 37, is two modules), then by
+    name among the rest: those of the same sizes first (the same program, recompiled under
+    another id), the others in program-id (compile) order."""
+    left = sorted(base, key=_compile_order)
+    found: dict[int, ModuleMemory] = {}
+    later = sorted(range(len(new)), key=lambda k: _compile_order(new[k]))
+    passes: list[tuple[Iterable[int], Callable[[ModuleMemory, ModuleMemory], bool]]] = [
+        (range(len(new)), lambda o, m: (o.module, o.program_id) == (m.module, m.program_id)),
+        (later, lambda o, m: o.module == m.module and _sizes(o) == _sizes(m)),
+        (later, lambda o, m: o.module == m.module),
+    ]
+    for order, same in passes:
+        for k in order:
+            old = None if k in found else next((o for o in left if same(o, new[k])), None)
+            if old is not None:
+                found[k] = old
+                left = [o for o in left if o is not old]
+    return [(found[k], m) for k, m in enumerate(new) if k in found]
+
+
+def _sizes(m: ModuleMemory) -> tuple[int, ...]:
+    return (m.peak_bytes, m.arguments_bytes, m.outputs_bytes, m.temporaries_bytes, m.aliased_bytes)
+
+
+def _compile_order(m: ModuleMemory) -> tuple[bool, int, str]:
+    """Program ids count compiles (XLA numbers them in order); others after, by name."""
+    numbered = m.program_id.isdigit()
+    return (not numbered, int(m.program_id) if numbered else 0, m.program_id)

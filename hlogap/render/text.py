@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 
 from hlogap.memory.runtime import AllocatorPeak
 from hlogap.render.cells import op_totals_line, step_bound_text, step_shares_text
@@ -540,14 +541,22 @@ def diff_header(diff: Diff) -> list[str]:
 
 
 def memory_change_lines(diff: Diff) -> list[str]:
-    """Each module whose static memory peak changed: by how much, a donation gained or lost,
-    and the largest buffers now held at the peak that were not before."""
+    """Each module whose static memory peak (or donation) changed: by how much, a donation
+    gained or lost, and the largest buffers now held at the peak that were not before. A module
+    compiled more than once is named with its program ids."""
     lines: list[str] = []
+    names = Counter(m.module for m in diff.memory)
     for m in diff.memory:
-        if m.delta_bytes == 0 and not m.appeared:
+        if not m.changed:
             continue
+        name = m.module
+        if names[name] > 1:
+            ids = m.new_program_id
+            if m.base_program_id != m.new_program_id:
+                ids = f"{m.base_program_id} -> {ids}"
+            name += f" (program {ids})"
         line = (
-            f"memory: {m.module} static peak {fmt_si(m.base_peak_bytes, 'B')} -> "
+            f"memory: {name} static peak {fmt_si(m.base_peak_bytes, 'B')} -> "
             f"{fmt_si(m.new_peak_bytes, 'B')} ({'+' if m.delta_bytes >= 0 else '-'}"
             f"{fmt_si(abs(m.delta_bytes), 'B')})"
         )

@@ -20,6 +20,7 @@ from hlogap.hlo.text import MAX_DEVICES
 if TYPE_CHECKING:
     from hlogap.chips.calibrate import Calibration
     from hlogap.render.base import Document, DocumentKind
+    from hlogap.report.gate import CheckResult
     from hlogap.report.model import AuditReport
 
 # Every command's help ends with the exit codes of the contract (docs/cli.md).
@@ -232,6 +233,21 @@ def _load_pair(
     selection = {"chip": chip, "run": run, "host": host, "device": device, "module": module}
     with _Progress() as progress:
         return load_pair(base, new, **selection, progress=progress)
+
+
+def _step_summary(verdict: CheckResult | str, read: list[str]) -> None:
+    """`check`'s verdict (or the one-line reason there is none) appended to GitHub Actions' step
+    summary when GITHUB_STEP_SUMMARY is set; never onto a file the check read."""
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not step_summary:
+        return
+    from hlogap.files import check_output
+    from hlogap.render.md import append_step_summary
+    from hlogap.source import refuse_to_overwrite
+
+    check_output(Path(step_summary))
+    refuse_to_overwrite(Path(step_summary), read)
+    append_step_summary(verdict, Path(step_summary))
 
 
 # 69 MB of trace-event JSON (128 k events) took 2.3 s at gzip's default 9 (6.7 MB), 1.3 s at 6
@@ -862,11 +878,10 @@ def check(
       hlogap audit /tmp/tb_main --format json --top 0 -o baseline.json
       hlogap check /tmp/tb_pr --baseline baseline.json --max-regression 3
     """
-    import os
+    import contextlib
 
     from hlogap.errors import EXIT_REGRESSION
     from hlogap.render.base import choose_format
-    from hlogap.render.md import append_step_summary
     from hlogap.report.compare import compare
     from hlogap.report.gate import parse_peak_limit, resolve_thresholds, run_check
 
@@ -886,19 +901,18 @@ def check(
         },
         Path.cwd(),
     )
-    base, new = _load_pair(
-        (baseline, "baseline"), (path, "profile"), chip, run, host, device, module
-    )
-    result = run_check(compare(base, new), thresholds)
+    try:
+        base, new = _load_pair(
+            (baseline, "baseline"), (path, "profile"), chip, run, host, device, module
+        )
+        result = run_check(compare(base, new), thresholds)
+    except HlogapError as exc:
+        if exc.exit_code == EXIT_INPUT:  # CI's summary says why there is no verdict too
+            with contextlib.suppress(HlogapError):  # the input error is what to say
+                _step_summary(f"error: {exc}", [baseline, path])
+        raise
     _write(result, "check", fmt, None)
-    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if step_summary:
-        from hlogap.files import check_output
-        from hlogap.source import refuse_to_overwrite
-
-        check_output(Path(step_summary))
-        refuse_to_overwrite(Path(step_summary), [*base.files, *new.files, baseline, path])
-        append_step_summary(result, Path(step_summary))
+    _step_summary(result, [*base.files, *new.files, baseline, path])
     if not result.passed:
         raise typer.Exit(EXIT_REGRESSION)
 

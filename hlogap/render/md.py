@@ -167,12 +167,18 @@ def _check(result: CheckResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def append_step_summary(result: CheckResult, path: Path) -> None:
-    """Add the Markdown verdict to a GitHub Actions step summary; a failure to write is a warning
-    (the verdict and the exit code stand)."""
+def append_step_summary(result: CheckResult | str, path: Path) -> None:
+    """Add the Markdown verdict to a GitHub Actions step summary, or (a string) the one-line
+    reason there is none (a check that exits 3); a failure to write is a warning (the verdict
+    and the exit code stand)."""
+    text = (
+        f"### ⚠️ hlogap check: no verdict\n\n{_cell(result)}\n"
+        if isinstance(result, str)
+        else _check(result)
+    )
     try:
         with path.open("a", encoding="utf-8") as f:
-            f.write(_check(result) + "\n")
+            f.write(text + "\n")
     except OSError as exc:
         print(
             f"hlogap: warning: cannot write the step summary {path}: {exc.strerror}",

@@ -338,7 +338,8 @@ IMPOSSIBLY_FAST = 3.0
 def _refuse_degenerate(diff: Diff) -> None:
     """The gate fails closed: a side with nothing measured, or a time that is not a finite
     number >= 0, or two sides with no op in common, is an input error, never a pass."""
-    for role, report in (("baseline", diff.base), ("profile", diff.new)):
+    checked = "report" if diff.new.kind == "report" else "profile"  # what PATH was
+    for role, report in (("baseline", diff.base), (checked, diff.new)):
         if not report.ops:
             raise InputError(f"{role} {report.path} has no ops: nothing to check")
         bad = [

@@ -199,7 +199,8 @@ def test_the_host_that_arrives_last_at_collectives_is_named(tmp_path: Path, chip
     from hlogap.render.text import header_lines
 
     header = "\n".join(header_lines(report))
-    assert "hosts' median step (wall, 4 hosts): median" in header
+    assert "each host's own step, its first op to its last (wall, median over the steps; " in header
+    assert "4 hosts): median" in header
     assert "clock offsets removed: 4 of 4 hosts" in header
     assert f"last to arrive at {found[0]['name']}: host02 (" in header
 
@@ -221,3 +222,22 @@ def test_without_steps_in_common_the_collective_ends_give_the_offsets() -> None:
     assert clocks.offset_ps == [0, 70, None]
     assert clocks.found_from[:2] == ["collectives"] * 2
     assert "no collective or step in common" in clocks.found_from[2]
+
+
+def test_identical_hosts_name_no_slowest(tmp_path: Path) -> None:
+    """Copies of one host: no host is slower than the median, and the header says so rather
+    than name one (it named the first at +0%)."""
+    import shutil
+
+    from hlogap.render.text import header_lines
+
+    source = next((FIXTURES / "sharded_train").rglob("*.xplane.pb"))
+    run = tmp_path / "pod" / "plugins" / "profile" / "run1"
+    run.mkdir(parents=True)
+    for h in range(3):
+        shutil.copy(source, run / f"worker-{h:02d}.xplane.pb")
+    report = hlogap.audit(tmp_path / "pod", str(write_cpu_chip(tmp_path)))
+    assert report.host_skew is not None and report.host_skew["over_median_pct"] == 0.0
+    header = "\n".join(header_lines(report))
+    assert "hosts alike: none spends 1% more time in ops than the median host" in header
+    assert "slowest host" not in header

@@ -241,10 +241,17 @@ def skew_lines(report: AuditReport) -> list[str]:
     if not skew:
         return []
     over = skew.get("over_median_pct")
-    line = (
-        f"slowest host: {skew.get('slowest_host')}, {fmt_us(_float(skew.get('slowest_us')))} "
-        f"in ops, {_pct_text(over)} over the median host"
-    )
+    if isinstance(over, (int, float)) and over < SKEW_WORTH_PCT:
+        line = (
+            f"hosts alike: none spends {SKEW_WORTH_PCT:g}% more time in ops than the median "
+            f"host ({fmt_us(_float(skew.get('median_us')))}, device time)"
+        )
+    else:
+        line = (
+            f"slowest host: {skew.get('slowest_host')}, "
+            f"{fmt_us(_float(skew.get('slowest_us')))} in ops (device time), "
+            f"{_pct_text(over)} over the median host"
+        )
     steps = [
         s for s in _dicts(skew.get("steps")) if isinstance(s.get("over_median_pct"), (int, float))
     ]
@@ -277,16 +284,23 @@ def _pod_lines(skew: dict[str, object]) -> list[str]:
     lines: list[str] = []
     spread = skew.get("step_time")
     if isinstance(spread, dict):
+        # Listed by time in ops only where one is slower than the median host at all.
+        over = skew.get("over_median_pct")
         slow = [
-            f"{h.get('host')} {fmt_us(_float(h.get('step_median_us')))}"
+            f"{h.get('host')} {fmt_us(_float(h.get('measured_us')))}"
             for h in _dicts(skew.get("slowest_hosts"))[:SHOWN_HOSTS]
-            if isinstance(h.get("step_median_us"), (int, float))
+            if isinstance(h.get("measured_us"), (int, float))
         ]
         lines.append(
-            f"hosts' median step (wall, {spread.get('hosts')} hosts): median "
-            f"{fmt_us(_float(spread.get('median_us')))}, p90 {fmt_us(_float(spread.get('p90_us')))}"
-            f", max {fmt_us(_float(spread.get('max_us')))} on {spread.get('max_host')}"
-            + (f"; slowest hosts by time in ops: {', '.join(slow)}" if slow else "")
+            f"each host's own step, its first op to its last (wall, median over the steps; "
+            f"{spread.get('hosts')} hosts): median {fmt_us(_float(spread.get('median_us')))}, "
+            f"p90 {fmt_us(_float(spread.get('p90_us')))}, max "
+            f"{fmt_us(_float(spread.get('max_us')))} on {spread.get('max_host')}"
+            + (
+                f"; slowest hosts by time in ops (device time): {', '.join(slow)}"
+                if slow and isinstance(over, (int, float)) and over >= SKEW_WORTH_PCT
+                else ""
+            )
         )
     offsets = skew.get("clock_offset_us")
     if isinstance(offsets, list) and len(offsets) > 1:

@@ -117,6 +117,21 @@ def test_gemms_counted_and_no_op_above_its_roof(report: dict) -> None:
 
 
 @needs_archive
+def test_bound_is_the_max_time_unless_the_op_beat_the_hbm_roof(report: dict) -> None:
+    """docs/json.md: `bound_us` is max(t_compute_us, t_memory_us, t_comm_us) x occurrences,
+    except for a GPU op that beat the HBM roof: capped at its measured time, the first hint
+    saying so. The oracle is each row's own numbers."""
+    capped = []
+    for o in report["ops"]:
+        roof = max(o["t_compute_us"], o["t_memory_us"], o["t_comm_us"]) * o["occurrences"]
+        if o["bound_us"] != pytest.approx(roof, rel=1e-9, abs=1e-9):
+            assert o["bound_by"] == "memory" and o["bound_us"] == o["measured_us"] < roof
+            assert o["hints"][0].startswith("beats the HBM roof by ")
+            capped.append(o["name"])
+    assert 0 < len(capped) < len(report["ops"]) / 10
+
+
+@needs_archive
 def test_steps_are_the_train_step_executions(report: dict) -> None:
     steps = report["steps"]
     assert len(steps) == 5

@@ -166,3 +166,65 @@ def test_html_shows_no_bound_and_labels(mlp: AuditReport, tmp_path: Path) -> Non
     assert first[6] == "-" and first[7].endswith("</span> -") and first[8] == "-"
     assert first[9] == "unmodeled"
     assert any(c[1] == f"jit_elsewhere/{name}" and c[6] != "-" for c in cells)
+
+
+def test_groups_keep_unmodeled_time_apart(mlp: AuditReport) -> None:
+    """A group's bound, gap and efficiency are its modeled ops' (oracle: the op rows), its
+    unmodeled ops' time beside them; JSON keeps the contract's sums."""
+    from hlogap.render.cells import group_bound_cells
+    from hlogap.report.groups import group_key, group_rows
+
+    half = {r.name for r in mlp.ops[::2]}
+    report = _unmodeled(mlp, half)
+    groups = group_rows(report.ops, "category", 3, "gap")
+    assert any(0 < g.unmodeled_us < g.measured_us for g in groups)
+    for g in groups:
+        members = [r for r in report.ops if group_key(r, "category", 3) == g.name]
+        modeled = [r for r in members if r.name not in half]
+        row = g.to_dict(1)
+        assert row["unmodeled_us"] == pytest.approx(
+            sum(r.measured_us for r in members if r.name in half)
+        )
+        assert row["gap_us"] == pytest.approx(sum(r.gap_us for r in members))  # the contract's
+        if not modeled:
+            assert row["modeled_gap_us"] is None and row["modeled_efficiency"] is None
+            assert group_bound_cells(g) == ("-", "-", "-")
+            continue
+        assert row["modeled_gap_us"] == pytest.approx(sum(r.gap_us for r in modeled))
+        bound, measured = sum(r.bound_us for r in modeled), sum(r.measured_us for r in modeled)
+        assert row["modeled_efficiency"] == pytest.approx(bound / measured)
+
+
+def test_an_unmodeled_group_shows_no_gap(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The Pallas kernel (unmodeled) grouped by scope: `-` for bound, gap and efficiency in
+    the table, Markdown and HTML, its whole time as unmodeled; JSON's modeled figures null."""
+    if not PALLAS.is_dir():
+        pytest.skip(f"{PALLAS} absent (../shared not beside the project)")
+    code, out, _ = run_cli(["audit", str(PALLAS), "--group-by", "scope", "-f", "json"], capsys)
+    assert code == 0
+    document = json.loads(out)
+    (group,) = document["groups"]
+    measured = sum(o["measured_us"] for o in document["ops"])
+    assert group["unmodeled_us"] == pytest.approx(measured)
+    assert group["modeled_gap_us"] is None and group["modeled_efficiency"] is None
+    code, out, _ = run_cli(["audit", str(PALLAS), "--group-by", "scope"], capsys)
+    cells = [c.strip() for c in out.splitlines()[-1].split("│")]
+    assert cells[5:] == ["-", "-", "-", f"{measured:.1f} us"]
+    code, out, _ = run_cli(["audit", str(PALLAS), "--group-by", "scope", "-f", "md"], capsys)
+    assert out.rstrip().endswith(f"| - | - | - | {measured:.1f} us |")
+    html = tmp_path / "p.html"
+    assert run_cli(["audit", str(PALLAS), "-o", str(html)], capsys)[0] == 0
+    data = re.search(r'id="report">(.*?)</script>', html.read_text(), re.S)
+    assert data is not None
+    (scope,) = json.loads(data.group(1))["html_scopes"]
+    assert scope["modeled_gap_us"] is None and scope["unmodeled_us"] == pytest.approx(measured)
+    trace = tmp_path / "p.trace.json"
+    assert run_cli(["audit", str(PALLAS), "-o", str(trace)], capsys)[0] == 0
+    ops = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"]
+    unmodeled = [e["args"] for e in ops if e["args"].get("bound_by") == "unmodeled"]
+    assert unmodeled
+    for args in unmodeled:
+        assert args["op_gap_us"] is None and args["op_efficiency"] is None
+        assert args["bound_us"] is None and args["gap_us"] is None

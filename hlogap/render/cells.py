@@ -2,7 +2,9 @@
 totals, where the plain numbers would mislead:
 
 - an `unmodeled` op has no bound: its bound, gap and efficiency are `-`, never `0.0 us`, its
-  whole time and `0%` (JSON keeps the contract's `bound_us` 0 and `bound_by` says why);
+  whole time and `0%` (JSON keeps the contract's `bound_us` 0 and `bound_by` says why); a
+  group's bound, gap and efficiency are its modeled ops', its unmodeled ops' time in a column
+  of its own, and `-` where all its ops are unmodeled;
 - an op that runs several times per occurrence (a while body) counts `3x200`: 3 occurrences
   of 200 runs each;
 - ops of one name in several modules (`ynn_fusion` of four programs) are told apart by their
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hlogap.report.model import AuditReport, OpRow
+from hlogap.report.model import AuditReport, GroupRow, OpRow
 from hlogap.units import fmt_eff, fmt_us
 
 NO_BOUND = "-"
@@ -30,6 +32,19 @@ def bound_cells(row: OpRow) -> tuple[str, str, str]:
     if not has_bound(row):
         return NO_BOUND, NO_BOUND, NO_BOUND
     return fmt_us(row.bound_us), fmt_us(row.gap_us), fmt_eff(row.efficiency)
+
+
+def group_bound_cells(group: GroupRow) -> tuple[str, str, str]:
+    """A group's bound, gap and efficiency over its modeled ops; `-` where it has none."""
+    gap = group.modeled_gap_us
+    if gap is None:
+        return NO_BOUND, NO_BOUND, NO_BOUND
+    return fmt_us(group.bound_us), fmt_us(gap), fmt_eff(group.modeled_efficiency)
+
+
+def any_unmodeled(groups: Sequence[GroupRow]) -> bool:
+    """Whether the groups need the `unmodeled` column (time in ops with no bound)."""
+    return any(g.unmodeled_us > 0 for g in groups)
 
 
 def count_cell(row: OpRow) -> str:

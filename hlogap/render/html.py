@@ -15,6 +15,7 @@ from html import escape
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.render.cells import op_labels
 from hlogap.render.text import header_lines, steps_overview
+from hlogap.report.groups import DEFAULT_DEPTH, group_rows
 from hlogap.report.model import AuditReport
 
 _STYLE = """
@@ -238,21 +239,21 @@ function renderChart() {
 
 // --- scopes and steps ------------------------------------------------------------------
 function renderScopes() {
-  const groups = new Map();
-  for (const o of R.ops) {
-    const scope = (o.op_name || "(unknown)").split("/").slice(0, 3).join("/");
-    const g = groups.get(scope) || {ops: 0, measured: 0, bound: 0, gap: 0};
-    g.ops += 1; g.measured += o.measured_us; g.bound += o.bound_us; g.gap += o.gap_us;
-    groups.set(scope, g);
-  }
+  // The report's own groups (computed with hlogap's rules): bound, gap and efficiency over
+  // the modeled ops, the unmodeled ops' time (no bound) beside them, "-" where all are.
+  const G = R.html_scopes;
+  const unmodeled = G.some((g) => g.unmodeled_us > 0);
   const table = document.getElementById("scopes");
   const head = el("tr");
-  for (const h of ["scope", "ops", "measured", "bound", "gap", "eff"]) head.appendChild(el("th", {}, h));
+  for (const h of ["scope", "ops", "measured", "bound", "gap", "eff", ...(unmodeled ? ["unmodeled"] : [])])
+    head.appendChild(el("th", {}, h));
   table.appendChild(head);
-  for (const [scope, g] of [...groups.entries()].sort((a, b) => b[1].gap - a[1].gap)) {
+  for (const g of G) {
+    const none = g.modeled_gap_us == null;
     const tr = el("tr");
-    tr.appendChild(el("td", {}, scope));
-    for (const v of [String(g.ops), fmtUs(g.measured), fmtUs(g.bound), fmtUs(g.gap), pct(g.measured ? g.bound / g.measured : null)])
+    tr.appendChild(el("td", {}, g.name));
+    for (const v of [String(g.ops), fmtUs(g.measured_us), none ? "-" : fmtUs(g.bound_us),
+      fmtUs(g.modeled_gap_us), pct(g.modeled_efficiency), ...(unmodeled ? [fmtUs(g.unmodeled_us)] : [])])
       tr.appendChild(el("td", {class: "num"}, v));
     table.appendChild(tr);
   }
@@ -465,6 +466,15 @@ class HtmlRenderer:
         shown = document.ops[: len(ops)]
         for op, label in zip(ops, op_labels(document, shown), strict=True):
             op["label"] = label
+        # By scope: `--group-by scope`'s own groups, else the default depth's, over all ops.
+        by_scope = document.group_by == "scope"
+        scopes = (
+            document.groups
+            if by_scope
+            else group_rows(document.ops, "scope", DEFAULT_DEPTH, document.sort)
+        )
+        data["html_scopes"] = [g.to_dict(rank) for rank, g in enumerate(scopes, 1)]
+        depth = "--depth levels" if by_scope else f"{DEFAULT_DEPTH} levels"
         title = f"hlogap audit: {escape(document.path)}"
         # The command buffers' ops under their calls: a box to hide them where there are some.
         hidden = "" if any(r.command_buffer_ops for r in shown) else " hidden"
@@ -486,7 +496,7 @@ class HtmlRenderer:
 <table id="ops"></table>
 <h2>What to change</h2>
 <div id="actions"></div>
-<h2>By scope (op_name, 3 levels)</h2>
+<h2>By scope (op_name, {depth})</h2>
 <table id="scopes"></table>
 <h2>Steps</h2>
 <div class="header">{steps}</div>

@@ -9,8 +9,10 @@ from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.render.cells import (
     SUB_ROW,
     SUB_ROWS_NOTE,
+    any_unmodeled,
     bound_cells,
     count_cell,
+    group_bound_cells,
     more_sub_cells,
     op_labels,
     sub_row_cells,
@@ -61,15 +63,18 @@ def _audit(report: AuditReport, top: int, steps: bool, subs: bool = True) -> str
     lines = ["## hlogap audit", ""]
     lines += [f"- {_cell(line)}" for line in header_lines(report)]
     if report.group_by:
+        groups = report.groups if top <= 0 else report.groups[:top]
+        unmodeled = any_unmodeled(groups)
         lines += [
             "",
-            f"| # | {report.group_by} | ops | n | measured | bound | gap | eff |",
-            "|---:|---|---:|---:|---:|---:|---:|---:|",
+            f"| # | {report.group_by} | ops | n | measured | bound | gap | eff |"
+            + (" unmodeled |" if unmodeled else ""),
+            "|---:|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if unmodeled else ""),
         ]
-        groups = report.groups if top <= 0 else report.groups[:top]
         lines += [
             f"| {rank} | `{_cell(g.name)}` | {g.ops} | {g.occurrences} | {fmt_us(g.measured_us)} "
-            f"| {fmt_us(g.bound_us)} | {fmt_us(g.gap_us)} | {fmt_eff(g.efficiency)} |"
+            f"| {' | '.join(group_bound_cells(g))} |"
+            + (f" {fmt_us(g.unmodeled_us)} |" if unmodeled else "")
             for rank, g in enumerate(groups, 1)
         ]
         return "\n".join(lines) + "\n"

@@ -18,8 +18,10 @@ from hlogap.render.base import (
 )
 from hlogap.render.cells import (
     SUB_ROWS_NOTE,
+    any_unmodeled,
     bound_cells,
     count_cell,
+    group_bound_cells,
     more_sub_cells,
     op_labels,
     sub_row_cells,
@@ -336,6 +338,7 @@ def _groups(report: AuditReport, top: int, width: int | None) -> tuple[Table, li
     path from the left, keeping its `file:line`; other names in the middle)."""
     by_axis = report.group_by == "axis"
     rows = report.groups if top <= 0 else report.groups[:top]
+    unmodeled = any_unmodeled(rows)
     cells = [
         [
             str(rank),
@@ -343,9 +346,8 @@ def _groups(report: AuditReport, top: int, width: int | None) -> tuple[Table, li
             str(g.ops),
             str(g.occurrences),
             fmt_us(g.measured_us),
-            fmt_us(g.bound_us),
-            fmt_us(g.gap_us),
-            fmt_eff(g.efficiency),
+            *group_bound_cells(g),
+            *([fmt_us(g.unmodeled_us)] if unmodeled else []),
             *(
                 [
                     fmt_si(g.bus_bw, "B/s") if g.bus_bw else "-",
@@ -358,6 +360,7 @@ def _groups(report: AuditReport, top: int, width: int | None) -> tuple[Table, li
         for rank, g in enumerate(rows, 1)
     ]
     names = ["#", report.group_by or "group", "ops", "n", "measured", "bound", "gap", "eff"]
+    names += ["unmodeled"] if unmodeled else []
     names += ["bus bw", "alone"] if by_axis else []
     name_width = None
     if width is not None and cells:

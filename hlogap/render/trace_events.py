@@ -304,14 +304,16 @@ def _describe(key: OpKey, row: OpRow | None) -> tuple[str, dict[str, Any], OpRow
     args: dict[str, Any] = {"module": key.module, "program_id": key.program_id}
     if row is None:  # an op the report does not list
         return key.name, args, None
+    # An unmodeled op has no bound: no bound, gap or efficiency (null), not 0, its whole time, 0.
+    modeled = row.bound_by != "unmodeled"
     per_occurrence = row.bound_us / row.occurrences if row.occurrences else 0.0
     args |= {
         "opcode": row.opcode,
         "bound_by": row.bound_by,
-        "bound_us": per_occurrence,
+        "bound_us": per_occurrence if modeled else None,
         "op_measured_us": row.measured_us,
-        "op_gap_us": row.gap_us,
-        "op_efficiency": row.efficiency,
+        "op_gap_us": row.gap_us if modeled else None,
+        "op_efficiency": row.efficiency if modeled else None,
         "occurrences": row.occurrences,
         "hint": row.hints[0] if row.hints else "",
         "op_name": row.op_name,

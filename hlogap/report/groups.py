@@ -90,6 +90,7 @@ def group_rows(
             comm_bytes=sum(r.comm_bytes * r.occurrences for r in rows),
             exposed_us=(exposed_us or {}).get(name) if by == "axis" else None,
             idle_before_us=_summed([r.idle_before_us for r in rows]),
+            unmodeled_us=sum(r.measured_us for r in rows if r.bound_by == "unmodeled"),
         )
         for name, rows in members.items()
     ]

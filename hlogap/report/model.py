@@ -473,6 +473,24 @@ class GroupRow(Totals):
     exposed_us: float | None = None
     # Device time the devices sat idle waiting to start its ops (None: no steps).
     idle_before_us: float | None = None
+    # Measured time of its `unmodeled` ops (no bound): in `measured_us` and, whole, in `gap_us`
+    # (the contract's sums), kept out of the `modeled_*` figures.
+    unmodeled_us: float = 0.0
+
+    @property
+    def modeled_us(self) -> float:
+        """Measured time of its ops that have a bound (unmodeled ops add no bound)."""
+        return self.measured_us - self.unmodeled_us
+
+    @property
+    def modeled_gap_us(self) -> float | None:
+        """The gap of its modeled ops; None where all its time is unmodeled."""
+        return self.modeled_us - self.bound_us if self.modeled_us > 0 else None
+
+    @property
+    def modeled_efficiency(self) -> float | None:
+        """The efficiency of its modeled ops; None where all its time is unmodeled."""
+        return self.bound_us / self.modeled_us if self.modeled_us > 0 else None
 
     @property
     def bus_bw(self) -> float | None:
@@ -500,6 +518,9 @@ class GroupRow(Totals):
             "bus_bw": self.bus_bw,
             "exposed_us": self.exposed_us,
             "idle_before_us": self.idle_before_us,
+            "unmodeled_us": self.unmodeled_us,
+            "modeled_gap_us": self.modeled_gap_us,
+            "modeled_efficiency": self.modeled_efficiency,
         }
 
 

@@ -21,11 +21,12 @@ import numpy as np
 import pytest
 
 from hlogap.render.trace_events import colour_of, lanes
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, SHARED
 from tests.test_errors import run_cli
 
 TRAIN = FIXTURES / "mlp_train"  # XLA:CPU, annotated training steps
 SHARDED = FIXTURES / "sharded_train"  # 8 devices, collectives
+OFFLOAD = SHARED / "tpu-v6e-offload" / "tpu_inference_2.xplane.pb"  # host-offload waits
 
 
 def _export(
@@ -113,6 +114,36 @@ def test_trace_export_matches_the_audit(
             )
 
 
+def _check_exposed_tracks(events: list[dict[str, Any]], report: dict[str, Any]) -> None:
+    """Per step and device, the `exposed communication` and `exposed host transfers` tracks
+    add up to the device's `exposed_comm_us` and `exposed_host_us` (the report's split), and
+    the step events carry both."""
+    tracks: dict[str, dict[int, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    for e in events:
+        if e["ph"] == "X" and e["cat"] in ("exposed communication", "exposed host transfers"):
+            tracks[e["cat"]][e["pid"]].append((e["ts"], e["ts"] + e["dur"]))
+    steps = {e["name"]: e["args"] for e in events if e.get("cat") == "step"}
+    for step in report["steps"]:
+        args = steps[f"step {step['step']}"]
+        assert args["exposed_comm_us"] == step["exposed_comm_us"]
+        assert args["exposed_host_us"] == step["exposed_host_us"]
+        for part in step["per_device"]:
+            lo, hi = part["start_us"], part["start_us"] + part["wall_us"]
+            for track, key in (
+                ("exposed communication", "exposed_comm_us"),
+                ("exposed host transfers", "exposed_host_us"),
+            ):
+                spans = tracks[track][part["device"] + 1]  # pid 0 is the steps'
+                inside = sum(e - s for s, e in spans if s >= lo - 1e-3 and e <= hi + 1e-3)
+                assert inside == pytest.approx(part[key], rel=1e-6, abs=1e-3), (step, track)
+    for track, key in (
+        ("exposed communication", "exposed_comm_us"),
+        ("exposed host transfers", "exposed_host_us"),
+    ):  # nothing outside the steps
+        total = sum(e - s for spans in tracks[track].values() for s, e in spans)
+        assert total == pytest.approx(sum(s[key] for s in report["steps"]), rel=1e-6, abs=1e-3)
+
+
 def test_collectives_show_as_exposed_communication(
     cpu_chip_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -122,12 +153,27 @@ def test_collectives_show_as_exposed_communication(
     _check_format(events)
     exposed = sum(e["dur"] for e in events if e.get("cat") == "exposed communication")
     assert exposed > 0
-    assert exposed == pytest.approx(
-        sum(s["exposed_comm_us"] + s.get("exposed_host_us", 0.0) for s in report["steps"]),
-        rel=1e-6,
-    )
-    devices = {e["pid"] for e in events if e.get("cat", "").startswith("op,")}
+    _check_exposed_tracks(events, report)
+    devices = {e["pid"] for e in events if "self_us" in e.get("args", {})}
     assert len(devices) == 1  # --device keeps one device's events
+
+
+def test_host_transfers_have_a_track_of_their_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The v6e offload profile's host-offload waits (exposed_host_us 304 s, exposed_comm_us 0)
+    are on the `exposed host transfers` track, none on the communication one."""
+    if not OFFLOAD.is_file():
+        pytest.skip(f"{OFFLOAD} absent (../shared not beside the project)")
+    out = tmp_path / "t.json.gz"
+    assert run_cli(["audit", str(OFFLOAD), "-o", str(out)], capsys)[0] == 0
+    code, text, _ = run_cli(["audit", str(OFFLOAD), "-f", "json", "-n", "0"], capsys)
+    report = json.loads(text)
+    with gzip.open(out, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    assert report["summary"]["exposed_comm_us"] == 0 < report["summary"]["exposed_host_us"]
+    assert not any(e.get("cat") == "exposed communication" for e in events)
+    _check_exposed_tracks(events, report)
 
 
 def test_a_saved_report_has_no_timeline(

@@ -7,8 +7,9 @@ XLA:CPU worker thread), with more threads after a line's own only as its events 
 while loop holds its body's ops); each event has the op's bound, gap, efficiency and first hint
 as args and a colour by efficiency. Beside the lanes,
 each device has a track of its idle gaps (inside its own step, or between its first and last op
-without steps) and one of exposed communication (a collective or a host transfer running while
-no compute op does); a process of its own holds the steps. Times count from the same instant as
+without steps), one of exposed communication (a collective running while no compute op does)
+and one of exposed host transfers (only host transfers running), the report's split inside the
+device's own steps; a process of its own holds the steps. Times count from the same instant as
 the report's `start_us`.
 """
 
@@ -34,7 +35,7 @@ from hlogap.trace.timing import merged_intervals
 EFFICIENCY_COLOURS = ((0.6, "good"), (0.3, "yellow"), (0.1, "bad"), (0.0, "terrible"))
 UNMODELED_COLOUR = "grey"
 STEPS_PID = 0
-IDLE_TRACK, EXPOSED_TRACK = "idle", "exposed communication"
+IDLE_TRACK, EXPOSED_TRACK, HOST_TRACK = "idle", "exposed communication", "exposed host transfers"
 # Events made Python objects at a time before they are written out as JSON: tens of MB.
 BATCH_EVENTS = 1 << 16
 
@@ -170,6 +171,7 @@ class TraceEventRenderer:
                         "devices": step.devices,
                         "idle_us": step.idle_us,
                         "exposed_comm_us": step.exposed_comm_us,
+                        "exposed_host_us": step.exposed_host_us,
                         "measured_us": step.measured_us,
                         "bound_us": step.bound_us,
                     },
@@ -178,7 +180,6 @@ class TraceEventRenderer:
         yield events
         rows = {OpKey(r.module, r.program_id, r.name): r for r in report.ops}
         costs = op_step_costs(report.ops)
-        exposed = costs.collective | costs.host
         windows = _device_windows(report)
         pid = STEPS_PID
         for host, host_events in zip(timeline.hosts, timeline.events):
@@ -190,7 +191,7 @@ class TraceEventRenderer:
                     pid,
                     f"{host} {device_name}",
                     rows,
-                    exposed,
+                    (costs.collective, costs.host),
                     timeline.origin_ps,
                     windows.get(pid - 1),
                 )
@@ -202,7 +203,7 @@ class TraceEventRenderer:
         pid: int,
         name: str,
         rows: dict[OpKey, OpRow],
-        exposed: frozenset[OpKey],
+        exposed: tuple[frozenset[OpKey], frozenset[OpKey]],
         origin_ps: int,
         windows: list[tuple[float, float]] | None,
     ) -> Iterator[list[dict[str, Any]]]:
@@ -244,27 +245,51 @@ class TraceEventRenderer:
             if len(out) >= BATCH_EVENTS:
                 yield out
                 out = []
-        idle_tid, exposed_tid = len(names), len(names) + 1
-        for tid, title in ((idle_tid, IDLE_TRACK), (exposed_tid, EXPOSED_TRACK)):
+        idle_tid, exposed_tid, host_tid = len(names), len(names) + 1, len(names) + 2
+        for tid, title in (
+            (idle_tid, IDLE_TRACK),
+            (exposed_tid, EXPOSED_TRACK),
+            (host_tid, HOST_TRACK),
+        ):
             out += [_name("thread_name", pid, tid, title), _sort_index(pid, tid)]
         busy_start, busy_end = merged_intervals(start, end)
         gap_start, gap_end = _gaps(busy_start, busy_end)
-        if windows is not None:  # idle only inside the device's own steps
+        lo = hi = None
+        if windows is not None:  # idle and exposed time only inside the device's own steps
             lo = np.array([origin_ps + round(a * 1e6) for a, _ in windows], dtype=np.int64)
             hi = np.array([origin_ps + round(b * 1e6) for _, b in windows], dtype=np.int64)
             step_of = np.searchsorted(lo, gap_start, side="right") - 1
             inside = (step_of >= 0) & (gap_end <= hi[np.maximum(step_of, 0)])
             gap_start, gap_end = gap_start[inside], gap_end[inside]
-        out += _spans(pid, idle_tid, "idle", gap_start, gap_end, origin_ps)
-        is_exposed = np.array([key in exposed for key in host_events.ops], dtype=bool)
-        if len(op) and is_exposed[op].any():
-            transfer = is_exposed[op]
-            comm = merged_intervals(start[transfer], end[transfer])
-            work = merged_intervals(start[~transfer], end[~transfer])
-            out += _spans(
-                pid, exposed_tid, "exposed communication", *_minus(*comm, *work), origin_ps
-            )
+        out += _spans(pid, idle_tid, IDLE_TRACK, gap_start, gap_end, origin_ps)
+        # The report's split (hlogap.trace.steps): exposed communication while a collective
+        # runs and no compute op does; exposed host transfers while only host transfers run.
+        collective_ops, host_ops = exposed
+        is_collective = np.array([key in collective_ops for key in host_events.ops], dtype=bool)
+        is_host = np.array([key in host_ops for key in host_events.ops], dtype=bool)
+        collective, host = is_collective[op], is_host[op]
+        for tid, title, alone, beside in (
+            (exposed_tid, EXPOSED_TRACK, collective, ~(collective | host)),
+            (host_tid, HOST_TRACK, host, ~host),
+        ):
+            if alone.any():
+                spans = _minus(
+                    *merged_intervals(start[alone], end[alone]),
+                    *merged_intervals(start[beside], end[beside]),
+                )
+                if lo is not None and hi is not None:
+                    spans = _within(*spans, lo, hi)
+                out += _spans(pid, tid, title, *spans, origin_ps)
         yield out
+
+
+def _within(
+    start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint sorted intervals cut to the sorted disjoint windows `[lo, hi]`: less what lies
+    between the windows (and before the first, after the last)."""
+    big = np.iinfo(np.int64)
+    return _minus(start, end, np.concatenate([[big.min], hi]), np.concatenate([lo, [big.max]]))
 
 
 def _name(kind: str, pid: int, tid: int, name: str) -> dict[str, Any]:

@@ -229,7 +229,7 @@ def test_actions_are_printed_and_read_back(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "what to change, by the time it saves (wall time, summed over the 3 steps" in out.stdout
     assert re.search(
-        r" 1\. saves [\d.]+ [mu]?s \([\d.]+ [mu]?s a step, [\d.]+x the median step\): "
+        r" 1\. saves [\d.]+ [mu]?s \([\d.]+ [mu]?s a step: the median step [\d.]+x faster\): "
         "below the ridge",
         out.stdout,
     )

@@ -405,3 +405,17 @@ def test_a_small_utilisation_is_not_printed_as_zero() -> None:
 
     assert fmt_util(0.00002) == "<0.1%"  # the v6e offload profile's HFU read "0.0%"
     assert fmt_util(0.004) == "0.4%" and fmt_util(0.14) == "14%" and fmt_util(0.0) == "0.0%"
+
+
+def test_the_steps_overview_is_in_the_summary_frame() -> None:
+    """`--steps` (and the HTML's Steps section) reads the steady steps, as the header does: the
+    warm-up step named apart, not the slowest step and a -90% drift."""
+    from hlogap.render.text import steps_overview
+
+    walls = [2480.0, 125.0, 126.0, 124.0, 130.0]
+    steps = [step_row(n, wall, wall / 2, 1.0) for n, wall in enumerate(walls)]
+    first, second = steps_overview(AuditReport(path="p", chip=None, ops=[], steps=steps))[:2]
+    assert "step 0, 2.48 ms, left out as warm-up" in first
+    assert "wall time of the 4 steady: median 125.5 us" in first
+    assert second.startswith("slowest: step 4, 130.0 us")
+    assert "first steady step 125.0 us -> last 130.0 us (+4.0%)" in second

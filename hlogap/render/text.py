@@ -6,11 +6,18 @@ import math
 import statistics
 from collections import Counter
 
+from hlogap.chips import Chip
 from hlogap.memory.runtime import AllocatorPeak
 from hlogap.render.cells import op_totals_line, step_bound_text, step_shares_text
 from hlogap.report.compare import MATCH_METHODS, Diff, DiffRow
 from hlogap.report.gate import CheckResult
-from hlogap.report.model import AuditReport, StepRow, steps_summary, warmup_steps
+from hlogap.report.model import (
+    AuditReport,
+    StepRow,
+    steady_steps,
+    steps_summary,
+    warmup_steps,
+)
 from hlogap.units import fmt_eff, fmt_si, fmt_us, si_scale
 
 
@@ -94,7 +101,7 @@ def action_lines(report: AuditReport, top: int) -> list[str]:
     shown = actions[: min(SHOWN_ACTIONS, top)] if top > 0 else actions
     for rank, a in enumerate(shown, 1):
         each = (
-            f" ({fmt_us(a.step_saving_us)} a step, {a.step_speedup:.2f}x the median step)"
+            f" ({fmt_us(a.step_saving_us)} a step: the median step {a.step_speedup:.2f}x faster)"
             if a.step_saving_us is not None and a.step_speedup is not None
             else ""
         )
@@ -166,9 +173,11 @@ def mesh_lines(report: AuditReport) -> list[str]:
     return []
 
 
-def capacity_source(source: str) -> str:
-    """Where a memory capacity comes from, in words."""
-    return "the chip's HBM" if source == "chip" else f"allocator {source}: in use + free"
+def capacity_source(source: str, chip: Chip | None = None) -> str:
+    """Where a memory capacity comes from, in words (a CPU's memory is the machine's RAM)."""
+    if source != "chip":
+        return f"allocator {source}: in use + free"
+    return "this machine's RAM" if chip is not None and chip.vendor == "cpu" else "the chip's HBM"
 
 
 def memory_lines(report: AuditReport) -> list[str]:
@@ -187,7 +196,7 @@ def memory_lines(report: AuditReport) -> list[str]:
             f"{fmt_si(peak.temporaries_bytes, 'B')} - aliased {fmt_si(peak.aliased_bytes, 'B')})"
         )
         if peak.host_bytes:
-            line += f"; in host memory: {fmt_si(peak.host_bytes, 'B')}"
+            line += f"; besides, in host memory: {fmt_si(peak.host_bytes, 'B')}"
         if peak.at_peak:
             top = peak.at_peak[0]
             line += (
@@ -207,8 +216,9 @@ def memory_lines(report: AuditReport) -> list[str]:
     headroom, capacity = memory.headroom_bytes, memory.capacity_bytes
     if lines and headroom is not None and capacity:
         lines[-1] += (
-            f"; capacity {fmt_si(capacity, 'B')} ({capacity_source(memory.capacity_source)}):"
-            f" {fmt_si(headroom, 'B')} free"
+            f"; capacity {fmt_si(capacity, 'B')} "
+            f"({capacity_source(memory.capacity_source, report.chip)}): "
+            f"{fmt_si(headroom, 'B')} free"
         )
         scale = memory.batch_scale
         if scale is not None and peak is not None:
@@ -420,9 +430,11 @@ def fmt_util(value: float) -> str:
 def steps_overview(report: AuditReport) -> list[str]:
     """What `--steps` prints before its table: how many steps, how long (wall time: median,
     p10, p90), the slowest step and its slowest device, and the drift from first to last."""
-    steps = report.steps
-    if not steps:
+    if not report.steps:
         return ["steps: none found (no step annotation, no module execution to count)"]
+    # The summary's frame: the steady steps; the warm-up ones are named apart.
+    warmup = report.steps[: warmup_steps([s.wall_us for s in report.steps])]
+    steps = steady_steps(report.steps)
     walls = sorted(s.wall_us for s in steps)
 
     def quantile(q: float) -> float:
@@ -436,12 +448,18 @@ def steps_overview(report: AuditReport) -> list[str]:
         if slowest.slowest_device is not None and report.devices > 1
         else ""
     )
+    left_out = (
+        f"; {_step_list([s.step for s in warmup])}, "
+        f"{fmt_us(sum(s.wall_us for s in warmup))}, left out as warm-up"
+        if warmup
+        else ""
+    )
     return [
-        f"steps: {len(steps)} ({steps[0].source}); wall time: median "
-        f"{fmt_us(statistics.median(walls))}, p10 {fmt_us(quantile(0.1))}, "
-        f"p90 {fmt_us(quantile(0.9))}",
-        f"slowest: step {slowest.step}, {fmt_us(slowest.wall_us)}{device}; drift: first step "
-        f"{fmt_us(first)} -> last {fmt_us(last)}{drift}",
+        f"steps: {len(report.steps)} ({steps[0].source}{left_out}); wall time of the "
+        f"{len(steps)} steady: median {fmt_us(statistics.median(walls))}, p10 "
+        f"{fmt_us(quantile(0.1))}, p90 {fmt_us(quantile(0.9))}",
+        f"slowest: step {slowest.step}, {fmt_us(slowest.wall_us)}{device}; drift: first steady "
+        f"step {fmt_us(first)} -> last {fmt_us(last)}{drift}",
         "columns: wall, at bound (the step with every op at its bound), skew (latest device "
         "start - earliest): wall time; idle, coll, host: share of the devices' own step time "
         "idle, in exposed collectives, in exposed host transfers; dev: the device with the "

@@ -50,12 +50,23 @@ def _check_format(events: list[dict[str, Any]]) -> None:
     """The trace-event format's rules a viewer relies on."""
     named: set[tuple[int, int]] = set()
     processes: set[int] = set()
+    sorted_processes: set[int] = set()
     by_thread: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
     for e in events:
         assert e["ph"] in ("X", "M"), e
-        assert isinstance(e["pid"], int) and isinstance(e["tid"], int)
+        assert isinstance(e["pid"], int)
         if e["ph"] == "M":
-            assert e["name"] in ("process_name", "thread_name", "thread_sort_index")
+            assert e["name"] in (
+                "process_name",
+                "process_sort_index",
+                "thread_name",
+                "thread_sort_index",
+            )
+            if e["name"] == "process_sort_index":  # the steps, then the run's device order
+                assert e["args"]["sort_index"] == e["pid"]
+                sorted_processes.add(e["pid"])
+                continue
+            assert isinstance(e["tid"], int)
             if e["name"] == "thread_sort_index":
                 assert e["args"]["sort_index"] == e["tid"]
                 continue
@@ -67,6 +78,7 @@ def _check_format(events: list[dict[str, Any]]) -> None:
             continue
         assert e["dur"] >= 0 and e["ts"] >= 0, e
         by_thread[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+    assert sorted_processes == processes
     for (pid, tid), spans in by_thread.items():
         assert pid in processes
         assert pid == 0 or (pid, tid) in named
@@ -107,11 +119,13 @@ def test_trace_export_matches_the_audit(
         assert e["args"]["op_gap_us"] == pytest.approx(row["gap_us"])
         assert e["args"]["hint"] == (row["hints"][0] if row["hints"] else "")
         assert e["args"]["bound_us"] == pytest.approx(row["bound_us"] / row["occurrences"])
-        assert e["cname"] == colour_of(e["args"]["efficiency"])
+        assert e["cat"] == "op," + row["bound_by"]
+        assert e["cname"] == e["args"]["band"]
+        assert e["cname"] == colour_of(e["args"]["efficiency"], e["args"]["bound_us"])
         if row["events"] == row["occurrences"] and e["args"]["efficiency"] is not None:
-            assert e["args"]["gap_us"] == pytest.approx(
-                e["args"]["self_us"] - e["args"]["bound_us"]
-            )
+            at_measured = row["bound_by"] == "host" and row["efficiency"] == pytest.approx(1.0)
+            expected = max(e["args"]["self_us"] - e["args"]["bound_us"], 0.0)
+            assert e["args"]["gap_us"] == pytest.approx(0.0 if at_measured else expected)
 
 
 def _check_exposed_tracks(events: list[dict[str, Any]], report: dict[str, Any]) -> None:
@@ -167,13 +181,27 @@ def test_host_transfers_have_a_track_of_their_own(
         pytest.skip(f"{OFFLOAD} absent (../shared not beside the project)")
     out = tmp_path / "t.json.gz"
     assert run_cli(["audit", str(OFFLOAD), "-o", str(out)], capsys)[0] == 0
-    code, text, _ = run_cli(["audit", str(OFFLOAD), "-f", "json", "-n", "0"], capsys)
+    text = run_cli(["audit", str(OFFLOAD), "-f", "json", "-n", "0"], capsys)[1]
     report = json.loads(text)
     with gzip.open(out, "rt") as f:
         events = json.load(f)["traceEvents"]
     assert report["summary"]["exposed_comm_us"] == 0 < report["summary"]["exposed_host_us"]
     assert not any(e.get("cat") == "exposed communication" for e in events)
     _check_exposed_tracks(events, report)
+    # An event's bound is at most its own time: copy-done.1/.3's waits (each its own bound,
+    # their row 100%) read 100% and gap 0, never above; copy-start (bound 0, its wait shows
+    # on its done) is grey like its row, not `terrible`.
+    rows = {o["name"]: o for o in report["ops"]}
+    ops = [e for e in events if e["ph"] == "X" and e["cat"].startswith("op,")]
+    for e in ops:
+        args = e["args"]
+        if args["efficiency"] is not None:
+            assert args["efficiency"] <= 1.0 and (args["gap_us"] or 0.0) >= 0.0
+    hidden = [e for e in ops if e["name"] in ("copy-done.1", "copy-done.3")]
+    assert len(hidden) == rows["copy-done.1"]["events"] + rows["copy-done.3"]["events"]
+    assert all(e["args"]["efficiency"] == pytest.approx(1.0) for e in hidden)
+    starts = [e for e in ops if e["name"].startswith("copy-start")]
+    assert starts and {e["cname"] for e in starts} == {"grey"}
 
 
 def test_a_saved_report_has_no_timeline(

@@ -193,6 +193,7 @@ def test_gpu_streams_are_tracks_of_their_own(
         "Stream #15(MemcpyD2H)",
         "idle",
         "exposed communication",
+        "exposed host transfers",
     ]
 
 

@@ -30,18 +30,24 @@ from hlogap.trace.model import OpKey
 from hlogap.trace.timeline import HostEvents
 from hlogap.trace.timing import merged_intervals
 
-# chrome://tracing's reserved colour names (Perfetto colours by name and shows the efficiency
-# band as the event's category): efficiency at or above each floor.
+# chrome://tracing's reserved colour names, an event's `cname` (and its args' `band`, which
+# Perfetto shows and filters on): efficiency at or above each floor.
 EFFICIENCY_COLOURS = ((0.6, "good"), (0.3, "yellow"), (0.1, "bad"), (0.0, "terrible"))
 UNMODELED_COLOUR = "grey"
 STEPS_PID = 0
+# A host done whose bound is within this fraction of its measured time is bounded by its waits
+# (sums of per-execution bounds equal to the waits differ from their sum by rounding only).
+AT_MEASURED = 1e-9
 IDLE_TRACK, EXPOSED_TRACK, HOST_TRACK = "idle", "exposed communication", "exposed host transfers"
 # Events made Python objects at a time before they are written out as JSON: tens of MB.
 BATCH_EVENTS = 1 << 16
 
 
-def colour_of(efficiency: float | None) -> str:
-    if efficiency is None:
+def colour_of(efficiency: float | None, bound_us: float | None = None) -> str:
+    """The efficiency band's colour; grey where there is no bound to be efficient against: an
+    unmodeled op, and an event whose bound is 0 (a `none` op, an async start whose transfer's
+    wait shows on its done), as the op's row is read."""
+    if efficiency is None or bound_us == 0:
         return UNMODELED_COLOUR
     for floor, name in EFFICIENCY_COLOURS:  # a loop, not next(generator): once per event
         if efficiency >= floor:
@@ -147,7 +153,10 @@ class TraceEventRenderer:
         """The trace's events in batches: the steps, then each device's, in the run's order."""
         timeline = report.timeline
         assert timeline is not None
-        events: list[dict[str, Any]] = [_name("process_name", STEPS_PID, 0, "steps")]
+        events: list[dict[str, Any]] = [
+            _name("process_name", STEPS_PID, 0, "steps"),
+            _process_sort_index(STEPS_PID),
+        ]
         # A step runs from its first device's start to its last device's end: with skew, steps
         # overlap, and go on tracks of their own there.
         steps = sorted(report.steps, key=lambda s: s.start_us)
@@ -214,20 +223,25 @@ class TraceEventRenderer:
         self_ps = host_events.self_ps[mine]
         line = host_events.line[mine]
         track, names = tracks(line, start, end, host_events.lines)
-        out = [_name("process_name", pid, 0, name)]
+        out = [_name("process_name", pid, 0, name), _process_sort_index(pid)]
         for k, title in enumerate(names):
             out += [_name("thread_name", pid, k, title), _sort_index(pid, k)]
         described = [_describe(key, rows.get(key)) for key in host_events.ops]
+        # Perfetto filters by category: every op event is `op`, then what bounds it
+        # (`op,memory`, `op,unmodeled`); the colour is `cname`.
+        categories = [
+            ",".join(["op", *([a["bound_by"]] if "bound_by" in a else [])]) for _, a, _ in described
+        ]
         for o, s, e, own, k in zip(
             op.tolist(), start.tolist(), end.tolist(), self_ps.tolist(), track.tolist()
         ):
             title, args, row = described[o]
             efficiency, gap_us = _occurrence_figures(row, own)
-            band = colour_of(efficiency)
+            band = colour_of(efficiency, args.get("bound_us"))
             out.append(
                 {
                     "name": title,
-                    "cat": f"op,{band}",
+                    "cat": categories[o],
                     "ph": "X",
                     "pid": pid,
                     "tid": k,
@@ -239,6 +253,7 @@ class TraceEventRenderer:
                         "self_us": own / 1e6,
                         "efficiency": efficiency,
                         "gap_us": gap_us,
+                        "band": band,
                     },
                 }
             )
@@ -294,6 +309,11 @@ def _within(
 
 def _name(kind: str, pid: int, tid: int, name: str) -> dict[str, Any]:
     return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
+
+
+def _process_sort_index(pid: int) -> dict[str, Any]:
+    """Processes shown in the run's device order (the steps first), not by name or pid hash."""
+    return {"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": pid}}
 
 
 def _sort_index(pid: int, tid: int) -> dict[str, Any]:
@@ -355,8 +375,15 @@ def _occurrence_figures(row: OpRow | None, self_ps: int) -> tuple[float | None, 
         return None, None
     if row.events != row.occurrences or self_ps <= 0:
         return row.efficiency, None
-    bound_us = row.bound_us / row.occurrences
-    return bound_us / (self_ps / 1e6), self_ps / 1e6 - bound_us
+    if row.bound_by == "host" and row.bound_us >= row.measured_us * (1 - AT_MEASURED) > 0:
+        # A host transfer's done whose every wait was shorter than the transfer: each wait is
+        # its own bound (the row's bound is its measured time), so each event is at its bound,
+        # where the mean per occurrence would read above or below it.
+        return 1.0, 0.0
+    # Never more than the event's own time (an efficiency above 1, a negative gap).
+    self_us = self_ps / 1e6
+    bound_us = min(row.bound_us / row.occurrences, self_us)
+    return bound_us / self_us, self_us - bound_us
 
 
 def _device_windows(report: AuditReport) -> dict[int, list[tuple[float, float]]]:

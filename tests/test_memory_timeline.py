@@ -256,3 +256,21 @@ def _draws_in_a_browser(path: Path, tmp_path: Path, steps: int) -> None:
     assert [line for line in dom.stderr.splitlines() if ":CONSOLE" in line] == []
     assert dom.stdout.count('class="allocator-curve"') == 1
     assert dom.stdout.count('class="step-start"') == steps
+
+
+def test_a_peak_between_steps_says_what_the_steps_held() -> None:
+    """A value holds from its event to the next: a step holds the value in force at its start
+    and those of its events. Worked by hand: the curve 5 @0, 9 @10, 4 @12, 8 @25, 7 @40."""
+    import numpy as np
+
+    from hlogap.memory.runtime import _steps_peak
+
+    time_ps = np.array([0, 10, 12, 25, 40], dtype=np.int64)
+    in_use = np.array([5, 9, 4, 8, 7], dtype=np.int64)
+    # Step 1 [20, 30) holds 4 (in force at 20) then 8; step 2 [30, 38) holds 8 only; step 3
+    # [50, 60) holds 7 carried in; step 4 [-10, -5) is before the first event.
+    windows = [(1, 20, 30), (2, 30, 38), (3, 50, 60), (4, -10, -5)]
+    assert _steps_peak(time_ps, in_use, windows) == (8, 1)  # the first step to hold 8
+    assert _steps_peak(time_ps, in_use, [(7, 11, 13)]) == (9, 7)  # 9 in force at its start
+    assert _steps_peak(time_ps, in_use, [(4, -10, -5)]) is None
+    assert _steps_peak(time_ps, in_use, []) is None

@@ -101,6 +101,11 @@ class AllocatorPeak:
     events: int
     # The bytes in use over time; None in a report saved before it was kept.
     timeline: AllocatorTimeline | None = None
+    # Where the in-use peak fell between steps: the most in use while a step ran, and the
+    # first step that held it (a peak 256 B above what every step held read "outside the
+    # steps"). None: the peak is in a step, there are no steps, or an older report.
+    steps_peak_bytes: int | None = None
+    steps_peak_step: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -117,6 +122,8 @@ class AllocatorPeak:
             "fragmentation": self.fragmentation,
             "events": self.events,
             "timeline": None if self.timeline is None else self.timeline.to_dict(),
+            "steps_peak_bytes": self.steps_peak_bytes,
+            "steps_peak_step": self.steps_peak_step,
         }
 
     @classmethod
@@ -141,6 +148,7 @@ class AllocatorPeak:
             return kind(value)
 
         device, step = maybe("device", int), maybe("step", int)
+        steps_peak, steps_peak_step = maybe("steps_peak_bytes", int), maybe("steps_peak_step", int)
         in_use_us, stack = maybe("in_use_peak_us", float), maybe("in_use_stack_bytes", int)
         return cls(
             host=str(raw.get("host", "")),
@@ -156,6 +164,8 @@ class AllocatorPeak:
             fragmentation=maybe("fragmentation", float),
             events=count("events"),
             timeline=AllocatorTimeline.from_dict(raw.get("timeline"), f"{where}.timeline"),
+            steps_peak_bytes=None if steps_peak is None else int(steps_peak),
+            steps_peak_step=None if steps_peak_step is None else int(steps_peak_step),
         )
 
 
@@ -241,6 +251,8 @@ def _peak(
     fragmentation = float(events.fragmentation[mine][top])
     heap = events.heap_bytes[mine]
     edges, (heap_most, in_use_most) = bucket_maxima(time_ps, (heap, in_use), TIMELINE_POINTS)
+    step = next((n for n, start, end in windows if start <= at < end), None)
+    in_steps = _steps_peak(time_ps, in_use, windows) if step is None else None
     return AllocatorPeak(
         host="",
         name=name,
@@ -250,7 +262,7 @@ def _peak(
         in_use_peak_bytes=int(in_use[top]),
         in_use_peak_us=(at - origin_ps) / 1e6,
         in_use_stack_bytes=int(events.stack_bytes[mine][top]),
-        step=next((n for n, start, end in windows if start <= at < end), None),
+        step=step,
         capacity_bytes=int(in_use[top] + events.available_bytes[mine][top]),
         fragmentation=None if math.isnan(fragmentation) else fragmentation,
         events=len(mine),
@@ -260,4 +272,28 @@ def _peak(
             heap_bytes=tuple(heap_most.tolist()),
             in_use_bytes=tuple(in_use_most.tolist()),
         ),
+        steps_peak_bytes=None if in_steps is None else in_steps[0],
+        steps_peak_step=None if in_steps is None else in_steps[1],
     )
+
+
+def _steps_peak(
+    time_ps: np.ndarray, in_use: np.ndarray, windows: Sequence[tuple[int, int, int]]
+) -> tuple[int, int] | None:
+    """(the most in use while a step ran, the first step that held it); None without steps
+    the events reach. A value holds from its event to the next: a step holds the value in
+    force at its start and those of the events inside it."""
+    if not windows:
+        return None
+    numbers, starts, ends = (np.array(column, dtype=np.int64) for column in zip(*windows))
+    first = np.maximum(np.searchsorted(time_ps, starts, side="right") - 1, 0)
+    last = np.searchsorted(time_ps, ends, side="left")
+    held = (last > first) & (time_ps[first] < ends)
+    if not held.any():
+        return None
+    # Each held step's [first, last) slice, its maximum by one reduceat (a closing value after
+    # the curve keeps the slice ending at its last event in bounds).
+    bounds = np.stack([first[held], last[held]], axis=1).ravel()
+    most = np.maximum.reduceat(np.append(in_use, 0), bounds)[0::2]
+    k = int(np.argmax(most))  # the first step that held the most
+    return int(most[k]), int(numbers[held][k])

@@ -42,6 +42,7 @@ from hlogap.render.text import (
     header_lines,
     more_line,
     multi_module,
+    outside_steps,
     step_cells,
     steps_overview,
     what_if_lines,
@@ -538,6 +539,11 @@ def _allocators(allocators: tuple[AllocatorPeak, ...], width: int | None) -> str
         "peakBytesUsageLifetime), reached at its own time: it counts no stack, so it can be "
         "below the in-use figure (a TPU keeps its program's temporaries in the stack)",
         "",
+    ]
+    notes += [
+        f"{a.name} ({a.host}): its peak at {fmt_us(a.in_use_peak_us)} is {outside_steps(a)}"
+        for a in allocators
+        if a.step is None and a.steps_peak_bytes is not None
     ]
     title = "at run time (allocator events):"
     return _print([title], table, notes, width=width or WIDE)

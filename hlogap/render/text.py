@@ -173,6 +173,19 @@ def mesh_lines(report: AuditReport) -> list[str]:
     return []
 
 
+def outside_steps(peak: AllocatorPeak) -> str:
+    """Where an in-use peak fell between steps, and how near the steps came to it."""
+    if peak.steps_peak_bytes is None or peak.steps_peak_step is None:
+        return "outside the steps"
+    less = peak.in_use_peak_bytes - peak.steps_peak_bytes
+    if less <= 0:  # reached before a step began, and still held while it ran
+        return f"reached between steps, held into step {peak.steps_peak_step}"
+    return (
+        f"between steps; step {peak.steps_peak_step} held "
+        f"{fmt_si(peak.steps_peak_bytes, 'B')}, {fmt_si(less, 'B')} less"
+    )
+
+
 def capacity_source(source: str, chip: Chip | None = None) -> str:
     """Where a memory capacity comes from, in words (a CPU's memory is the machine's RAM)."""
     if source != "chip":
@@ -205,7 +218,7 @@ def memory_lines(report: AuditReport) -> list[str]:
         lines.append(line)
     held = memory.runtime_peak
     if held is not None:
-        when = f"step {held.step}" if held.step is not None else "outside the steps"
+        when = f"step {held.step}" if held.step is not None else outside_steps(held)
         lines.append(
             f"memory at run time: device {held.device}'s allocator {held.name} held "
             f"{fmt_si(held.in_use_peak_bytes, 'B')} at most "

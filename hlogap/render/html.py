@@ -1,10 +1,12 @@
 """`--format html` (or `-o report.html`): one self-contained page to attach to a CI run or open
 on an air-gapped cluster. No network: the report's JSON, the style and the script are inline.
 
-The page holds the header, the steps, the op table (sort by any column, filter by text, click
-an op for all its hints and its HLO), a roofline chart (log-log; one roof per distinct peak,
-the ridge points dashed; ops as points sized by time lost, hover for numbers, click to find
-the op in the table) and the ops rolled up by scope (the first components of `op_name`).
+The page holds the header, the steps, the op table (in the report's order; sort by any column
+as `--sort` does, filter by text, click an op for all its hints and its HLO; it scrolls in its
+own box on a narrow window), a roofline chart (log-log, scaled to the window; one roof per
+distinct peak, the ridge points dashed; ops as points sized by time lost, hover for numbers,
+click to find the op in the table; left out where no op has FLOPs and bytes), the ops rolled up
+by scope (the first components of `op_name`), the hosts of a pod and the memory.
 """
 
 from __future__ import annotations
@@ -34,7 +36,14 @@ tr.found { background: #fff3c4; }
 tr.sub td { color: #555; font-size: 12.5px; } tr.sub td:nth-child(2) { padding-left: 1.6em; }
 tr.detail td { background: #fafafa; font-size: 12.5px; }
 tr.detail pre { white-space: pre-wrap; margin: 0.4em 0; max-width: 110em; }
-#filter { width: 28em; padding: 4px 6px; margin: 0.5em 0; }
+.scroll { overflow-x: auto; max-width: 100%; }
+#ops { min-width: 76em; }  /* narrower: the table scrolls in its box, rows stay short */
+#ops td:nth-child(2) { word-break: break-all; min-width: 10em; }
+#ops td:last-child { min-width: 30em; }
+svg.chart, svg.allocator-curve, svg.memory-curve { width: 100%; height: auto; display: block; }
+svg.chart { max-width: 1000px; } svg.allocator-curve { max-width: 900px; }
+svg.memory-curve { max-width: 700px; }
+#filter { width: 28em; max-width: 90%; padding: 4px 6px; margin: 0.5em 0; }
 .bar { display: inline-block; height: 9px; background: #e4572e; vertical-align: middle; }
 svg text { font: 11px system-ui, sans-serif; fill: #333; }
 svg .roof { fill: none; stroke-width: 1.6; }
@@ -66,8 +75,10 @@ const el = (tag, attrs = {}, text) => {
 };
 
 // --- op table: sort, filter, details -------------------------------------------------
-// An unmodeled op has no bound: its bound, gap and efficiency are "-" (and sort last), not 0,
-// its whole time and 0%. `label` tells apart ops of one name in several modules.
+// An unmodeled op has no bound: its bound, gap and efficiency show "-", not 0, its whole time
+// and 0%; it sorts by its row's figures, where the text's --sort puts it (its gap is its whole
+// time). The default order is the report's own (rank). `label` tells apart ops of one name in
+// several modules.
 const bounded = (o, v) => o.bound_by === "unmodeled" ? null : v;
 const runs = (o) => o.runs_per_occurrence > 1 ? o.occurrences + "x" + o.runs_per_occurrence : String(o.occurrences);
 const COLUMNS = [
@@ -77,13 +88,13 @@ const COLUMNS = [
   ["occurrences", "n", (o) => o.occurrences * o.runs_per_occurrence, runs, true],
   ["measured_us", "measured", (o) => o.measured_us, (o) => fmtUs(o.measured_us), true],
   ["share", "time", (o) => o.share, (o) => pct(o.share), true],
-  ["bound_us", "bound", (o) => bounded(o, o.bound_us), (o) => fmtUs(bounded(o, o.bound_us)), true],
-  ["gap_us", "gap", (o) => bounded(o, o.gap_us), (o) => fmtUs(bounded(o, o.gap_us)), true],
-  ["efficiency", "eff", (o) => bounded(o, o.efficiency), (o) => pct(bounded(o, o.efficiency)), true],
+  ["bound_us", "bound", (o) => o.bound_us, (o) => fmtUs(bounded(o, o.bound_us)), true],
+  ["gap_us", "gap", (o) => o.gap_us, (o) => fmtUs(bounded(o, o.gap_us)), true],
+  ["efficiency", "eff", (o) => o.efficiency, (o) => pct(bounded(o, o.efficiency)), true],
   ["bound_by", "bound by", (o) => o.bound_by, (o) => o.bound_by, false],
   ["hints", "why", (o) => (o.hints[0] || ""), (o) => (o.hints[0] || ""), false],
 ];
-let sortKey = "gap_us", sortDir = -1, filterText = "";
+let sortKey = "rank", sortDir = 1, filterText = "";
 const maxGap = Math.max(1e-9, ...R.ops.map((o) => bounded(o, o.gap_us) || 0));
 
 function renderOps() {
@@ -100,7 +111,9 @@ function renderOps() {
     });
     head.appendChild(th);
   }
-  table.appendChild(head);
+  const thead = el("thead");
+  thead.appendChild(head);
+  table.appendChild(thead);
   const get = COLUMNS.find((c) => c[0] === sortKey)[2];
   const needle = filterText.toLowerCase();
   const matches = (o) => !needle || [o.label || o.name, o.category, o.bound_by, o.module,
@@ -180,6 +193,10 @@ function renderChart() {
   const pts = R.ops.filter((o) => o.bound_by !== "unmodeled" && o.flops > 0 && o.bytes > 0 && o.measured_us > 0)
     .map((o) => ({o, x: o.flops / o.bytes, y: o.flops * o.occurrences / (o.measured_us * 1e-6)}));
   if (!chip || !chip.peak_flops || !chip.hbm_bw) { box.appendChild(el("p", {class: "muted"}, "No chip peaks in this report: no chart.")); return; }
+  if (!pts.length) {
+    box.appendChild(el("p", {class: "muted"}, "No op has both FLOPs and HBM bytes that hlogap counts (unmodeled ops have none): no roofline chart to draw."));
+    return;
+  }
   // One roof per distinct peak: dtypes that share a peak share a line and its label.
   const byPeak = new Map();
   for (const [dtype, peak] of Object.entries(chip.peak_flops)) byPeak.set(peak, [...(byPeak.get(peak) || []), dtype]);
@@ -188,12 +205,13 @@ function renderChart() {
   const xs = [...pts.map((p) => p.x), ...ridges], ys = [...pts.map((p) => p.y), ...roofs.map(([p]) => p)];
   const x0 = Math.min(...xs) / 4, x1 = Math.max(...xs) * 4;
   const y0 = Math.min(...ys, x0 * chip.hbm_bw) / 4, y1 = Math.max(...ys) * 2;
-  const W = 1000, H = 460, L = 96, B = 40, T = 14, Rm = 250;
+  const W = 1000, H = 470, L = 110, B = 40, T = 14, Rm = 250;
   const sx = (x) => L + (W - L - Rm) * Math.log(x / x0) / Math.log(x1 / x0);
   const sy = (y) => H - B - (H - B - T) * Math.log(y / y0) / Math.log(y1 / y0);
   const NS = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(NS, "svg");
-  svg.setAttribute("width", W); svg.setAttribute("height", H); svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  // Scales with the page (viewBox): the roofs' labels stay inside at any width.
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`); svg.setAttribute("class", "chart");
   const add = (tag, attrs, text) => {
     const e = document.createElementNS(NS, tag);
     for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
@@ -210,6 +228,9 @@ function renderChart() {
     add("text", {x: L - 6, y: sy(10 ** d) + 4, "text-anchor": "end"}, si(10 ** d, "FLOP/s"));
   }
   add("text", {x: (L + W - Rm) / 2, y: H - 6, "text-anchor": "middle"}, "arithmetic intensity (FLOP per HBM byte)");
+  add("rect", {x: L, y: T, width: W - Rm - L, height: H - B - T, fill: "none", stroke: "#bbb"});
+  add("text", {x: 14, y: (T + H - B) / 2, "text-anchor": "middle", transform: `rotate(-90 14 ${(T + H - B) / 2})`},
+    "achieved FLOP/s per device (the op's FLOPs over its time, all occurrences)");
   const colors = ["#1f6feb", "#2da44e", "#8250df", "#bf8700", "#cf222e", "#0a7ea4"];
   roofs.forEach(([peak, dtypes], i) => {
     const ridge = peak / chip.hbm_bw, c = colors[i % colors.length];
@@ -316,7 +337,7 @@ function renderMemory() {
     if (curve.length > 1) {
       const W = 700, H = 140, L = 70, B = 20, top = Math.max(...curve) || 1;
       const svg = document.createElementNS(NS, "svg");
-      svg.setAttribute("width", W); svg.setAttribute("height", H); svg.setAttribute("class", "memory-curve");
+      svg.setAttribute("viewBox", `0 0 ${W} ${H}`); svg.setAttribute("class", "memory-curve");
       const line = document.createElementNS(NS, "polyline");
       line.setAttribute("points", curve.map((v, i) => `${(L + (W - L - 10) * i / (curve.length - 1)).toFixed(1)},${(H - B - (H - B - 10) * v / top).toFixed(1)}`).join(" "));
       line.setAttribute("fill", "none"); line.setAttribute("stroke", "#d8572a"); line.setAttribute("stroke-width", "1.5");
@@ -368,6 +389,7 @@ function renderMemory() {
     const T = A.filter((a) => a.timeline);
     if (T.length) {
       box.appendChild(el("h3", {}, "In use over time (heap + stack, filled; the heap alone, line): the most in each of an allocator's buckets, the steps' starts dashed"));
+      box.appendChild(el("p", {class: "muted"}, "Time runs from the profile's first op (0), as the steps' start: allocator events before it are negative."));
       const steps = (R.steps || []).map((s) => [s.step, s.start_us, s.start_us + s.wall_us]);
       const x0 = Math.min(...T.map((a) => a.timeline.start_us), ...steps.map((s) => s[1]));
       const x1 = Math.max(...T.map((a) => a.timeline.end_us), ...steps.map((s) => s[2]));
@@ -393,7 +415,7 @@ function allocatorChart(a, x0, x1, steps) {
     svg.appendChild(e);
     return e;
   };
-  svg.setAttribute("width", W); svg.setAttribute("height", H); svg.setAttribute("class", "allocator-curve");
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`); svg.setAttribute("class", "allocator-curve");
   // Many steps: a tick each under the axis, their numbers left out (lines would hide the curve).
   const few = steps.length <= 40;
   for (const [number, start] of steps) {
@@ -407,9 +429,48 @@ function allocatorChart(a, x0, x1, steps) {
     (a.in_use_peak_us == null ? "" : ` at ${when(a.in_use_peak_us)}`) + ` (events from ${when(t.start_us)} to ${when(t.end_us)})`);
   add("text", {x: 4, y: TOP + 4}, si(most, "B"));
   add("text", {x: 4, y: H - B + 4}, "0 B");
-  add("text", {x: L, y: H - 2}, when(x0));
+  add("text", {x: L, y: H - 2}, when(x0) + " (from the profile's first op)");
   add("text", {x: W - 10, y: H - 2, "text-anchor": "end"}, when(x1));
   return svg;
+}
+
+// --- hosts (two or more): the slowest by time in ops, the step-time spread, clock offsets ----
+function renderHosts() {
+  const H = R.hosts;
+  if (!H) { document.getElementById("hosts-section").remove(); return; }
+  const box = document.getElementById("hosts");
+  const table = (heads, rows) => {
+    const t = el("table"), head = el("tr");
+    for (const [h, num] of heads) head.appendChild(el("th", num ? {class: "num"} : {}, h));
+    t.appendChild(head);
+    for (const r of rows) {
+      const tr = el("tr");
+      r.forEach((v, k) => tr.appendChild(el("td", heads[k][1] ? {class: "num"} : {}, v)));
+      t.appendChild(tr);
+    }
+    const wrap = el("div", {class: "scroll"});
+    wrap.appendChild(t);
+    box.appendChild(wrap);
+  };
+  const signed = (us) => us == null ? "-" : (us < 0 ? "-" + fmtUs(-us) : fmtUs(us));
+  const over = (p) => p == null ? "-" : "+" + p.toFixed(1) + "%";
+  box.appendChild(el("p", {class: "muted"}, `${count(H.hosts.length, "host")}; time in ops is device time of one host (self time summed over its devices)`));
+  box.appendChild(el("h3", {}, "Slowest hosts (time in ops)"));
+  table([["host"], ["time in ops", true], ["over the median host", true], ["median step", true]],
+    (H.slowest_hosts || []).map((h) => [h.host, fmtUs(h.measured_us), over(h.over_median_pct), fmtUs(h.step_median_us)]));
+  const st = H.step_time;
+  if (st) box.appendChild(el("p", {}, `Each host's own step (first op to last), over ${st.hosts} hosts: median ${fmtUs(st.median_us)}, p90 ${fmtUs(st.p90_us)}, max ${fmtUs(st.max_us)} (${st.max_host}).`));
+  const skewed = [...(H.steps || [])].sort((a, b) => b.over_median_pct - a.over_median_pct).slice(0, 5);
+  if (skewed.length) {
+    box.appendChild(el("h3", {}, "Most skewed steps (slowest host's time in ops over the median host's)"));
+    table([["step", true], ["slowest host"], ["its time", true], ["median host", true], ["over", true]],
+      skewed.map((s) => [String(s.step), s.slowest_host, fmtUs(s.slowest_us), fmtUs(s.median_us), over(s.over_median_pct)]));
+  }
+  if (H.clock_offset_us) {
+    box.appendChild(el("h3", {}, "Clock offsets from the first host's clock (wall; removed before the steps' times and skew)"));
+    table([["host"], ["offset", true], ["estimated from"]],
+      H.hosts.map((h, k) => [h, signed(H.clock_offset_us[k]), (H.clock_offset_from || [])[k] || "-"]));
+  }
 }
 
 // --- actions: ranked by the step time they save ------------------------------------------
@@ -442,6 +503,7 @@ renderScopes();
 renderSteps();
 renderMemory();
 renderActions();
+renderHosts();
 document.body.setAttribute("data-ready", "1");
 """
 
@@ -493,7 +555,7 @@ class HtmlRenderer:
 <h2>Ops <span id="shown" class="muted"></span></h2>
 <input id="filter" type="search" placeholder="filter: op, category, bound by, module, hint">
 <label id="subrows-box" class="muted"{hidden}><input id="subrows" type="checkbox"{checked}> the ops of each command buffer (CUDA graph) under its call: times estimated (~), its share by their bounds, counted once in the call</label>
-<table id="ops"></table>
+<div class="scroll"><table id="ops"></table></div>
 <h2>What to change</h2>
 <div id="actions"></div>
 <h2>By scope (op_name, {depth})</h2>
@@ -502,6 +564,8 @@ class HtmlRenderer:
 <div class="header">{steps}</div>
 <p class="muted">Wall time per step; idle and exposed time as shares of the devices' own step time. Click a step for its devices.</p>
 <table id="steps"></table>
+<div id="hosts-section"><h2>Hosts</h2>
+<div id="hosts"></div></div>
 <h2>Memory</h2>
 <div id="memory"></div>
 <script type="application/json" id="report">{_json_for_script(data)}</script>

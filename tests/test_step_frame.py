@@ -419,3 +419,18 @@ def test_the_steps_overview_is_in_the_summary_frame() -> None:
     assert "wall time of the 4 steady: median 125.5 us" in first
     assert second.startswith("slowest: step 4, 130.0 us")
     assert "first steady step 125.0 us -> last 130.0 us (+4.0%)" in second
+
+
+def test_hfu_names_the_peak_it_is_over(cpu_chip_file: Path) -> None:
+    """A chip without the work's own type runs it at another's peak (a TPU's f32 dots at its
+    bf16 peak): HFU names that peak (it read 'of f32' beside a chip line with no f32)."""
+    from hlogap.chips import load_chip
+    from hlogap.render.text import step_lines
+
+    report = audit(FIXTURES / "mlp", str(cpu_chip_file))
+    assert "HFU" in "\n".join(step_lines(report))
+    assert any(line.endswith("of the f32 peak") for line in step_lines(report))
+    report.chip = load_chip("tpu-v6e")
+    line = next(x for x in step_lines(report) if "HFU" in x)
+    assert "of the bf16 peak (f32 work)" in line
+    assert report.hfu == pytest.approx(report.flops_per_s / 918e12)  # type: ignore[operator]

@@ -418,8 +418,13 @@ def step_lines(report: AuditReport) -> list[str]:
     if rate:
         hfu, dtype, mfu = report.hfu, report.flops_dtype, report.mfu
         text = f"achieved {fmt_si(rate, 'FLOP/s')} per device"
-        if hfu is not None and dtype:
-            text += f", HFU {fmt_util(hfu)} of {dtype}"
+        if hfu is not None and dtype and report.chip is not None:
+            # The peak the ratio is over: a chip without the type's own runs it on another's
+            # (a TPU's f32 dots at its bf16 peak).
+            key = report.chip.matrix_key(dtype)
+            text += f", HFU {fmt_util(hfu)} of the {key} peak" + (
+                f" ({dtype} work)" if key != dtype else ""
+            )
         if mfu is not None:
             text += f", MFU {fmt_util(mfu)}"
         lines.append(text)

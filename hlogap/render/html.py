@@ -73,6 +73,14 @@ const el = (tag, attrs = {}, text) => {
   if (text != null) e.textContent = text;
   return e;
 };
+// An SVG element with its attributes and text, added to `svg` (the charts draw with it).
+const svgChild = (svg, tag, attrs, text) => {
+  const e = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (text != null) e.textContent = text;
+  svg.appendChild(e);
+  return e;
+};
 
 // --- op table: sort, filter, details -------------------------------------------------
 // An unmodeled op has no bound: its bound, gap and efficiency show "-", not 0, its whole time
@@ -212,13 +220,7 @@ function renderChart() {
   const svg = document.createElementNS(NS, "svg");
   // Scales with the page (viewBox): the roofs' labels stay inside at any width.
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`); svg.setAttribute("class", "chart");
-  const add = (tag, attrs, text) => {
-    const e = document.createElementNS(NS, tag);
-    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
-    if (text != null) e.textContent = text;
-    svg.appendChild(e);
-    return e;
-  };
+  const add = (tag, attrs, text) => svgChild(svg, tag, attrs, text);
   for (let d = Math.ceil(Math.log10(x0)); d <= Math.floor(Math.log10(x1)); d++) {
     add("line", {class: "grid", x1: sx(10 ** d), x2: sx(10 ** d), y1: T, y2: H - B});
     add("text", {x: sx(10 ** d), y: H - B + 14, "text-anchor": "middle"}, "1e" + d);
@@ -408,13 +410,7 @@ function allocatorChart(a, x0, x1, steps) {
   const at = (k) => x(t.start_us + (t.end_us - t.start_us) * k / n);
   const path = (values) => `M${at(0)},${y(values[0])}` + values.map((v, k) => ` V${y(v)} H${at(k + 1)}`).join("");
   const svg = document.createElementNS(NS, "svg");
-  const add = (tag, attrs, text) => {
-    const e = document.createElementNS(NS, tag);
-    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
-    if (text != null) e.textContent = text;
-    svg.appendChild(e);
-    return e;
-  };
+  const add = (tag, attrs, text) => svgChild(svg, tag, attrs, text);
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`); svg.setAttribute("class", "allocator-curve");
   // Many steps: a tick each under the axis, their numbers left out (lines would hide the curve).
   const few = steps.length <= 40;

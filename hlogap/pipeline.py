@@ -14,7 +14,14 @@ from hlogap.errors import InputError, UsageError
 from hlogap.memory.runtime import allocator_peaks, on_run
 from hlogap.memory.static import memory_section
 from hlogap.report.groups import DEFAULT_DEPTH, GROUP_KEYS, axis_groups, group_rows
-from hlogap.report.model import SORT_KEYS, AuditReport, ChipSource, load_json, sort_rows
+from hlogap.report.model import (
+    SORT_KEYS,
+    AuditReport,
+    ChipSource,
+    load_json,
+    sort_rows,
+    warmup_steps,
+)
 from hlogap.source import ProfileSource, Remote, find_profile, is_url, regular_file
 from hlogap.trace.model import OpKey, Step, merge_steps
 from hlogap.trace.reading import Progress, SkippedHost
@@ -284,10 +291,21 @@ def _audit_hosts(
     by_axis = axis_groups(rows)
     alone = [dict.fromkeys(keys, 0.0) for keys in by_axis.values()]
     changed = [*changes(found), *(c for c in ceilings if c is not None), *alone]
+    # The ops' idle counts the steady steps, as the summary does: the warm-up steps by the
+    # same rule, from the steps' windows.
+    waits_from = warmup_steps([(end - start) / 1e6 for start, end in windows])
     totals = [
         host_totals.on_clock(clocks.of(h))
         for h, host_totals in enumerate(
-            hosts.each(step_totals, selection, windows, op_step_costs(rows), dominant, changed)
+            hosts.each(
+                step_totals,
+                selection,
+                windows,
+                op_step_costs(rows),
+                dominant,
+                changed,
+                waits_from,
+            )
             if steps
             else []
         )
@@ -336,7 +354,9 @@ def _audit_hosts(
         report.exposed_by_axis = dict(zip(by_axis, exposed.tolist(), strict=True))
     report.mesh = _busiest_mesh(rows, index)
     # Causes that read the step pass (the ops' idle before them) claim no re-timed saving.
-    waited = findings(Context(rows, the_chip, run.backend, index, memory, step_table), True)
+    waited = findings(
+        Context(rows, the_chip, run.backend, index, memory, step_table[waits_from:]), True
+    )
     report.actions = ranked(
         found, None if saved is None else saved[: len(found)], step_table, waited
     )

@@ -165,11 +165,14 @@ def step_totals(
     costs: OpStepCosts,
     module: str | None = None,
     changes: Sequence[Mapping[OpKey, float]] = (),
+    waits_from: int = 0,
 ) -> StepTotals:
     """One host's `StepTotals` over the selected events, a device at a time. With `module`
     (steps that are executions of that module), a device's step k is its own k-th execution
     of it: devices that run apart (skew) never share a window. Each of `changes` (the fraction
-    of its time each of some ops would take) gets its own saving, the other ops kept."""
+    of its time each of some ops would take) gets its own saving, the other ops kept. The ops'
+    waits count the idle of the steps from `waits_from` on (the warm-up ones before it are
+    left out, as the summary leaves them)."""
     steps, n_dev = len(windows), len(trace.devices)
     first = np.full((n_dev, steps), FIRST_NONE, dtype=np.int64)
     last = np.full((n_dev, steps), FIRST_NONE, dtype=np.int64)
@@ -232,7 +235,7 @@ def step_totals(
         sums["busy_ps"][d] = covered
         # Each gap goes to the op that opens the span it ends at. One device's gaps over a
         # profile sum below 2**53 ps (2.5 hours): exact in float64.
-        in_windows, gap_ps = _gaps_in(busy_start, busy_end, lo, hi)
+        in_windows, gap_ps = _gaps_in(busy_start, busy_end, lo[waits_from:], hi[waits_from:])
         waited_for = d_op[opener[1:]]
         for total, weight in ((idle_before, gap_ps), (idle_gaps, in_windows)):
             total += np.bincount(waited_for, weights=weight, minlength=len(total)).astype(np.int64)

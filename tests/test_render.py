@@ -229,3 +229,52 @@ def test_html_report_runs_in_a_headless_browser(tmp_path: Path, cpu_chip_file: P
         check=True,
     )
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+MARKUP_NAMES = ("fusion[bold]", "jit(train_step)/reduce_sum[axes=(0, 1, 2)]", "copy[/]")
+
+
+@pytest.mark.parametrize("width", [None, 200])
+def test_table_cells_are_literal_text(cpu_chip_file: Path, width: int | None) -> None:
+    # Rich reads `[...]` as markup: `reduce_sum[axes=(0, 1, 2)]` lost its brackets, `[bold]`
+    # vanished and `[/]` raised. Every table cell is the text itself.
+    import copy
+    from dataclasses import replace
+
+    from hlogap.render.base import MemoryView
+    from hlogap.report.compare import compare
+    from hlogap.report.gate import Thresholds, run_check
+
+    report = audit(MLP, str(cpu_chip_file), group_by="scope")
+    for op, name in zip(report.ops, MARKUP_NAMES, strict=False):
+        op.name = name
+    report.groups = [replace(g, name=n) for g, n in zip(report.groups, MARKUP_NAMES, strict=False)]
+    assert report.memory is not None
+    report.memory = replace(
+        report.memory,
+        modules=tuple(
+            replace(m, at_peak=tuple(replace(b, instruction=MARKUP_NAMES[0]) for b in m.at_peak))
+            for m in report.memory.modules
+        ),
+    )
+    options = RenderOptions(top=0, width=width)
+    grouped = render(report, "table", options)
+    ops = copy.copy(report)
+    ops.group_by = None
+    slower = copy.deepcopy(ops)
+    for op in slower.ops[: len(MARKUP_NAMES)]:  # slower than the rest: each regressed
+        op.measured_us *= 3
+        op.median_us = None  # the check reads the mean
+    diff = compare(ops, slower)
+    chips = ChipList([replace(builtin_chips()[0], display=MARKUP_NAMES[2])])
+    texts = {
+        "groups": grouped,
+        "ops": render(ops, "table", options),
+        "diff": render(diff, "table", options),
+        "check": render(run_check(diff, Thresholds()), "table", options),
+        "memory": render(MemoryView(report), "table", options),
+    }
+    for kind, text in texts.items():
+        for name in MARKUP_NAMES[: 1 if kind == "memory" else None]:
+            assert name in text, (kind, name)
+    assert MARKUP_NAMES[2] in render(chips, "table", options)

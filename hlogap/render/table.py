@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from hlogap.bounds.instruction import InstructionBound
@@ -86,6 +87,14 @@ def _new_table() -> Table:
     from rich.table import Table
 
     return Table(show_edge=False, header_style="bold")
+
+
+def _row(table: Table, cells: Iterable[str]) -> None:
+    """One row of literal text: names such as `reduce_sum[axes=(0, 1, 2)]` or `[bold]` are
+    not Rich markup."""
+    from rich.text import Text
+
+    table.add_row(*(Text(c) for c in cells))
 
 
 def _fitted(lines: list[str], width: int | None) -> list[str]:
@@ -253,7 +262,7 @@ def _fitted_table(
                 min_width=fixed,
             )
     for c in cells:
-        table.add_row(*(middle(c[name], op_width) if name == "op" else c[name] for name in shown))
+        _row(table, (middle(c[name], op_width) if name == "op" else c[name] for name in shown))
     dropped = [name for name, _ in columns if name not in shown]
     if not dropped:
         return table, []
@@ -294,7 +303,7 @@ def _ops(
         table = _new_table()
         _columns(table, OP_COLUMNS)
         for c in cells:
-            table.add_row(*(c[name] for name, _ in OP_COLUMNS))
+            _row(table, (c[name] for name, _ in OP_COLUMNS))
         return table, [*more_line(len(rows), len(report.ops), "--top 0 shows all"), *note]
     more = [*more_line(len(rows), len(report.ops), "--top 0 shows all"), *note]
     _, _, why_width = _fit(cells, OP_COLUMNS, DROP_FIRST, width)
@@ -379,7 +388,7 @@ def _groups(report: AuditReport, top: int, width: int | None) -> tuple[Table, li
         else:
             table.add_column(n, justify="right", no_wrap=True)
     for c in cells:
-        table.add_row(*c)
+        _row(table, c)
     return table, more_line(len(rows), len(report.groups), "--top 0 shows all", "groups")
 
 
@@ -397,7 +406,7 @@ def _steps(report: AuditReport, top: int, width: int | None) -> tuple[Table, lis
         table.add_column(c, justify="right", min_width=len(c), no_wrap=True)
     for s in rows:
         cells = step_cells(s)
-        table.add_row(*(cells[c] for c in columns))
+        _row(table, (cells[c] for c in columns))
     return table, more_line(len(rows), len(report.steps), "--top 0 shows all", "steps")
 
 
@@ -416,7 +425,7 @@ def _diff_table(
         table = _new_table()
         _columns(table, DIFF_TABLE_COLUMNS)
         for c in cells:
-            table.add_row(*(c[name] for name in DIFF_COLUMNS))
+            _row(table, (c[name] for name in DIFF_COLUMNS))
         return table, []
     return _fitted_table(cells, DIFF_TABLE_COLUMNS, DIFF_DROP_FIRST, width, text=None)
 
@@ -481,14 +490,17 @@ def _memory(report: AuditReport, top: int, width: int | None) -> str:
             ),
         )
         for rank, b in enumerate(held, 1):
-            table.add_row(
-                str(rank),
-                b.instruction or "?",
-                b.kind,
-                fmt_si(b.bytes, "B"),
-                fmt_eff(b.bytes / m.peak_bytes if m.peak_bytes else None),
-                b.shape,
-                b.source or b.op_name,
+            _row(
+                table,
+                (
+                    str(rank),
+                    b.instruction or "?",
+                    b.kind,
+                    fmt_si(b.bytes, "B"),
+                    fmt_eff(b.bytes / m.peak_bytes if m.peak_bytes else None),
+                    b.shape,
+                    b.source or b.op_name,
+                ),
             )
         more = more_line(len(held), len(m.at_peak), "--top 0 shows all", "buffers")
         text += _print([*lines, ""], table, [*more, ""], width=width or WIDE)
@@ -519,18 +531,21 @@ def _allocators(allocators: tuple[AllocatorPeak, ...], width: int | None) -> str
         ),
     )
     for a in sorted(allocators, key=lambda a: (a.host, a.device is None, a.device or 0)):
-        table.add_row(
-            a.name,
-            a.host,
-            "-" if a.device is None else str(a.device),
-            fmt_si(a.in_use_peak_bytes, "B"),
-            "-" if a.in_use_stack_bytes is None else fmt_si(a.in_use_stack_bytes, "B"),
-            fmt_us(a.in_use_peak_us),
-            "-" if a.step is None else str(a.step),
-            fmt_si(a.capacity_bytes, "B"),
-            fmt_eff(a.in_use_peak_bytes / a.capacity_bytes if a.capacity_bytes else None),
-            fmt_si(a.peak_bytes, "B"),
-            "-" if a.fragmentation is None else f"{a.fragmentation:.0%}",
+        _row(
+            table,
+            (
+                a.name,
+                a.host,
+                "-" if a.device is None else str(a.device),
+                fmt_si(a.in_use_peak_bytes, "B"),
+                "-" if a.in_use_stack_bytes is None else fmt_si(a.in_use_stack_bytes, "B"),
+                fmt_us(a.in_use_peak_us),
+                "-" if a.step is None else str(a.step),
+                fmt_si(a.capacity_bytes, "B"),
+                fmt_eff(a.in_use_peak_bytes / a.capacity_bytes if a.capacity_bytes else None),
+                fmt_si(a.peak_bytes, "B"),
+                "-" if a.fragmentation is None else f"{a.fragmentation:.0%}",
+            ),
         )
     notes = [
         "in use at most: heap + reserved stack, the most at any of the allocator's events "
@@ -590,7 +605,7 @@ def _chips(chips: list[Chip], width: int | None) -> str:
         left = k in ("name", "chip")
         table.add_column(k, justify="left" if left else "right", no_wrap=True)
     for c in cells:
-        table.add_row(*(middle(c[k], display_width) if k == "chip" else c[k] for k in shown))
+        _row(table, (middle(c[k], display_width) if k == "chip" else c[k] for k in shown))
     dropped = [k for k in CHIP_COLUMNS if k not in shown]
     notes = [f"({', '.join(dropped)} left out to fit {width} columns)"] if dropped else []
     sources = "Sources for every figure: `hlogap chips --format json` or hlogap/chips/specs/*.toml"

@@ -328,4 +328,6 @@ def test_an_action_per_step_is_in_the_summary_frame() -> None:
     assert action.saving_us == pytest.approx(56.0)  # the contract's sum over every step
     assert action.step_saving_us == pytest.approx(2.0)  # median of 1, 2, 3
     assert action.step_speedup == pytest.approx(11.0 / 9.0)  # median of 10/9, 11/9, 12/9
+    # The saving is what that ratio takes off the median step (11 us): one step's frame.
+    assert action.step_saving_us == pytest.approx(11.0 - 11.0 / action.step_speedup)
     assert action.to_dict(1)["step_speedup"] == pytest.approx(11.0 / 9.0)

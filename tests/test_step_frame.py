@@ -434,3 +434,19 @@ def test_hfu_names_the_peak_it_is_over(cpu_chip_file: Path) -> None:
     line = next(x for x in step_lines(report) if "HFU" in x)
     assert "of the bf16 peak (f32 work)" in line
     assert report.hfu == pytest.approx(report.flops_per_s / 918e12)  # type: ignore[operator]
+
+
+def test_a_chip_too_slow_for_the_profile_claims_no_speedup(tmp_path: Path) -> None:
+    """Figures set too low (the ops beat their bounds in all): no op-time or step speedup
+    below 1x is claimed ('step speedup 0.95x' read slower than measured while every step's own
+    bound was below its wall), and a warning says why."""
+    chip = tmp_path / "slow.toml"
+    chip.write_text(
+        'name = "slow"\n[peak_flops]\nf32 = 2e10\nbf16 = 2e10\n[memory]\nhbm_bw = 2e9\n'
+    )
+    report = audit(FIXTURES / "flaws", str(chip))
+    assert report.bound_us > report.measured_us and report.beats_bounds
+    assert report.speedup is None and report.step_speedup is None
+    assert any("its figures are too low for this profile" in w for w in report.warnings)
+    summary = report.summary_dict()
+    assert summary["speedup"] is None and summary["step_speedup"] is None

@@ -718,10 +718,22 @@ class AuditReport:
         return sum(r.measured_us for r in self.ops if r.bound_by != "unmodeled") / measured
 
     @property
+    def _floor_us(self) -> float:
+        """The ops' time with every modeled op at its bound (unmodeled ops keep theirs)."""
+        return sum(r.bound_us if r.bound_by != "unmodeled" else r.measured_us for r in self.ops)
+
+    @property
+    def beats_bounds(self) -> bool:
+        """The ops took less time in all than their bounds: the chip's figures are too low
+        for this profile (a user's chip file, or --chip naming a slower chip)."""
+        return self._floor_us > self.measured_us * (1 + 1e-9)
+
+    @property
     def speedup(self) -> float | None:
-        """Possible speedup if every modeled op met its bound (unmodeled ops keep their time)."""
-        floor = sum(r.bound_us if r.bound_by != "unmodeled" else r.measured_us for r in self.ops)
-        return self.measured_us / floor if floor > 0 else None
+        """Possible speedup if every modeled op met its bound (unmodeled ops keep their time);
+        None where the ops beat their bounds in all (no speedup below 1x is claimed)."""
+        floor = self._floor_us
+        return self.measured_us / floor if floor > 0 and not self.beats_bounds else None
 
     @property
     def step_speedup(self) -> float | None:
@@ -735,6 +747,8 @@ class AuditReport:
             return None
         ratio = step_ratio([s.wall_us for s in steps], bound_walls)
         if ratio is None:
+            return None
+        if self.beats_bounds:  # the chip's figures are too low: nothing to claim from them
             return None
         op_time = self.speedup
         return min(ratio, op_time) if op_time is not None else ratio

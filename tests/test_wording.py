@@ -86,3 +86,21 @@ def test_html_says_what_efficiency_is_and_heads_numbers_right(cpu_chip_file: Pat
     # The steps tables' headers sit over their numbers: both right-aligned.
     assert "th.num { text-align: right; }" in page
     assert 'el("th", {class: "num"}, h)' in page
+
+
+def test_header_says_the_devices_span_not_their_busy_time(cpu_chip_file: Path) -> None:
+    # device_span_fraction is each device's first op to last op over the step's wall; the
+    # header read "devices run ops over 65% of it", which is busy time's wording (busy/wall
+    # is less: the ops leave gaps inside the span).
+    from hlogap.render.text import step_lines
+    from hlogap.report.model import steps_summary
+
+    report = audit(TRAIN, str(cpu_chip_file))
+    summary = steps_summary(report.steps)
+    span, busy = summary["device_span_fraction"], summary["busy_us"]
+    assert isinstance(span, float) and isinstance(busy, float)
+    window = sum(s.wall_us * s.devices for s in report.steps[summary["warmup_steps"] :])
+    assert busy / window < span < 0.995
+    first = step_lines(report)[0]
+    assert f"each device's first op to last op spans {span:.0%} of it" in first
+    assert "run ops over" not in first

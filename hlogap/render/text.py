@@ -188,6 +188,8 @@ def outside_steps(peak: AllocatorPeak) -> str:
 
 def capacity_source(source: str, chip: Chip | None = None) -> str:
     """Where a memory capacity comes from, in words (a CPU's memory is the machine's RAM)."""
+    if source == "device":
+        return "the device's memory, as the trace reports it"
     if source != "chip":
         return f"allocator {source}: in use + free"
     return "this machine's RAM" if chip is not None and chip.vendor == "cpu" else "the chip's HBM"
@@ -396,7 +398,8 @@ def step_lines(report: AuditReport) -> list[str]:
         f"{left_out})"
         + (f", device start skew {fmt_us(skew)}" if report.devices > 1 else "")
         + (
-            f", devices run ops over {fmt_eff(span)} of it"
+            # Each device's first op to last op over the step's wall: a span, not busy time.
+            f", each device's first op to last op spans {fmt_eff(span)} of it"
             if isinstance(span, float) and span < 0.995
             else ""
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -281,7 +282,14 @@ def _audit_hosts(
         )
         for peak in peaks
     ]
-    memory, memory_warnings = memory_section(modules, ran, the_chip.hbm_bytes, index, allocators)
+    # The device's own memory where the trace says it (an H100 SXM reports 79.6 GiB, not the
+    # data sheet's 80 GB), else the chip's.
+    on_device = _device_memory(run)
+    memory, memory_warnings = memory_section(
+        modules, ran, on_device or the_chip.hbm_bytes, index, allocators
+    )
+    if on_device and memory is not None and memory.capacity_source == "chip":
+        memory = dataclasses.replace(memory, capacity_source="device")
     # What to change: each action's ops shortened, and each other chip's bounds, re-time the
     # steps in the same pass over the events as the step totals.
     found = findings(Context(rows, the_chip, run.backend, index, memory))
@@ -374,6 +382,18 @@ def _audit_hosts(
         for chip, ceiling in zip(what_if, ceilings, strict=True)
     ] or None
     return report
+
+
+def _device_memory(run: RunSummary) -> float | None:
+    """The smallest memory size (bytes) the run's device planes report (`memory_size`), None
+    where none does."""
+    sizes = [
+        float(size)
+        for d in run.devices
+        for size in [d.stats.get("memory_size")]
+        if isinstance(size, (int, float)) and not isinstance(size, bool) and size > 0
+    ]
+    return min(sizes) if sizes else None
 
 
 def _other_chip(run: RunSummary, chosen: Chip) -> list[str]:

@@ -326,3 +326,14 @@ def test_target_config_stats() -> None:
     assert (stats["compute_cap_major"], stats["compute_cap_minor"]) == (9, 0)
     assert stats["core_count"] == 132 and stats["clock_rate"] == 1_980_000
     assert json.dumps(stats)  # plain values: they travel in reports and between processes
+
+
+@needs_archive
+def test_capacity_is_the_memory_the_devices_report(report: dict) -> None:
+    """The H100s report 84.9e9 bytes (79 GiB, the figure the chip's detection line quotes from
+    the archive's device metadata) usable: the headroom is against that, not the data sheet's
+    80 GB."""
+    memory = report["memory"]
+    assert memory["capacity_source"] == "device"
+    assert "79 GiB" in report["chip"]["reason"]
+    assert round(memory["capacity_bytes"] / 2**30) == 79 and memory["capacity_bytes"] > 8.0e10

@@ -802,7 +802,8 @@ def check(
         typer.Option(
             "--max-regression",
             metavar="PCT",
-            help="Fail if the total measured time per step grows more than PCT % (default 5).",
+            help="Fail if the ops' total measured time (every occurrence, warm-up included; "
+            "scaled to the baseline's run length) grows more than PCT % (default 5).",
         ),
     ] = None,
     max_gap_regression: Annotated[

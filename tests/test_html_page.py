@@ -107,3 +107,35 @@ def test_chart_scales_and_titles_its_axes(
     assert 'class="chart"' in chart and 'viewBox="0 0 1000 470"' in chart
     assert ' width="1000"' not in chart  # scales with the page
     assert "achieved FLOP/s per device" in chart and "arithmetic intensity" in chart
+
+
+def test_actions_give_the_step_figures_in_their_frames(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What to change: each action's saving over all the steps (wall) beside its per-step
+    saving and the median step's speedup (the steady steps), as the text prints them."""
+    archive = SHARED / "nvidia-h100-nsys-jax" / "maxtext_fsdp4_test_data.zip"
+    if not archive.is_file():
+        pytest.skip(f"{archive} absent (../shared not beside the project)")
+    from hlogap.units import fmt_us
+
+    page = tmp_path / "h100.html"
+    assert run_cli(["audit", str(archive), "-o", str(page)], capsys)[0] == 0
+    report = json.loads(run_cli(["audit", str(archive), "-f", "json"], capsys)[1])
+    steps, warmup = len(report["steps"]), report["summary"]["warmup_steps"]
+    assert warmup >= 1
+    dom = _dom(page)
+    section = dom[dom.index('id="actions"') : dom.index("<h2>By scope")]
+    assert f"<th>saves (wall, all {steps} steps)</th>" in section
+    assert "<th>a step (median)</th><th>median step</th>" in section
+    assert f"summed over all {steps} steps" in section
+    assert f"the median of the {steps - warmup} steady steps ({warmup} warm-up left out)" in section
+    rows = re.findall(r"<tr>(.*?)</tr>", section)[1:]
+    assert len(rows) == len(report["actions"])
+    for row, a in zip(rows, report["actions"], strict=True):
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
+        assert cells[1:4] == [
+            fmt_us(a["saving_us"]),
+            fmt_us(a["step_saving_us"]),
+            f"{a['step_speedup']:.2f}x faster",
+        ]

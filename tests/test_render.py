@@ -278,3 +278,24 @@ def test_table_cells_are_literal_text(cpu_chip_file: Path, width: int | None) ->
         for name in MARKUP_NAMES[: 1 if kind == "memory" else None]:
             assert name in text, (kind, name)
     assert MARKUP_NAMES[2] in render(chips, "table", options)
+
+
+def test_markdown_has_the_actions_its_rows_name(cpu_chip_file: Path) -> None:
+    # The op rows' hints say "action 1: exposed collective"; the Markdown listed no actions.
+    from hlogap.render.text import action_lines
+
+    report = audit(FIXTURES / "sharded_train", str(cpu_chip_file))
+    assert report.actions and any("(action 1: " in h for r in report.ops for h in r.hints)
+    md = render(report, "md", RenderOptions(top=0))
+    section = md[md.index("### What to change") :]
+    text = action_lines(report, 0)
+    assert len(report.actions) > 5
+    for rank, a in enumerate(report.actions, 1):
+        line = text[1 + 3 * (rank - 1)]  # " 1. saves 477.9 us (148.9 us a step: ...): cause: ..."
+        saves = line[len(f" {rank}. ") : line.index(f": {a.cause}: ")]
+        assert f"\n{rank}. **{saves}**: {a.cause}: `{a.ops[0].name}`" in section
+        assert f"   - why: {a.evidence}\n   - change: {a.change}" in section
+    # --top 5 shows five, and says how many there are, as the text does.
+    short = render(report, "md", RenderOptions(top=5))
+    assert f"(5 of {len(report.actions)} actions; --top 0 or --format json: all)" in short
+    assert "\n6. **" not in short

@@ -474,17 +474,27 @@ function renderActions() {
   const box = document.getElementById("actions");
   const A = R.actions || [];
   if (!A.length) { box.appendChild(el("p", {class: "muted"}, "No change found that saves step time.")); return; }
+  // Two frames: the saving is wall time summed over every step; the step figures are the
+  // median over the steady steps (the warm-up ones left out), as the text prints them.
   const steps = (R.steps || []).length;
-  const frame = A[0].frame === "wall" ? `wall time summed over the ${steps} steps, each re-timed on every device's critical path` : "device time (no steps to re-time)";
-  box.appendChild(el("p", {class: "muted"}, `By the time each saves (${frame}); each op in one action.`));
+  const warmup = (R.summary || {}).warmup_steps || 0;
+  const wall = A[0].frame === "wall";
+  const median = warmup ? `the median of the ${steps - warmup} steady steps (${warmup} warm-up left out)` : "the median step";
+  const frame = wall
+    ? `saves: wall time, summed over all ${steps} steps, each re-timed on every device's critical path; a step: ${median}, and how much faster that step would be`
+    : "saves: device time (no steps to re-time)";
+  box.appendChild(el("p", {class: "muted"}, `By the time each saves. ${frame}. Each op in one action.`));
   const table = el("table");
   const head = el("tr");
-  for (const h of ["#", "saves", "cause", "ops", "why", "change"]) head.appendChild(el("th", {}, h));
+  const saves = wall ? `saves (wall, all ${steps} steps)` : "saves (device time)";
+  for (const h of ["#", saves, "a step (median)", "median step", "cause", "ops", "why", "change"]) head.appendChild(el("th", {}, h));
   table.appendChild(head);
   for (const a of A) {
     const tr = el("tr");
     const ops = a.ops.slice(0, 3).map((o) => o.name).join(", ") + (a.ops.length > 3 ? ` and ${a.ops.length - 3} more` : "");
-    for (const [v, num] of [[String(a.rank), true], [fmtUs(a.saving_us), true], [a.cause, false], [ops, false], [a.evidence, false], [a.change, false]])
+    const each = a.step_saving_us == null ? "-" : fmtUs(a.step_saving_us);
+    const faster = a.step_speedup == null ? "-" : `${a.step_speedup.toFixed(2)}x faster`;
+    for (const [v, num] of [[String(a.rank), true], [fmtUs(a.saving_us), true], [each, true], [faster, true], [a.cause, false], [ops, false], [a.evidence, false], [a.change, false]])
       tr.appendChild(el("td", num ? {class: "num"} : {}, v));
     table.appendChild(tr);
   }

@@ -22,6 +22,8 @@ from hlogap.render.text import (
     CHECK_ROWS,
     DIFF_COLUMNS,
     STEP_COLUMNS,
+    action_items,
+    actions_frame,
     check_notes,
     diff_cells,
     diff_header,
@@ -77,7 +79,7 @@ def _audit(report: AuditReport, top: int, steps: bool, subs: bool = True) -> str
             + (f" {fmt_us(g.unmodeled_us)} |" if unmodeled else "")
             for rank, g in enumerate(groups, 1)
         ]
-        return "\n".join(lines) + "\n"
+        return "\n".join([*lines, *_actions(report, top)]) + "\n"
     lines += [
         "",
         "| # | op | category | n | measured | time | bound | gap | eff | bound by | hint |",
@@ -101,6 +103,7 @@ def _audit(report: AuditReport, top: int, steps: bool, subs: bool = True) -> str
         lines += [_sub_row(more_sub_cells(left_out), code=False)] if left_out else []
         estimated = estimated or bool(under)
     lines += ["", f"{_cell(SUB_ROWS_NOTE)}"] if estimated else []
+    lines += _actions(report, top)
     if steps:
         lines += ["", *(f"- {_cell(line)}" for line in steps_overview(report)), ""]
         lines += ["| " + " | ".join(STEP_COLUMNS) + " |", "|" + "---:|" * len(STEP_COLUMNS)]
@@ -110,6 +113,27 @@ def _audit(report: AuditReport, top: int, steps: bool, subs: bool = True) -> str
             lines.append("| " + " | ".join(cells[c] for c in STEP_COLUMNS) + " |")
         lines += more_line(len(shown), len(report.steps), "--top 0 shows all", "steps")
     return "\n".join(lines) + "\n"
+
+
+def _actions(report: AuditReport, top: int) -> list[str]:
+    """What to change, as the text has it: each action's saving, cause, ops, why, change."""
+    items, more = action_items(report, top)
+    if not items:
+        return []
+    lines = [
+        "",
+        "### What to change",
+        "",
+        f"By the time each saves ({actions_frame(report)}); each op in one action.",
+        "",
+    ]
+    for rank, a in enumerate(items, 1):
+        lines += [
+            f"{rank}. **{a.saves}**: {_cell(a.cause)}: {_cell(a.ops(code=True))}",
+            f"   - why: {_cell(a.evidence)}",
+            f"   - change: {_cell(a.change)}",
+        ]
+    return [*lines, "", *more] if more else lines
 
 
 def _sub_row(cells: dict[str, str], code: bool) -> str:

@@ -237,3 +237,16 @@ def test_perfetto_trace_processor_loads_it(
     slices = list(tp.query("select count(*) as n from slice where category like 'op,%'"))
     assert slices[0].n == sum(o["events"] for o in report["ops"])
     tp.close()
+
+
+def test_warmup_steps_say_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The H100 archive's step 0 is its warm-up (9.4 s of a 124 ms median): the summary and the
+    # actions leave it out, and the timeline's step event says so.
+    archive = SHARED / "nvidia-h100-nsys-jax" / "maxtext_fsdp4_test_data.zip"
+    if not archive.is_file():
+        pytest.skip(f"{archive} absent (../shared not beside the project)")
+    events, report = _export(archive, Path("h100-sxm"), tmp_path / "t.json.gz", capsys)
+    warmup = report["summary"]["warmup_steps"]
+    assert warmup == 1
+    steps = {e["name"]: e["args"]["warmup"] for e in events if e.get("cat") == "step"}
+    assert steps == {f"step {s['step']}": k < warmup for k, s in enumerate(report["steps"])}

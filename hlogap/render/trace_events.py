@@ -24,7 +24,7 @@ import orjson
 
 from hlogap.errors import UsageError
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
-from hlogap.report.model import AuditReport, OpRow
+from hlogap.report.model import AuditReport, OpRow, warmup_steps
 from hlogap.report.steps import op_step_costs
 from hlogap.trace.model import OpKey
 from hlogap.trace.timeline import HostEvents
@@ -159,6 +159,7 @@ class TraceEventRenderer:
         ]
         # A step runs from its first device's start to its last device's end: with skew, steps
         # overlap, and go on tracks of their own there.
+        warmup = {s.step for s in report.steps[: warmup_steps([s.wall_us for s in report.steps])]}
         steps = sorted(report.steps, key=lambda s: s.start_us)
         start = np.array([s.start_us for s in steps], dtype=np.float64)
         end = start + np.array([s.wall_us for s in steps], dtype=np.float64)
@@ -177,6 +178,8 @@ class TraceEventRenderer:
                     "dur": step.wall_us,
                     "args": {
                         "source": step.source,
+                        # Left out of the summary's steps (and the actions' step figures).
+                        "warmup": step.step in warmup,
                         "devices": step.devices,
                         "idle_us": step.idle_us,
                         "exposed_comm_us": step.exposed_comm_us,

@@ -104,3 +104,23 @@ def test_header_says_the_devices_span_not_their_busy_time(cpu_chip_file: Path) -
     first = step_lines(report)[0]
     assert f"each device's first op to last op spans {span:.0%} of it" in first
     assert "run ops over" not in first
+
+
+def test_offload_action_says_whether_the_offloaded_tensors_fit() -> None:
+    # The v6e offload profile keeps 16.1 GB in host memory with 12.1 GB free on the device:
+    # the action said "keep the offloaded tensors on the device (12.1 GB free)".
+    from hlogap.units import fmt_si
+    from tests.conftest import SHARED
+
+    offload = SHARED / "tpu-v6e-offload"
+    if not offload.is_dir():
+        pytest.skip(f"{offload} absent (../shared not beside the project)")
+    report = audit(offload)
+    assert report.memory is not None and report.memory.peak is not None
+    host, room = report.memory.peak.host_bytes, report.memory.headroom_bytes
+    assert room is not None and 0 < room < host
+    (action,) = [a for a in report.actions or [] if a.cause == "host offload wait"]
+    assert (
+        f"keeping the offloaded tensors on the device does not fit: they hold "
+        f"{fmt_si(host, 'B')} in host memory, {fmt_si(room, 'B')} is free" in action.change
+    )

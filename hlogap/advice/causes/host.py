@@ -31,19 +31,35 @@ def host_waits(ctx: Context) -> Iterator[Finding]:
         f"(device time) on host transfers"
         + (f"; the longest, {top.name}, {detail}" if detail else "")
     )
-    room = ctx.memory.headroom_bytes if ctx.memory is not None else None
-    keep = (
-        f", or keep the offloaded tensors on the device ({fmt_si(room, 'B')} free)"
-        if room and room > 0
-        else ""
-    )
     yield Finding(
         "host offload wait",
         tuple(waits),
         saving,
         evidence + (f"; host link {fmt_si(link, 'B/s')}" if link else ""),
         "start each transfer earlier so it runs beside compute (prefetch the offloaded tensor "
-        f"a step ahead, as the scheduler's host-offload overlap does){keep}",
+        f"a step ahead, as the scheduler's host-offload overlap does){_keep(ctx)}",
+    )
+
+
+def _keep(ctx: Context) -> str:
+    """Keeping the offloaded tensors on the device, where there is room: whether the bytes the
+    module keeps in host memory fit in what the device has free."""
+    memory = ctx.memory
+    room = memory.headroom_bytes if memory is not None else None
+    if memory is None or not room or room <= 0:
+        return ""
+    free = fmt_si(room, "B")
+    host = memory.peak.host_bytes if memory.peak is not None else 0
+    if not host:
+        return f", or keep the offloaded tensors on the device ({free} free)"
+    if host <= room:
+        return (
+            f", or keep the offloaded tensors on the device: their {fmt_si(host, 'B')} fit in "
+            f"the {free} free"
+        )
+    return (
+        f"; keeping the offloaded tensors on the device does not fit: they hold "
+        f"{fmt_si(host, 'B')} in host memory, {free} is free (keep only part of them)"
     )
 
 

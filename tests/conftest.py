@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -51,6 +53,27 @@ def write_cpu_chip(directory: Path) -> Path:
 @pytest.fixture
 def cpu_chip_file(tmp_path: Path) -> Path:
     return write_cpu_chip(tmp_path)
+
+
+def headless_chromium() -> list[str]:
+    """The command that runs a headless Chromium; the test is skipped where there is none
+    (`apt-get install chromium`)."""
+    browser = next(
+        (b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None
+    )
+    if browser is None:
+        pytest.skip("no Chromium here (apt-get install chromium)")
+    return [browser, "--headless", "--no-sandbox", "--disable-gpu"]
+
+
+def browse(page: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """The page's DOM once its scripts ran (stdout), and the browser's log (stderr)."""
+    return subprocess.run(
+        [*headless_chromium(), *flags, "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def step_row(number: int, wall: float, bound_wall: float, idle: float) -> StepRow:

@@ -7,27 +7,17 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, SHARED, run_cli, write_cpu_chip
+from tests.conftest import FIXTURES, SHARED, browse, run_cli, write_cpu_chip
 
 PALLAS = SHARED / "tpu-v6e-pallas"
 
 
 def _dom(page: Path) -> str:
-    browser = next(
-        (b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None
-    )
-    if browser is None:
-        pytest.skip("no Chromium here (apt-get install chromium)")
-    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=3000"]
-    return subprocess.run(
-        [*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
-    ).stdout
+    return browse(page, "--virtual-time-budget=3000").stdout
 
 
 @pytest.fixture(scope="module")

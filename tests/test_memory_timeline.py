@@ -15,7 +15,7 @@ import pytest
 from hlogap import audit, load_report
 from hlogap.memory.runtime import TIMELINE_POINTS, AllocatorPeak, bucket_maxima
 from hlogap.memory.static import MemorySection
-from tests.conftest import AMD_FILES, SHARED
+from tests.conftest import AMD_FILES, SHARED, browse, headless_chromium
 
 V6E = SHARED / "tpu-v6e-offload" / "tpu_inference_2.xplane.pb"
 PROFILES = [*AMD_FILES.values(), V6E]
@@ -237,11 +237,7 @@ def test_the_timeline_prints_saves_and_draws(tmp_path: Path) -> None:
 
 
 def _draws_in_a_browser(path: Path, tmp_path: Path, steps: int) -> None:
-    import shutil
-
-    browser = next((b for b in ("chromium", "chromium-browser") if shutil.which(b)), None)
-    if browser is None:
-        pytest.skip("no Chromium here (apt-get install chromium)")
+    headless_chromium()  # skips here, before the audit, where there is none
     page = tmp_path / "report.html"
     done = subprocess.run(
         [sys.executable, "-m", "hlogap", "audit", str(path), "-o", str(page)],
@@ -249,10 +245,7 @@ def _draws_in_a_browser(path: Path, tmp_path: Path, steps: int) -> None:
         text=True,
     )
     assert done.returncode == 0, done.stderr
-    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr"]
-    dom = subprocess.run(
-        [*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
-    )
+    dom = browse(page, "--enable-logging=stderr")
     assert [line for line in dom.stderr.splitlines() if ":CONSOLE" in line] == []
     assert dom.stdout.count('class="allocator-curve"') == 1
     assert dom.stdout.count('class="step-start"') == steps

@@ -7,8 +7,6 @@ import csv
 import io
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ from hlogap.render.base import RenderOptions, render
 from hlogap.render.table import middle
 from hlogap.report.compare import compare
 from hlogap.report.model import load_json
-from tests.conftest import AMD_FILES, FIXTURES, SHARED, run_cli
+from tests.conftest import AMD_FILES, FIXTURES, SHARED, browse, headless_chromium, run_cli
 
 PALLAS = SHARED / "tpu-v6e-pallas"
 
@@ -131,22 +129,11 @@ def test_room_for_the_batch_is_rounded(capsys: pytest.CaptureFixture[str]) -> No
     assert "room for 1,998x the batch" in out
 
 
-def _browser() -> str | None:
-    return next(
-        (b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None
-    )
-
-
 def test_html_counts_one_op_in_the_singular(tmp_path: Path, cpu_chip_file: Path) -> None:
-    browser = _browser()
-    if browser is None:
-        pytest.skip("no Chromium here (apt-get install chromium)")
+    headless_chromium()  # skips here, before the page is made, where there is none
     page = tmp_path / "report.html"
     report = audit(FIXTURES / "mlp", chip=str(cpu_chip_file))
     page.write_text(render(report, "html", RenderOptions(top=1)))
-    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu"]
-    dom = subprocess.run(
-        [*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
-    ).stdout
+    dom = browse(page).stdout
     assert '<span id="shown" class="muted">1 of 1 op</span>' in dom
     assert re.search(r"\b1 ops\b", dom) is None

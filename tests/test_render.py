@@ -14,7 +14,7 @@ from hlogap import audit
 from hlogap.chips import builtin_chips
 from hlogap.errors import UsageError
 from hlogap.render.base import ChipList, RenderOptions, choose_format, formats, render, renderers
-from tests.conftest import FIXTURES, SHARED
+from tests.conftest import FIXTURES, SHARED, browse, headless_chromium
 from tests.test_errors import run_cli
 
 MLP = FIXTURES / "mlp"
@@ -189,32 +189,19 @@ def test_help_lists_exactly_the_formats_a_command_renders(command: str) -> None:
     assert "Examples:" in text
 
 
-def _browser() -> str | None:
-    import shutil
-
-    return next(
-        (b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None
-    )
-
-
 def test_html_report_runs_in_a_headless_browser(tmp_path: Path, cpu_chip_file: Path) -> None:
     # A real browser loads the page from disk (no network): the script runs to its end, logs no
     # error, builds one table row per op, the chart and the scope table; a screenshot is taken.
     import subprocess
 
-    browser = _browser()
-    if browser is None:
-        pytest.skip("no Chromium here (apt-get install chromium)")
+    browser = headless_chromium()
     from hlogap import audit
     from hlogap.render.base import RenderOptions, render
 
     report = audit(FIXTURES / "mlp_train", chip=str(cpu_chip_file))
     page = tmp_path / "report.html"
     page.write_text(render(report, "html", RenderOptions(top=0)))
-    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr"]
-    dom = subprocess.run(
-        [*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
-    )
+    dom = browse(page, "--enable-logging=stderr")
     console = [line for line in dom.stderr.splitlines() if ":CONSOLE" in line]
     assert console == [], console
     assert '<body data-ready="1">' in dom.stdout
@@ -223,7 +210,7 @@ def test_html_report_runs_in_a_headless_browser(tmp_path: Path, cpu_chip_file: P
     assert "By scope" in dom.stdout and "jit(mlp_train)" in dom.stdout
     shot = tmp_path / "report.png"
     subprocess.run(
-        [*flags, "--window-size=1280,1600", f"--screenshot={shot}", page.as_uri()],
+        [*browser, "--window-size=1280,1600", f"--screenshot={shot}", page.as_uri()],
         capture_output=True,
         timeout=120,
         check=True,

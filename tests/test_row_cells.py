@@ -9,8 +9,6 @@ import csv
 import io
 import json
 import re
-import shutil
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,7 +19,7 @@ from hlogap.render.base import RenderOptions, render
 from hlogap.render.cells import op_labels
 from hlogap.render.text import header_lines
 from hlogap.report.model import AuditReport, OpRow
-from tests.conftest import FIXTURES, SHARED, run_cli
+from tests.conftest import FIXTURES, SHARED, browse, headless_chromium, run_cli
 
 PALLAS = SHARED / "tpu-v6e-pallas"
 
@@ -145,21 +143,14 @@ def test_one_module_compiled_twice_is_told_apart_by_its_program(mlp: AuditReport
 
 
 def test_html_shows_no_bound_and_labels(mlp: AuditReport, tmp_path: Path) -> None:
-    browser = next(
-        (b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None
-    )
-    if browser is None:
-        pytest.skip("no Chromium here (apt-get install chromium)")
+    headless_chromium()  # skips here, before the page is made, where there is none
     name = mlp.ops[0].name
     report = _unmodeled(mlp, {name})
     report.ops[1].module = "jit_elsewhere"
     report.ops[1].name = name  # the same name in another module
     page = tmp_path / "report.html"
     page.write_text(render(report, "html", RenderOptions(top=0)))
-    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu"]
-    dom = subprocess.run(
-        [*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
-    ).stdout
+    dom = browse(page).stdout
     rows = re.findall(r'<tr class="op" id="op-\d+">(.*?)</tr>', dom)
     cells = [re.findall(r"<td[^>]*>(.*?)</td>", r) for r in rows]
     first = next(c for c in cells if c[1] == f"{mlp.ops[0].module}/{name}")

@@ -11,8 +11,6 @@ from __future__ import annotations
 import csv
 import io
 import re
-import shutil
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,7 +20,7 @@ from hlogap.pipeline import audit
 from hlogap.render.base import RenderOptions, render
 from hlogap.render.cells import SHOWN_SUB_ROWS, SUB_ROWS_NOTE
 from hlogap.report.model import AuditReport
-from tests.conftest import run_cli
+from tests.conftest import browse, run_cli
 from tests.test_command_buffers import GRAPH_LAUNCHES, ONE_BUFFER, _dump, _gpu_trace
 
 OPS = ["fusion.2", "fusion.3", "custom-call.1"]  # longest estimated time first
@@ -115,17 +113,9 @@ def test_csv_rows_name_their_call_and_the_ranked_rows_add_up(
 
 @pytest.mark.parametrize("shown", [True, False])
 def test_html_puts_them_under_their_call(report: AuditReport, tmp_path: Path, shown: bool) -> None:
-    browser = next(
-        (b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None
-    )
-    if browser is None:
-        pytest.skip("no Chromium here (apt-get install chromium)")
     page = tmp_path / "report.html"
     page.write_text(render(report, "html", RenderOptions(sub_rows=shown)))
-    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu"]
-    dom = subprocess.run(
-        [*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
-    ).stdout
+    dom = browse(page).stdout
     rows = re.findall(r'<tr class="(op(?: sub)?)"[^>]*>(.*?)</tr>', dom)
     cells = [(kind, re.findall(r"<td[^>]*>(.*?)</td>", r)) for kind, r in rows]
     assert cells[0][0] == "op" and cells[0][1][1] == "call"

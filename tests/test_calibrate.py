@@ -231,3 +231,22 @@ def test_a_data_sheet_is_never_raised(tmp_path: Path) -> None:
     assert report.raised == []
     fast = [o for o in report.ops if (o.efficiency or 0) > 1.0]
     assert fast and all(o.hints[0].startswith(FASTER_THAN_ROOF) for o in fast)
+
+
+def test_a_diff_of_two_raised_sides_says_why_the_chips_differ(tmp_path: Path) -> None:
+    """One busy calibration, raised to each profile's own ops: the bounds of the two sides
+    differ, and the warning says so rather than 'pass the same --chip to both' (it was)."""
+    from hlogap import audit
+    from hlogap.report.compare import compare
+    from tests.conftest import FIXTURES
+
+    path = tmp_path / "cpu.toml"
+    path.write_text(cal.chip_text(BUSY))
+    base, new = audit(FIXTURES / "mlp", str(path)), audit(FIXTURES / "mlp_rerun", str(path))
+    assert base.raised and new.raised
+    assert base.chip is not None and new.chip is not None
+    if base.chip.peak_flops == new.chip.peak_flops and base.chip.hbm_bw == new.chip.hbm_bw:
+        pytest.skip("both profiles raised the same figures to the same rates")
+    (warning,) = (w for w in compare(base, new).warnings if "the chips differ" in w)
+    assert "the calibrated figures were raised" in warning
+    assert "pass the same --chip" not in warning

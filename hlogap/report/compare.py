@@ -390,8 +390,20 @@ def compare(base: AuditReport, new: AuditReport) -> Diff:
                 "unlisted ops show as appeared/vanished; save reports with --top 0"
             )
     if base.chip and new.chip and _chip_key(base.chip) != _chip_key(new.chip):
+        raised = [
+            f"{side}: {', '.join(r.describe() for r in report.raised)}"
+            for side, report in (("BASE", base), ("NEW", new))
+            if report.raised
+        ]
         warnings.append(
-            f"the chips differ (BASE {base.chip.name}, NEW {new.chip.name}): "
-            "bounds and gaps are not comparable; pass the same --chip to both"
+            f"the chips differ (BASE {base.chip.name}, NEW {new.chip.name}): bounds and gaps "
+            "are not comparable; "
+            + (
+                # One calibrated chip, raised to what each profile's ops reached.
+                f"the calibrated figures were raised ({'; '.join(raised)}): compare the "
+                "measured times, or calibrate again on an idle machine"
+                if raised
+                else "pass the same --chip to both"
+            )
         )
     return Diff(base=base, new=new, ratio=ratio, rows=rows, warnings=warnings)

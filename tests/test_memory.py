@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -202,21 +203,27 @@ print(json.dumps({k: v["profileSummary"] for k, v in per.items()}))
 RUNTIME_PROFILES = [*AMD_FILES.values(), V6E]
 
 
-@pytest.mark.parametrize("path", RUNTIME_PROFILES, ids=lambda p: p.stem.split(".")[0])
-def test_allocator_peaks_are_xprofs_memory_profile(path: Path, tmp_path: Path) -> None:
+def xprof_output(script: str, path: Path, tmp_path: Path) -> Any:
+    """What `script` (Python reading xprof's converter output) prints as JSON, run in a child
+    on a private copy of the profile (the converter may write beside what it reads)."""
     pytest.importorskip("xprof.convert.raw_to_tool_data")
-    if not path.is_file():
-        pytest.skip(f"{path} absent (../shared not beside the project)")
     copy = tmp_path / path.name
     copy.write_bytes(path.read_bytes())
     done = subprocess.run(
-        [sys.executable, "-c", _MEMORY_PROFILE, str(copy)],
+        [sys.executable, "-c", script, str(copy)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    xprof = json.loads(done.stdout)
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("path", RUNTIME_PROFILES, ids=lambda p: p.stem.split(".")[0])
+def test_allocator_peaks_are_xprofs_memory_profile(path: Path, tmp_path: Path) -> None:
+    if not path.is_file():
+        pytest.skip(f"{path} absent (../shared not beside the project)")
+    xprof = xprof_output(_MEMORY_PROFILE, path, tmp_path)
     memory = audit(path).memory
     assert memory is not None and memory.allocators is not None
     ours = {a.name: a for a in memory.allocators}

@@ -16,6 +16,7 @@ from hlogap import audit, load_report
 from hlogap.memory.runtime import TIMELINE_POINTS, AllocatorPeak, bucket_maxima
 from hlogap.memory.static import MemorySection
 from tests.conftest import AMD_FILES, SHARED, browse, headless_chromium
+from tests.test_memory import xprof_output
 
 V6E = SHARED / "tpu-v6e-offload" / "tpu_inference_2.xplane.pb"
 PROFILES = [*AMD_FILES.values(), V6E]
@@ -51,17 +52,7 @@ def _profile(path: Path) -> Path:
 
 
 def _xprof_timeline(path: Path, tmp_path: Path) -> dict[str, dict]:
-    pytest.importorskip("xprof.convert.raw_to_tool_data")
-    copy = tmp_path / path.name
-    copy.write_bytes(path.read_bytes())
-    done = subprocess.run(
-        [sys.executable, "-c", _XPROF_TIMELINE, str(copy)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    found: dict[str, dict] = json.loads(done.stdout)
+    found: dict[str, dict] = xprof_output(_XPROF_TIMELINE, path, tmp_path)
     return found
 
 

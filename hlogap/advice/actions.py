@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from hlogap.advice.base import Context, Finding, causes
-from hlogap.report.model import Action, OpRef, OpRow, StepRow, step_ratio, warmup_steps
+from hlogap.report.model import Action, OpRef, OpRow, StepRow, step_ratio, warmup_of
 from hlogap.trace.model import OpKey
 from hlogap.trace.steps import StepTotals
 from hlogap.units import fmt_us
@@ -79,7 +79,7 @@ def ranked(
         total = saved.sum(axis=1)
     # Each action's saving per step in the summary's frame: the steady steps', each step
     # against itself (steps_summary).
-    first = warmup_steps([s.wall_us for s in steps])
+    first = warmup_of(steps)
     walls = [s.wall_us for s in steps[first:]]
     exposed = [s.exposed_comm_us for s in steps[first:]]
     actions = []

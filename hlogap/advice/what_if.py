@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hlogap.report.model import OpRow, StepRow, WhatIf, step_ratio, warmup_steps
+from hlogap.report.model import OpRow, StepRow, WhatIf, step_ratio, warmup_of
 from hlogap.trace.model import OpKey
 
 NEAR_ROOF = 0.8  # efficiency here from which an op is "at the roof already"
@@ -48,7 +48,7 @@ def what_if(
     step_speedup = None
     if step_saved_us is not None and steps and len(step_saved_us) == len(steps):
         # The steady steps, each against itself (the summary's frame).
-        first = warmup_steps([s.wall_us for s in steps])
+        first = warmup_of(steps)
         walls = [s.wall_us for s in steps[first:]]
         saved = step_saved_us[first:].tolist()
         after = [max(w - d, 0.0) for w, d in zip(walls, saved, strict=True)]

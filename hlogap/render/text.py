@@ -17,7 +17,7 @@ from hlogap.report.model import (
     StepRow,
     steady_steps,
     steps_summary,
-    warmup_steps,
+    warmup_of,
 )
 from hlogap.units import fmt_eff, fmt_si, fmt_us, si_scale
 
@@ -109,7 +109,7 @@ def actions_frame(report: AuditReport) -> str:
     if not actions or actions[0].frame != "wall":
         return "device time (no steps to re-time)"
     steps = len(report.steps)
-    warmup = warmup_steps([s.wall_us for s in report.steps])
+    warmup = warmup_of(report.steps)
     return f"wall time, summed over the {steps} steps; a step: the median of the " + (
         f"{steps - warmup} steady steps" if warmup else "steps"
     )
@@ -492,7 +492,7 @@ def steps_overview(report: AuditReport) -> list[str]:
     if not report.steps:
         return ["steps: none found (no step annotation, no module execution to count)"]
     # The summary's frame: the steady steps; the warm-up ones are named apart.
-    warmup = report.steps[: warmup_steps([s.wall_us for s in report.steps])]
+    warmup = report.steps[: warmup_of(report.steps)]
     steps = steady_steps(report.steps)
     walls = sorted(s.wall_us for s in steps)
 

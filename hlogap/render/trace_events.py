@@ -24,7 +24,7 @@ import orjson
 
 from hlogap.errors import UsageError
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
-from hlogap.report.model import AuditReport, OpRow, warmup_steps
+from hlogap.report.model import AuditReport, OpRow, warmup_of
 from hlogap.report.steps import op_step_costs
 from hlogap.trace.model import OpKey
 from hlogap.trace.timeline import HostEvents
@@ -159,7 +159,7 @@ class TraceEventRenderer:
         ]
         # A step runs from its first device's start to its last device's end: with skew, steps
         # overlap, and go on tracks of their own there.
-        warmup = {s.step for s in report.steps[: warmup_steps([s.wall_us for s in report.steps])]}
+        warmup = {s.step for s in report.steps[: warmup_of(report.steps)]}
         steps = sorted(report.steps, key=lambda s: s.start_us)
         start = np.array([s.start_us for s in steps], dtype=np.float64)
         end = start + np.array([s.wall_us for s in steps], dtype=np.float64)

@@ -25,7 +25,7 @@ from pathlib import Path
 from hlogap._version import __version__
 from hlogap.errors import InputError, UsageError
 from hlogap.report.compare import Diff, DiffRow
-from hlogap.report.model import AuditReport, steady_steps, steps_summary, warmup_steps
+from hlogap.report.model import AuditReport, steady_steps, steps_summary, warmup_of
 from hlogap.source import read_toml
 from hlogap.trace.model import CORRUPT_TRACE
 from hlogap.units import fmt_si, fmt_us
@@ -478,7 +478,7 @@ def _warmup(diff: Diff) -> str:
     left = [
         f"{count} in {side}"
         for side, r in (("BASE", diff.base), ("NEW", diff.new))
-        for count in [warmup_steps([s.wall_us for s in r.steps])]
+        for count in [warmup_of(r.steps)]
         if count
     ]
     return f"; warm-up steps left out: {', '.join(left)}" if left else ""

@@ -397,9 +397,14 @@ def warmup_steps(walls: Sequence[float]) -> int:
     return count
 
 
+def warmup_of(steps: Sequence[StepRow]) -> int:
+    """How many of the steps lead as warm-up (`warmup_steps` of their walls)."""
+    return warmup_steps([s.wall_us for s in steps])
+
+
 def steady_steps(steps: Sequence[StepRow]) -> list[StepRow]:
-    """The steps after the warm-up ones (`warmup_steps`)."""
-    return list(steps[warmup_steps([s.wall_us for s in steps]) :])
+    """The steps after the warm-up ones (`warmup_of`)."""
+    return list(steps[warmup_of(steps) :])
 
 
 def step_ratio(walls: Sequence[float], shorter: Sequence[float]) -> float | None:
@@ -414,7 +419,7 @@ def steps_summary(steps: list[StepRow]) -> dict[str, object]:
     steps left out): the median step (wall time), and the devices' own step time
     (device time) split into time at the roofline bound, time lost inside ops and idle time
     (they add up to `device_wall_us`)."""
-    warmup = warmup_steps([s.wall_us for s in steps])
+    warmup = warmup_of(steps)
     steps = steady_steps(steps)
     busy = sum(s.busy_us for s in steps)
     at_bound = sum(s.at_bound_us for s in steps)

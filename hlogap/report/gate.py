@@ -18,14 +18,13 @@ Asked for, a step check fails when either side has no steps: the gate fails clos
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from hlogap._version import __version__
 from hlogap.errors import InputError, UsageError
 from hlogap.report.compare import Diff, DiffRow
-from hlogap.report.model import AuditReport, steady_steps, steps_summary, warmup_of
+from hlogap.report.model import AuditReport, steps_summary, warmup_of
 from hlogap.source import read_toml
 from hlogap.trace.model import CORRUPT_TRACE
 from hlogap.units import fmt_si, fmt_us
@@ -466,6 +465,11 @@ def run_check(diff: Diff, t: Thresholds) -> CheckResult:
     return CheckResult(diff, t, checks, gated, regressed, appeared, vanished)
 
 
+def _float(value: object) -> float:
+    assert isinstance(value, float), value  # a report with steps has a median step
+    return value
+
+
 def _idle_share(report: AuditReport) -> float | None:
     """Percent of the devices' own step time spent idle over the steady steps (the summary's
     frame: warm-up left out; skew between devices is not idle)."""
@@ -494,8 +498,8 @@ def _step_checks(diff: Diff, t: Thresholds) -> list[Check]:
         if missing:
             checks.append(Check("step", None, t.max_step_regression, True, f"step time: {why}"))
         else:
-            base = statistics.median(s.wall_us for s in steady_steps(diff.base.steps))
-            new = statistics.median(s.wall_us for s in steady_steps(diff.new.steps))
+            # The summary's median step: its steady steps'.
+            base, new = (_float(steps_summary(r.steps)["step_us"]) for r in (diff.base, diff.new))
             delta = (new - base) / base * 100 if base > 0 else None
             checks.append(
                 Check(

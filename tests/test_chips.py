@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -20,10 +21,12 @@ from hlogap.proto import xplane_pb2
 
 CONTRACT_NAMES = [
     "tpu-v2", "tpu-v3", "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-v7",
-    "a100-sxm", "a100-pcie", "h100-sxm", "h100-pcie", "h200", "b200", "gb200", "l4",
+    "a100-sxm", "a100-sxm-40gb", "a100-pcie", "a100-pcie-40gb",
+    "h100-sxm", "h100-pcie", "h100-nvl", "h200", "b200", "gb200", "l4",
     "mi250x", "mi300x", "mi325x", "mi355x",
 ]  # fmt: skip
-AMD_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "amd-gpu"
+SHARED_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+AMD_FIXTURES = SHARED_FIXTURES / "amd-gpu"
 GIB = 2**30
 
 
@@ -159,7 +162,8 @@ def test_unknown_name() -> None:
 @pytest.mark.parametrize(
     ("name", "suggested"),
     [
-        ("h100", "h100-pcie, h100-sxm"),
+        ("h100", "h100-nvl, h100-pcie, h100-sxm"),
+        ("a100", "a100-pcie, a100-pcie-40gb, a100-sxm, a100-sxm-40gb"),
         ("tpu-v5", "tpu-v5e, tpu-v5p"),
         ("tpuv6e", "tpu-v6e"),
         ("h900", "h200"),
@@ -320,7 +324,7 @@ def test_nvidia_hopper() -> None:
     assert detected(nvidia(132, 85.5)) == "h100-sxm"
     assert detected(nvidia(114, 85.5)) == "h100-pcie"
     assert detected(nvidia(132, 150.7)) == "h200"
-    assert detected(nvidia(132, 100.5)) is None  # H100 NVL 94 GB: not in the database
+    assert detected(nvidia(132, 100.5)) == "h100-nvl"  # 94 GB
 
 
 def test_nvidia_others() -> None:
@@ -329,11 +333,65 @@ def test_nvidia_others() -> None:
     assert detected(nvidia(148, 198.7, 10, 0)) == "gb200"
 
 
-def test_a100_sxm_and_pcie_are_ambiguous() -> None:
-    found = detect_chip(nvidia(108, 85.1, 8, 0), "/device:GPU:0")
+def test_a100_variants_without_a_name() -> None:
+    """A trace without the device's name: memory size tells 40 GB from 80 GB, the driver's
+    memory_bandwidth (CUPTI: 2 x memory clock x bus width) tells the 80 GB SXM from the PCIe
+    card; the 40 GB SXM and PCIe parts report the same stats and have the same figures."""
+
+    def a100(gb: float, bandwidth: float | None) -> dict[str, object]:
+        stats = nvidia(108, gb, 8, 0)
+        if bandwidth is None:
+            del stats["memory_bandwidth"]
+        else:
+            stats["memory_bandwidth"] = bandwidth
+        return stats
+
+    assert detected(a100(85.2, 2.03904e12)) == "a100-sxm"
+    assert detected(a100(85.2, 1.93536e12)) == "a100-pcie"
+    assert detected(a100(42.4, 1.5552e12)) == "a100-sxm-40gb"
+    found = detect_chip(a100(42.4, 1.5552e12), "/device:GPU:0")
+    assert found is not None and "also matches a100-pcie-40gb" in found[1]
+    twins = load_chip("a100-sxm-40gb"), load_chip("a100-pcie-40gb")
+    assert twins[0].hbm_bw == twins[1].hbm_bw and twins[0].peak_flops == twins[1].peak_flops
+    # No bandwidth stat: the SXM part, saying the PCIe card matches too.
+    found = detect_chip(a100(85.2, None), "/device:GPU:0")
+    assert found is not None and found[0].name == "a100-sxm"
+    assert "also matches a100-pcie; pass --chip" in found[1]
+    # A bandwidth near no part's data sheet chooses nothing.
+    found = detect_chip(a100(85.2, 3.0e12), "/device:GPU:0")
+    assert found is not None and "also matches a100-pcie" in found[1]
+    assert "bandwidth" not in found[1]
+
+
+def test_the_40gb_a100_is_not_judged_as_the_80gb_one() -> None:
+    """Issue 40: an A100 40GB run was audited at the 80 GB part's 2.04 TB/s, and the header
+    said '40 GiB -> a100-sxm ... 80GB'."""
+    found = detect_chip(DEVICES["a100-sxm-40gb"], "/device:GPU:0")
     assert found is not None
-    assert found[0].name == "a100-sxm"
-    assert "also matches a100-pcie" in found[1]
+    chip, how = found
+    assert chip.name == "a100-sxm-40gb" and chip.hbm_bw == pytest.approx(1.555e12)
+    assert chip.display == "NVIDIA A100 SXM4 40GB"
+    assert how == (
+        "detected: Nvidia compute capability 8.0, 108 SMs, 39 GiB, "
+        "named 'NVIDIA A100-SXM4-40GB' -> a100-sxm-40gb"
+    )
+
+
+def test_a_name_no_file_lists_is_said() -> None:
+    stats = dict(DEVICES["a100-sxm"], gpu_device_name="NVIDIA A800-SXM4-80GB")
+    found = detect_chip(stats, "/device:GPU:0")
+    assert found is not None and found[0].name == "a100-sxm"  # by its memory bandwidth
+    assert "'NVIDIA A800-SXM4-80GB': not a name a100-sxm's file lists" in found[1]
+    # A name that every candidate lacks does not stop the other stats choosing.
+    assert "driver memory bandwidth 2.04 TB/s" in found[1]
+
+
+def test_amd_bandwidth_stat_chooses_nothing() -> None:
+    """ROCm's memory_bandwidth is half the data sheet's (2.66e12 on an MI300X): it is near no
+    AMD file's figure, and memory size alone tells the MI300X from the MI325X."""
+    assert detected(amd(192)) == "mi300x"
+    found = detect_chip(amd(192), "/device:GPU:0")
+    assert found is not None and "bandwidth" not in found[1]
 
 
 @pytest.mark.parametrize(
@@ -380,3 +438,258 @@ def test_a_chip_other_than_the_traces_is_named(amd_file: Path) -> None:
     assert f"[{detected.chip.name}]" in warning and "--chip tpu-v6e" in warning
     same = audit(amd_file, detected.chip.name)
     assert not any("judged against" in w for w in same.warnings)
+
+
+# --- every variant, from the stats its devices report ---------------------------------------
+
+
+# Plane stats as the device writes them (CUPTI: `gpu_device_name`, `memory_size` =
+# cuDeviceTotalMem, `memory_bandwidth` = 2 x memory clock x bus width / 8, `clock_rate` in kHz).
+# The H100 SXM's are those of the nsys-jax fixture (../shared/fixtures/nvidia-h100-nsys-jax,
+# read from its XLA target config); the others are the parts' reported sizes, memory clocks and
+# bus widths (A100 40GB: 40,441 MiB, 1,215 MHz x 5,120 bits; A100 80GB: 81,251 MiB, 1,593 MHz
+# SXM / 1,512 MHz PCIe; H100 PCIe: HBM2e 1,593 MHz x 5,120 bits; H100 NVL: 95,830 MiB, 2,619 MHz
+# x 6,016 bits; H200: 143,771 MiB; B200: 183,359 MiB; GB200: 189,471 MiB; L4: 23,034 MiB).
+def _nv(
+    name: str, sms: int, mib: int, bandwidth: float, clock_mhz: int, cc: tuple[int, int]
+) -> dict[str, object]:
+    return {
+        "device_vendor": "Nvidia",
+        "gpu_device_name": name,
+        "clock_rate": clock_mhz * 1000,
+        "core_count": sms,
+        "memory_bandwidth": int(bandwidth),
+        "memory_size": mib * 2**20,
+        "compute_cap_major": cc[0],
+        "compute_cap_minor": cc[1],
+    }
+
+
+DEVICES: dict[str, dict[str, object]] = {
+    "a100-sxm-40gb": _nv("NVIDIA A100-SXM4-40GB", 108, 40441, 1.5552e12, 1410, (8, 0)),
+    "a100-pcie-40gb": _nv("NVIDIA A100-PCIE-40GB", 108, 40339, 1.5552e12, 1410, (8, 0)),
+    "a100-sxm": _nv("NVIDIA A100-SXM4-80GB", 108, 81251, 2.03904e12, 1410, (8, 0)),
+    "a100-pcie": _nv("NVIDIA A100 80GB PCIe", 108, 81251, 1.93536e12, 1410, (8, 0)),
+    "h100-sxm": {
+        **_nv("NVIDIA H100 80GB HBM3", 132, 80995, 3.35232e12, 1980, (9, 0)),
+        "memory_size": 84929478656,
+    },
+    "h100-pcie": _nv("NVIDIA H100 PCIe", 114, 81559, 2.03904e12, 1755, (9, 0)),
+    "h100-nvl": _nv("NVIDIA H100 NVL", 132, 95830, 3.939e12, 1785, (9, 0)),
+    "h200": _nv("NVIDIA H200", 132, 143771, 4.8e12, 1980, (9, 0)),
+    "b200": _nv("NVIDIA B200", 148, 183359, 7.7e12, 1965, (10, 0)),
+    "gb200": _nv("NVIDIA GB200", 148, 189471, 8.0e12, 2062, (10, 0)),
+    "l4": _nv("NVIDIA L4", 58, 23034, 3.0e11, 2040, (8, 9)),
+    # ROCm (the AMD fixtures' planes: no device name, memory_bandwidth half the data sheet's)
+    "mi250x": amd(64, cus=110, minor=0, clock=1700000),
+    "mi300x": amd(192),
+    "mi325x": amd(256),
+    "mi355x": amd(288, cus=256, minor=5, clock=2400000),
+}
+
+# The data sheets' figures per device (dense bf16 FLOP/s, HBM B/s, HBM bytes as printed in GB),
+# written here apart from the chip files: the table in docs/chips.md.
+DATASHEETS: dict[str, tuple[float, float, float]] = {
+    "a100-sxm-40gb": (312e12, 1.555e12, 40e9),
+    "a100-pcie-40gb": (312e12, 1.555e12, 40e9),
+    "a100-sxm": (312e12, 2.039e12, 80e9),
+    "a100-pcie": (312e12, 1.935e12, 80e9),
+    "h100-sxm": (1979e12 / 2, 3.35e12, 80e9),
+    "h100-pcie": (1513e12 / 2, 2.0e12, 80e9),
+    "h100-nvl": (1671e12 / 2, 3.9e12, 94e9),
+    "h200": (1979e12 / 2, 4.8e12, 141e9),
+    "b200": (4.5e15 / 2, 7.7e12, 180e9),
+    "gb200": (5e15 / 2, 8e12, 186e9),
+    "l4": (242e12 / 2, 300e9, 24e9),
+    "mi250x": (383e12 / 2, 3.2768e12 / 2, 128e9 / 2),
+    "mi300x": (1307.4e12, 5.3e12, 192e9),
+    "mi325x": (1307.4e12, 6e12, 256e9),
+    "mi355x": (2.5166e15, 8e12, 288e9),
+    "tpu-v4": (275e12, 1200e9, 32 * GIB),
+    "tpu-v5e": (197e12, 819e9, 16e9),
+    "tpu-v5p": (459e12, 2765e9, 95 * GIB),
+    "tpu-v6e": (918e12, 1638e9, 32e9),
+    "tpu-v7": (2307e12 / 2, 7380e9 / 2, 192 * GIB / 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DATASHEETS))
+def test_figures_are_the_data_sheets(name: str) -> None:
+    bf16, hbm_bw, hbm_bytes = DATASHEETS[name]
+    c = load_chip(name)
+    assert c.peak_flops["bf16"] == pytest.approx(bf16, rel=1e-3)
+    assert c.hbm_bw == pytest.approx(hbm_bw, rel=1e-3)
+    assert c.hbm_bytes == pytest.approx(hbm_bytes, rel=1e-3)
+
+
+def test_every_gpu_chip_has_its_device() -> None:
+    gpus = {c.name for c in builtin_chips() if c.vendor != "google"}
+    assert set(DEVICES) == gpus
+    assert set(DATASHEETS) >= gpus
+
+
+@pytest.mark.parametrize("name", sorted(DEVICES))
+def test_each_variant_is_detected_from_its_device(name: str) -> None:
+    found = detect_chip(DEVICES[name], "/device:GPU:0")
+    assert found is not None
+    chip, how = found
+    assert chip.name == name, how
+    assert "also matches" not in how and "not a name" not in how
+    # The header never contradicts itself: the memory the detection line quotes (what the
+    # device reports: a GiB or so under the nominal size, 1/16 less on the L4, whose GDDR6
+    # keeps ECC in it) is the chip's data-sheet size.
+    gib = float(how.split(" GiB")[0].rsplit(", ", 1)[1])
+    assert chip.hbm_bytes is not None
+    nominal = chip.hbm_bytes / 1e9
+    assert abs(gib - nominal) <= 0.1 * nominal, (how, chip.display)
+    printed = re.search(r"(\d+)GB", chip.display)
+    if printed and chip.name != "mi250x":  # the MI250X file is one GCD of a 128GB package
+        assert float(printed.group(1)) == pytest.approx(nominal)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, s in DEVICES.items() if "gpu_device_name" in s))
+def test_each_variant_without_its_name(name: str) -> None:
+    """Older traces carry no device name: memory size, SMs and the driver's bandwidth tell every
+    part but the A100 40GB PCIe, whose stats and figures are the 40GB SXM part's."""
+    stats = {k: v for k, v in DEVICES[name].items() if k != "gpu_device_name"}
+    expected = "a100-sxm-40gb" if name == "a100-pcie-40gb" else name
+    assert detected(stats) == expected
+
+
+def test_nsys_stats_name_the_device() -> None:
+    """An nsys-jax archive's target config gives `device_name` (hlogap.trace.nsys)."""
+    stats = {k: v for k, v in DEVICES["a100-pcie"].items() if k != "gpu_device_name"}
+    del stats["memory_bandwidth"]
+    assert detected(stats) == "a100-sxm"
+    assert detected({**stats, "device_name": "NVIDIA A100 80GB PCIe"}) == "a100-pcie"
+
+
+def test_real_h100_nsys_fixture_stats() -> None:
+    zipped = SHARED_FIXTURES / "nvidia-h100-nsys-jax" / "maxtext_fsdp4_test_data.zip"
+    if not zipped.exists():
+        pytest.skip(f"{zipped} absent")
+    from hlogap.trace import nsys
+
+    with nsys._open(zipped) as archive:
+        stats = nsys._device_stats(archive, "")
+    assert stats["device_name"] == "NVIDIA H100 80GB HBM3"
+    found = detect_chip(stats, "/device:GPU:0")
+    assert found is not None
+    assert found[1] == "detected: Nvidia compute capability 9.0, 132 SMs, 79 GiB -> h100-sxm"
+
+
+def test_real_tpu_fixture_stats() -> None:
+    path = SHARED_FIXTURES / "tpu-v6e-offload" / "tpu_inference_2.xplane.pb"
+    if not path.exists():
+        pytest.skip(f"{path} absent")
+    planes = plane_stats(path)
+    found = detect_chip(planes["/device:TPU:0"], "/device:TPU:0")
+    assert found is not None and found[0].name == "tpu-v6e"
+    # The trace's own peaks agree with the data sheet's.
+    v6e, stats = found[0], planes["/device:TPU:0"]
+    flops, hbm = stats["peak_teraflops_per_second"], stats["peak_hbm_bw_gigabytes_per_second"]
+    assert isinstance(flops, float) and flops * 1e12 == pytest.approx(v6e.peak_flops["bf16"])
+    assert isinstance(hbm, float) and hbm * 1e9 == pytest.approx(v6e.hbm_bw, rel=1e-3)
+
+
+def test_gpu_detect_ranges_do_not_overlap() -> None:
+    """Two GPU files whose required stats can both match tell themselves apart by name, by
+    bandwidth, or one prefers: never a silent first-listed pick."""
+    gpus = [c for c in builtin_chips() if c.vendor != "google"]
+    for i, a in enumerate(gpus):
+        for b in gpus[i + 1 :]:
+            if not _overlap(a.detect, b.detect):
+                continue
+            names, others = _detect_names(a), _detect_names(b)
+            assert names and others and not names & others, (a.name, b.name)
+            same = a.hbm_bw == b.hbm_bw and a.peak_flops == b.peak_flops
+            bandwidth_tells = abs(a.hbm_bw / b.hbm_bw - 1) > 0.04
+            assert same or bandwidth_tells, (a.name, b.name)
+            assert (a.detect.get("prefer") is True) != (b.detect.get("prefer") is True)
+
+
+def _detect_names(c: Chip) -> set[str]:
+    names = c.detect.get("names", [])
+    return {n.lower() for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+
+
+def _overlap(a: dict[str, object], b: dict[str, object]) -> bool:
+    """Some plane's stats could match both `[detect]` tables."""
+    for key in set(a) & set(b) - {"prefer", "names"}:
+        x, y = a[key], b[key]
+        if isinstance(x, list) and isinstance(y, list) and not isinstance(x[0], str):
+            if not (float(x[0]) < float(y[1]) and float(y[0]) < float(x[1])):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+# --- each figure is the number its source quotes ---------------------------------------------
+
+_UNITS = {
+    "pflops": 1e15, "pops": 1e15, "tflops": 1e12, "tops": 1e12, "teraflops": 1e12,
+    "tb/s": 1e12, "gb/s": 1e9, "gbps": 1e9, "gib": 2**30, "gb": 1e9,
+    "flop/s": 1.0, "b/s": 1.0, "b": 1.0,
+}  # fmt: skip
+_QUOTED = re.compile(
+    r"(?<![\w.])(\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?)\s*"
+    r"(pflops|pops|tflops|tops|teraflops|tb/s|gb/s|gbps|gib|gb|flop/s|b/s|b)?(?![\w/])",
+    re.IGNORECASE,
+)
+# Devices per chip or package: the sources quote per-chip figures, the files hold per device.
+_DEVICES_PER_CHIP = {"tpu-v2": 2, "tpu-v3": 2, "tpu-v7": 2, "mi250x": 2}
+
+
+def _quoted(source: str) -> list[tuple[float, float]]:
+    """(value, relative precision) of each figure a source quotes with a unit (or in e-notation):
+    `1,979 TFLOPS` -> (1.979e15, 0.5/1979)."""
+    found = []
+    for m in _QUOTED.finditer(source):
+        number, unit = m.group(1), (m.group(2) or "").lower()
+        if not unit and "e" not in number.lower():
+            continue
+        digits = number.replace(",", "")
+        mantissa = digits.lower().split("e")[0]
+        decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+        value = float(digits) * _UNITS.get(unit, 1.0)
+        if value > 0:
+            found.append((value, 0.5 * 10**-decimals / float(mantissa)))
+    return found
+
+
+@pytest.mark.parametrize("c", builtin_chips(), ids=lambda c: c.name)
+def test_each_figure_is_what_its_source_quotes(c: Chip) -> None:
+    """The number in each figure's source, as printed (sparse figures halved, per-chip figures
+    split between the chip's devices, per-TensorCore ones times a megacore's cores), is the
+    file's figure to the source's own rounding."""
+    figures = {f"peak_flops.{k}": v for k, v in c.peak_flops.items()}
+    figures |= {f"vector_flops.{k}": v for k, v in c.vector_flops.items()}
+    figures["memory.hbm_bw"] = c.hbm_bw
+    if c.hbm_bytes is not None:
+        figures["memory.hbm_bytes"] = c.hbm_bytes
+    devices = _DEVICES_PER_CHIP.get(c.name, 1)
+    for figure, value in figures.items():
+        source = c.sources[figure]
+        sparse = "sparsity" in source.lower()
+        factors = {1.0, float(devices), 1.0 / c.cores_per_device}
+        if sparse:
+            factors |= {2.0 * f for f in factors}
+        quoted = _quoted(source)
+        assert quoted, f"{c.name} {figure}: no figure in {source!r}"
+        assert any(
+            abs(printed / f / value - 1) <= max(1e-3, precision) + 1e-9
+            for printed, precision in quoted
+            for f in factors
+        ), f"{c.name} {figure} = {value:g}, but {source!r} quotes {[q for q, _ in quoted]}"
+
+
+def test_quoted_figures_are_parsed() -> None:
+    ((value, precision),) = _quoted("x (BFLOAT16 Tensor Core 1,979 TFLOPS with sparsity)")
+    assert value == pytest.approx(1.979e15) and precision == pytest.approx(0.5 / 1979)
+    assert [v for v, _ in _quoted("(Peak memory bandwidth 3.2768 TB/s); 32 GiB, 4.6e13")] == [
+        pytest.approx(3.2768e12),
+        32 * 2**30,
+        4.6e13,
+    ]
+    assert _quoted("ch.9 (v2), 8x128 lanes, 4 links") == []

@@ -35,7 +35,7 @@ def _complete(words: str) -> list[str]:
     ("words", "expected"),
     [
         ("hlogap audit p --chip ", sorted(c.name for c in builtin_chips())),
-        ("hlogap audit p --chip h1", ["h100-pcie", "h100-sxm"]),
+        ("hlogap audit p --chip h1", ["h100-nvl", "h100-pcie", "h100-sxm"]),
         ("hlogap audit p --format ", formats("audit")),
         ("hlogap diff a b -f ", formats("diff")),
         ("hlogap chips --format ", formats("chips")),

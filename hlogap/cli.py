@@ -134,6 +134,17 @@ AuditFormat = Annotated[
 DiffFormat = Annotated[str | None, _format_option("table, json, md")]
 PlainFormat = Annotated[str | None, _format_option("table, json")]
 TopOpt = Annotated[int, typer.Option("--top", "-n", min=0, help="Rows to show; 0 = all.")]
+# An audit's machine output (JSON, CSV, the HTML page) holds every op whatever --top says.
+AuditTopOpt = Annotated[
+    int,
+    typer.Option(
+        "--top",
+        "-n",
+        min=0,
+        help="Rows of the terminal table and Markdown; 0 = all. JSON, CSV and HTML hold every "
+        "op whatever --top says.",
+    ),
+]
 WideOpt = Annotated[
     bool, typer.Option("--wide", help="Every column, however wide the terminal is.")
 ]
@@ -347,7 +358,7 @@ def _write(
 def audit(
     path: ProfileArg,
     chip: ChipOpt = None,
-    top: TopOpt = 20,
+    top: AuditTopOpt = 20,
     fmt: AuditFormat = None,
     output: OutputOpt = None,
     run: RunOpt = None,
@@ -433,7 +444,8 @@ def audit(
         typer.Option(
             "--cross-check",
             help="Also run xprof's converter (the [xprof] extra) on a private copy of the "
-            "profile and compare its occurrences and self time with hlogap's, op by op.",
+            "profile and compare its occurrences and self time with hlogap's, op by op "
+            "(every event, as xprof counts them: implies --all-steps).",
         ),
     ] = False,
     cluster: Annotated[
@@ -445,6 +457,15 @@ def audit(
             "address (tcp://host:8786) or local[:N] for N local workers (docs/pods.md).",
         ),
     ] = None,
+    all_steps: Annotated[
+        bool,
+        typer.Option(
+            "--all-steps",
+            help="Count every op event in the op rows, groups, totals, hosts and actions: the "
+            "warm-up steps, compile-time autotuning and work outside every step too (default: "
+            "the steady steps only, the rest in one line).",
+        ),
+    ] = False,
 ) -> None:
     """Rank a profile's XLA ops by the time they lose against the roofline.
 
@@ -491,6 +512,7 @@ def audit(
             model_flops=model_flops,
             timeline=needs_timeline(chosen),
             what_if=what_if or (),
+            all_steps=all_steps,
         )
     from hlogap.source import refuse_to_overwrite
 
@@ -513,7 +535,7 @@ def audit(
 
 @app.command(epilog=EXIT_CODES)
 def demo(
-    top: TopOpt = 20,
+    top: AuditTopOpt = 20,
     fmt: AuditFormat = None,
     chip: ChipOpt = None,
     wide: WideOpt = False,
@@ -794,7 +816,7 @@ def check(
     baseline: Annotated[
         str,
         typer.Option(
-            "--baseline", help="Saved `hlogap audit --format json --top 0` report (or a profile)."
+            "--baseline", help="Saved `hlogap audit --format json` report (or a profile)."
         ),
     ],
     max_regression: Annotated[
@@ -876,7 +898,7 @@ def check(
 
     \b
     Examples:
-      hlogap audit /tmp/tb_main --format json --top 0 -o baseline.json
+      hlogap audit /tmp/tb_main --format json -o baseline.json
       hlogap check /tmp/tb_pr --baseline baseline.json --max-regression 3
     """
     import contextlib
@@ -887,7 +909,9 @@ def check(
     from hlogap.report.gate import parse_peak_limit, resolve_thresholds, run_check
 
     choose_format("check", fmt, None)
-    peak_bytes, peak_growth = parse_peak_limit(max_peak_hbm) if max_peak_hbm else (None, None)
+    peak_bytes, peak_growth = (
+        parse_peak_limit(max_peak_hbm) if max_peak_hbm is not None else (None, None)
+    )
     thresholds = resolve_thresholds(
         {
             "max_regression": max_regression,

@@ -19,7 +19,9 @@ from hlogap.report.model import (
     SORT_KEYS,
     AuditReport,
     ChipSource,
+    OutsideSteps,
     load_json,
+    refuse_truncated,
     sort_rows,
     warmup_steps,
 )
@@ -31,8 +33,12 @@ from hlogap.trace.summary import (
     RunMerger,
     RunSummary,
     Selection,
+    StepFrame,
+    merge_summaries,
     module_pattern,
     modules_of,
+    outside_steps,
+    summarize_framed,
     transfer_pairs,
 )
 from hlogap.trace.timeline import Timeline, host_events
@@ -109,6 +115,7 @@ def audit(
     model_flops: float | None = None,
     timeline: bool = False,
     what_if: Sequence[str] = (),
+    all_steps: bool = False,
 ) -> AuditReport:
     """Audit a profile (logdir, run directory or .xplane.pb) and return the report; `progress`
     hears what is being done (a line at a time). `cluster` (a Dask scheduler address or
@@ -126,6 +133,8 @@ def audit(
     if model_flops is not None and not (model_flops > 0 and math.isfinite(model_flops)):
         raise UsageError(f"--model-flops must be a positive number, not {model_flops}")
     selection = Selection(device, module)
+    # xprof's converter counts every event: the rows it is compared with count them too.
+    all_steps = all_steps or cross_check
     module_pattern(module)  # a bad pattern fails before anything is read
     dump_dir = Path(hlo_dump) if hlo_dump else None
     if dump_dir is not None and not dump_dir.is_dir():
@@ -144,7 +153,7 @@ def audit(
         source, cluster=cluster, jobs=jobs, progress=progress, skip_bad_hosts=skip_bad_hosts
     ) as hosts:
         report = _audit_hosts(
-            hosts, selection, source, chosen, dump_dir, progress, timeline, others
+            hosts, selection, source, chosen, dump_dir, progress, timeline, others, all_steps
         )
     report.ops, report.sort = sort_rows(report.ops, sort_key), sort_key
     report.model_flops = model_flops
@@ -170,6 +179,7 @@ def _audit_hosts(
     progress: Progress | None,
     timeline: bool = False,
     what_if: Sequence[Chip] = (),
+    all_steps: bool = False,
 ) -> AuditReport:
     """Summaries of every host merged in host order, then the ops costed here and the steps
     summed on the hosts (re-timed with each action's change and each `what_if` chip's
@@ -214,7 +224,7 @@ def _audit_hosts(
     modules = _modules(hosts, run)
 
     def pairs_on_hosts(pairs: list[tuple[OpKey, OpKey]]) -> list[AsyncPairs]:
-        per_host = hosts.each(transfer_pairs, selection, pairs)
+        per_host = hosts.each(transfer_pairs, rows_selection, pairs)
         return [
             AsyncPairs(
                 *(
@@ -232,14 +242,6 @@ def _audit_hosts(
             for k in range(len(pairs))
         ]
 
-    # One index: the ops' rows and the memory section share each module's decoded HLO.
-    index = HloIndex(modules, dump_dir)
-    costed = op_costs(run, index, the_chip)
-    # A calibrated chip's figures are what the machine reached once: an op that ran faster
-    # measured it better (a calibration taken while the machine was busy reads low).
-    the_chip, raised = raise_to_ops(the_chip, timed_costs(run, costed))
-    rows = op_rows(run, index, the_chip, costed, pairs_on_hosts, what_if)
-    ran = {(o.key.module, o.key.program_id) for o, n in zip(run.ops, run.times.events) if n > 0}
     # Steps on the hosts' own clocks (the windows the host tasks sum in), and the same steps
     # on the first host's clock (what the report says), each host moved by its clock offset.
     steps = run.steps
@@ -250,6 +252,33 @@ def _audit_hosts(
         spans = hosts.each(module_spans, selection, dominant)
         steps = module_steps([s for on_host in spans for s in on_host.values()])
         host_steps = [module_steps(list(on_host.values())) for on_host in spans]
+    windows = [(s.start_ps, s.end_ps) for s in steps]
+    # The ops' idle counts the steady steps, as the summary does: the warm-up steps by the
+    # same rule, from the steps' windows.
+    waits_from = warmup_steps([(end - start) / 1e6 for start, end in windows])
+    # The op rows in the steady steps' frame (warm-up, autotuning and other work outside the
+    # steps set apart), unless every step is asked for: `rows_selection` and the run's op
+    # totals from here on count only the steady steps' events.
+    frame = _step_frame(run, steps, host_steps, waits_from)
+    outside = (
+        np.sum(hosts.each(outside_steps, dataclasses.replace(selection, frame=frame)), axis=0)
+        if frame is not None
+        else None
+    )
+    rows_selection = selection
+    if outside is not None and outside[0] > 0 and not all_steps and outside[1:].any():
+        rows_selection = dataclasses.replace(selection, frame=frame)
+        steady = merge_summaries(hosts.each(summarize_framed, rows_selection))
+        steady.warnings = run.warnings
+        run = steady
+    # One index: the ops' rows and the memory section share each module's decoded HLO.
+    index = HloIndex(modules, dump_dir)
+    costed = op_costs(run, index, the_chip)
+    # A calibrated chip's figures are what the machine reached once: an op that ran faster
+    # measured it better (a calibration taken while the machine was busy reads low).
+    the_chip, raised = raise_to_ops(the_chip, timed_costs(run, costed))
+    rows = op_rows(run, index, the_chip, costed, pairs_on_hosts, what_if)
+    ran = {(o.key.module, o.key.program_id) for o, n in zip(run.ops, run.times.events) if n > 0}
     collectives = _busiest_collectives(rows) if len(run.hosts) > 1 else []
     arrivals = (
         hosts.each(collective_times, selection, collectives, COLLECTIVE_OCCURRENCES)
@@ -268,7 +297,6 @@ def _audit_hosts(
         if any(clocks.offset_ps)
         else steps
     )
-    windows = [(s.start_ps, s.end_ps) for s in steps]
     numbered = [(s.number, s.start_ps, s.end_ps) for s in steps]
     # Allocator times count from where the steps' `start_us` count: the first op or step.
     origin_ps = min([run.origin_ps or 0, *(s.start_ps for s in steps)])
@@ -299,9 +327,6 @@ def _audit_hosts(
     by_axis = axis_groups(rows)
     alone = [dict.fromkeys(keys, 0.0) for keys in by_axis.values()]
     changed = [*changes(found), *(c for c in ceilings if c is not None), *alone]
-    # The ops' idle counts the steady steps, as the summary does: the warm-up steps by the
-    # same rule, from the steps' windows.
-    waits_from = warmup_steps([(end - start) / 1e6 for start, end in windows])
     totals = [
         host_totals.on_clock(clocks.of(h))
         for h, host_totals in enumerate(
@@ -352,6 +377,11 @@ def _audit_hosts(
         memory=memory,
         raised=raised,
     )
+    if outside is not None:
+        in_steps, everything = int(outside[:2].sum()), int(outside.sum())
+        report.steps_cover_fraction = in_steps / everything if everything else None
+        report.outside_steps = OutsideSteps(*(float(ps) / 1e6 for ps in outside[1:]))
+        report.ops_frame = "steady steps" if rows_selection.frame is not None else "all"
     report.host_skew = (
         host_skew(run, rows, step_table, totals, clocks, collectives, arrivals) or None
     )
@@ -366,13 +396,19 @@ def _audit_hosts(
             f"the ops took less time in all than their bounds on {the_chip.name} (efficiency "
             f"{report.bound_us / report.measured_us:.0%}): its figures are too low for this "
             "profile; no speedup is claimed"
+            if report.measured_us > 0
+            else "the ops took no time in all (every event of 0 duration): no speedup is claimed"
         )
     # Causes that read the step pass (the ops' idle before them) claim no re-timed saving.
     waited = findings(
         Context(rows, the_chip, run.backend, index, memory, step_table[waits_from:]), True
     )
     report.actions = ranked(
-        found, None if saved is None else saved[: len(found)], step_table, waited
+        found,
+        None if saved is None else saved[: len(found)],
+        step_table,
+        waited,
+        steady_only=rows_selection.frame is not None,
     )
     point_hints(rows, report.actions)
     report.what_if = [
@@ -382,6 +418,39 @@ def _audit_hosts(
         for chip, ceiling in zip(what_if, ceilings, strict=True)
     ] or None
     return report
+
+
+def _step_frame(
+    run: RunSummary, steps: list[Step], host_steps: list[list[Step]], warmup: int
+) -> StepFrame | None:
+    """Each host's steady and warm-up steps (the first `warmup` of the run's `steps`) as
+    windows on its own clock (overlapping steps joined), and the modules that only
+    compile-time autotuning ran; None without steps."""
+    if not any(host_steps):
+        return None
+
+    def joined(steps: list[Step]) -> tuple[tuple[int, int], ...]:
+        found: list[tuple[int, int]] = []
+        for s in sorted(steps, key=lambda s: s.start_ps):
+            if found and s.start_ps <= found[-1][1]:
+                found[-1] = (found[-1][0], max(found[-1][1], s.end_ps))
+            else:
+                found.append((s.start_ps, s.end_ps))
+        return tuple(found)
+
+    # The run's warm-up steps by number: every host's steps of those numbers are warm-up.
+    early = {s.number for s in steps[:warmup]}
+    return StepFrame(
+        steady=tuple(
+            (name, joined([s for s in on_host if s.number not in early]))
+            for name, on_host in zip(run.hosts, host_steps, strict=True)
+        ),
+        warmup=tuple(
+            (name, joined([s for s in on_host if s.number in early]))
+            for name, on_host in zip(run.hosts, host_steps, strict=True)
+        ),
+        outside_modules=frozenset(getattr(run, "autotuning_modules", ())),
+    )
 
 
 def _device_memory(run: RunSummary) -> float | None:
@@ -488,9 +557,11 @@ def load_report(
     device: int | None = None,
     module: str | None = None,
     progress: Progress | None = None,
+    whole: bool = False,
 ) -> AuditReport:
     """A saved JSON report (a local path or a URL), or a profile audited. `role` ("baseline",
-    "BASE"...) names it in errors. `module` (a regex) also filters the ops of a saved report."""
+    "BASE"...) names it in errors. `module` (a regex) also filters the ops of a saved report.
+    `whole`: refuse a saved report that lists only some of its ops (`check`, `diff`)."""
     if not is_url(path):
         local = Path(path)
         if not local.exists():
@@ -503,6 +574,8 @@ def load_report(
         )
     module_re = module_pattern(module)
     report = load_json(path, role)
+    if whole:  # before --module's filter, which forgets what the summary counted
+        refuse_truncated(report, role)
     if module_re is None:
         return report
     matched = [o for o in report.ops if module_re.search(o.module)]
@@ -521,8 +594,12 @@ def load_pair(
     base: tuple[str, str], new: tuple[str, str], **selection: Any
 ) -> tuple[AuditReport, AuditReport]:
     """BASE and NEW, each a (path or URL, role): local ones are checked to exist before either
-    is audited, so a typo in the second fails at once, for the reason the user can act on."""
+    is audited, so a typo in the second fails at once, for the reason the user can act on. A
+    saved report that lists only some of its ops is refused (`report.model.refuse_truncated`)."""
     for path, role in (base, new):
         if not is_url(path) and not Path(path).exists():
             raise InputError(f"{role} not found: {path}")
-    return load_report(*base, **selection), load_report(*new, **selection)
+    return (
+        load_report(*base, **selection, whole=True),
+        load_report(*new, **selection, whole=True),
+    )

@@ -50,7 +50,7 @@ def _tree(path: Path) -> dict[str, tuple[int, int]]:
 
 
 def test_amd_report_is_the_device_events(amd_file: Path) -> None:
-    report = api.audit(amd_file)
+    report = api.audit(amd_file, all_steps=True)  # every event, as the oracle counts them
     expected = _events_by_op(amd_file, "/device:GPU:")
     got = {(r.module, r.name): r for r in report.ops}
     assert set(got) == set(expected)
@@ -71,10 +71,16 @@ def test_amd_chip_is_detected_and_no_op_beats_the_roof(amd_file: Path) -> None:
         assert row.efficiency is None or row.efficiency <= 1.0, row.name
 
 
-@pytest.mark.parametrize("program", [p.name for p in cpu_fixtures()])
+# The documented pattern's fixtures run their steps back to back: a few async ops' `end:`
+# markers land in the next execution, where the reader cuts them (stat_events
+# ._clip_to_execution); tests/test_launched_steps.py checks those fixtures.
+@pytest.mark.parametrize(
+    "program", [p.name for p in cpu_fixtures() if not p.name.startswith("documented_")]
+)
 def test_cpu_report_is_the_thunk_events(program: str, cpu_chip_file: Path) -> None:
     logdir = FIXTURES / program
-    report = api.audit(logdir, chip=str(cpu_chip_file))
+    # Every event, as the oracle counts them (the steady frame: tests/test_launched_steps.py).
+    report = api.audit(logdir, chip=str(cpu_chip_file), all_steps=True)
     files = sorted(logdir.rglob("*.xplane.pb"))
     expected = _events_by_op(files[-1], "/host:CPU")
     got = {(r.module, r.name): r for r in report.ops}
@@ -95,11 +101,12 @@ def test_cpu_report_is_the_thunk_events(program: str, cpu_chip_file: Path) -> No
 
 def test_json_follows_the_contract(amd_file: Path) -> None:
     doc = json.loads(render(api.audit(amd_file), "json", RenderOptions(top=2)))
-    assert doc["schema"] == "hlogap.audit/3"
+    assert doc["schema"] == "hlogap.audit/4"
     assert {"path", "run", "files", "hosts"} <= set(doc["source"])
     assert {"name", "display", "vendor", "source", "peak_flops", "hbm_bw"} <= set(doc["chip"])
     assert set(doc["summary"]) >= CONTRACT_SUMMARY_KEYS
-    assert len(doc["ops"]) == 2 and doc["summary"]["ops"] > 2
+    # Every op whatever --top says (machine output); the summary counts them.
+    assert len(doc["ops"]) == doc["summary"]["ops"] > 2
     for rank, op in enumerate(doc["ops"], 1):
         assert set(op) >= CONTRACT_OP_KEYS
         assert op["rank"] == rank
@@ -120,7 +127,7 @@ def test_cli_json_pipes_into_json_tool(amd_file: Path, tmp_path: Path) -> None:
         text=True,
         check=True,
     )
-    assert json.loads(tool.stdout)["schema"] == "hlogap.audit/3"
+    assert json.loads(tool.stdout)["schema"] == "hlogap.audit/4"
     assert out.stderr == ""
     assert _tree(amd_file.parent) == before  # never writes into the profile directory
 

@@ -443,7 +443,7 @@ def test_output_never_lands_in_the_profile(
     # Beside the logdir is the user's to write.
     beside = tmp_path / "report.json"
     code, _, err = run_cli([*args, "-o", str(beside)], capsys)
-    assert code == 0 and json.loads(beside.read_text())["schema"] == "hlogap.audit/3"
+    assert code == 0 and json.loads(beside.read_text())["schema"] == "hlogap.audit/4"
 
 
 @pytest.mark.parametrize("encoding", ["latin-1", "ascii"])

@@ -313,7 +313,11 @@ def test_a_saved_report_keeps_the_devices_and_a_version_2_one_still_reads(
     assert loaded.steps == report.steps
     assert loaded.steps[0].per_device == report.steps[0].per_device
     assert len(loaded.steps[0].per_device) == 8
-    assert loaded.summary_dict() == pytest.approx(report.summary_dict())
+    flat = [
+        {k: v for k, v in r.summary_dict().items() if k != "outside_steps"}
+        for r in (loaded, report)
+    ]
+    assert flat[0] == pytest.approx(flat[1])
     # A version-2 report: no device parts; its idle was `wall * devices - busy`.
     old = report.to_dict(0)
     old["schema"] = "hlogap.audit/2"

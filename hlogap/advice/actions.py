@@ -66,20 +66,27 @@ def ranked(
     saved: np.ndarray | None,
     steps: Sequence[StepRow],
     unclaimed: Sequence[Finding] = (),
+    steady_only: bool = False,
 ) -> list[Action]:
     """The findings as actions, ranked by step time saved (`saved`: per finding and step, from
     `step_savings`; summed over the steps, wall time); without steps, by the device time
     saved. Their sum never exceeds the steps' own time above their bound. The `unclaimed`
-    ones (causes run after the step pass: no change of theirs was re-timed) follow, saving 0."""
-    total = saved.sum(axis=1) if saved is not None and steps else None
-    above = sum(max(s.wall_us - s.bound_wall_us, 0.0) for s in steps if s.bound_wall_us is not None)
+    ones (causes run after the step pass: no change of theirs was re-timed) follow, saving 0.
+    `steady_only` (the report's steady frame): the savings are summed over the steady steps."""
+    first = warmup_of(steps)
+    counted = first if steady_only else 0
+    total = saved[:, counted:].sum(axis=1) if saved is not None and steps else None
+    above = sum(
+        max(s.wall_us - s.bound_wall_us, 0.0)
+        for s in steps[counted:]
+        if s.bound_wall_us is not None
+    )
     if saved is not None and total is not None and total.sum() > above > 0:
         # Changes that overlap cannot together beat every op at its bound.
         saved = saved * (above / total.sum())
         total = saved.sum(axis=1)
     # Each action's saving per step in the summary's frame: the steady steps', each step
     # against itself (steps_summary).
-    first = warmup_of(steps)
     walls = [s.wall_us for s in steps[first:]]
     exposed = [s.exposed_comm_us for s in steps[first:]]
     actions = []

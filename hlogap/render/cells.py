@@ -88,7 +88,8 @@ def op_totals_line(report: AuditReport, summed: str) -> str:
     that have a bound, with the unmodeled ops' time apart (they have none)."""
     measured, unmodeled = report.measured_us, unmodeled_us(report)
     speedup = report.speedup
-    head = f"ops, device-time{summed}: measured {fmt_us(measured)}"
+    frame = " over the steady steps" if report.ops_frame == "steady steps" else ""
+    head = f"ops, device-time{summed}{frame}: measured {fmt_us(measured)}"
     if unmodeled <= 0:
         return (
             f"{head}, bound {fmt_us(report.bound_us)}, gap {fmt_us(report.gap_us)}, "

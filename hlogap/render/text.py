@@ -38,6 +38,7 @@ def header_lines(report: AuditReport) -> list[str]:
         f"devices: {report.devices}, ops: {len(report.ops)}, events: {report.events}",
         *mesh_lines(report),
         *step_lines(report),
+        *frame_lines(report),
         *memory_lines(report),
         op_totals_line(report, summed),
         *skew_lines(report),
@@ -110,6 +111,11 @@ def actions_frame(report: AuditReport) -> str:
         return "device time (no steps to re-time)"
     steps = len(report.steps)
     warmup = warmup_of(report.steps)
+    if report.ops_frame == "steady steps" and warmup:
+        return (
+            f"wall time, summed over the {steps - warmup} steady steps (warm-up left out); "
+            "a step: their median"
+        )
     return f"wall time, summed over the {steps} steps; a step: the median of the " + (
         f"{steps - warmup} steady steps" if warmup else "steps"
     )
@@ -469,6 +475,38 @@ def step_lines(report: AuditReport) -> list[str]:
         if mfu is not None:
             text += f", MFU {fmt_util(mfu)}"
         lines.append(text)
+    return lines
+
+
+def frame_lines(report: AuditReport) -> list[str]:
+    """What the op rows count (the steady steps, or every event) and what lies outside the
+    steady steps, in device time; a line when the steps hold under 90% of the op time."""
+    outside = report.outside_steps
+    lines: list[str] = []
+    if outside is not None and outside.total_us > 0:
+        parts = [
+            f"{what} {fmt_us(us)}"
+            for what, us in (
+                ("warm-up steps", outside.warmup_us),
+                ("compile-time autotuning", outside.autotuning_us),
+                ("compilation", outside.compile_us),
+                ("outside every step", outside.other_us),
+            )
+            if us > 0
+        ]
+        if report.ops_frame == "steady steps":
+            lines.append(
+                f"ops: the steady steps only; left out, device time: {', '.join(parts)} "
+                "(--all-steps counts them)"
+            )
+        else:
+            lines.append(f"ops: every event, outside the steady steps too ({', '.join(parts)})")
+    cover = report.steps_cover_fraction
+    if cover is not None and cover < 0.9:
+        lines.append(
+            f"the steps hold {fmt_eff(cover)} of the devices' op time: the rest ran outside "
+            "every step (compilation, autotuning, or work the step annotations do not cover)"
+        )
     return lines
 
 

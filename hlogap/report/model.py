@@ -22,9 +22,9 @@ from hlogap.source import is_url, read_remote, regular_file
 from hlogap.trace.model import Backend, StepSource
 from hlogap.trace.timeline import Timeline
 
-SCHEMA = "hlogap.audit/3"
+SCHEMA = "hlogap.audit/4"
 # Version 2 added the timeline (steps, op paths); 3 puts steps per device, in wall time.
-READABLE_SCHEMAS = ("hlogap.audit/1", "hlogap.audit/2", SCHEMA)
+READABLE_SCHEMAS = ("hlogap.audit/1", "hlogap.audit/2", "hlogap.audit/3", SCHEMA)
 SortKey = Literal["gap", "measured", "efficiency", "idle"]
 SORT_KEYS: tuple[SortKey, ...] = get_args(SortKey)
 ChipSource = Literal["detected", "user", "calibrated", "report"]
@@ -640,8 +640,47 @@ class WhatIf:
 
 
 @dataclass(frozen=True)
+class OutsideSteps:
+    """Device time (us, summed over devices) of op events outside the steady steps, kept out
+    of the op rows in the steady frame (`summary.outside_steps`, contract version 4)."""
+
+    warmup_us: float = 0.0  # in the warm-up steps
+    autotuning_us: float = 0.0  # compile-time autotuning candidates (nsys-jax's measurements)
+    other_us: float = 0.0  # in no step: before the first, between steps, after the last
+    # Compilation runs no device op in the traces hlogap reads: kept for the contract's key.
+    compile_us: float = 0.0
+
+    @property
+    def total_us(self) -> float:
+        return self.warmup_us + self.autotuning_us + self.other_us + self.compile_us
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "warmup_us": self.warmup_us,
+            "autotuning_us": self.autotuning_us,
+            "compile_us": self.compile_us,
+            "other_us": self.other_us,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> OutsideSteps | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(
+            *(
+                _number(data.get(key, 0.0), f"summary.outside_steps.{key}")
+                for key in ("warmup_us", "autotuning_us", "other_us", "compile_us")
+            )
+        )
+
+
+OpsFrame = Literal["steady steps", "all"]
+
+
+@dataclass(frozen=True)
 class Unlisted:
-    """What a report saved with `--top N` left out of `ops`: its summary still counts it."""
+    """What a report an older hlogap saved with `--top N` left out of `ops`: its summary still
+    counts it (this version's JSON lists every op; `check` and `diff` refuse such a report)."""
 
     ops: int = 0
     measured_us: float = 0.0
@@ -669,6 +708,12 @@ class AuditReport:
     kind: ReportKind = "profile"  # audited here, or loaded from a saved report
     unlisted: Unlisted = field(default_factory=Unlisted)
     steps: list[StepRow] = field(default_factory=list)
+    # The op rows' frame: the steady steps' events only, or every event (`--all-steps`, or no
+    # work outside the steady steps); what the steady frame left out; the share of the
+    # devices' op time inside the steps (None: no steps).
+    ops_frame: OpsFrame = "all"
+    outside_steps: OutsideSteps | None = None
+    steps_cover_fraction: float | None = None
     group_by: str | None = None  # `--group-by` (scope, category, source, module), when asked
     groups: list[GroupRow] = field(default_factory=list)
     # `--cross-check`: xprof's counts beside ours (hlogap.report.crosscheck), as JSON.
@@ -827,6 +872,9 @@ class AuditReport:
             "upper_bound_us": sum(r.upper_bound_us for r in self.ops),
             "speedup": self.speedup,
             **steps_summary(self.steps),
+            "ops_frame": self.ops_frame,
+            "outside_steps": None if self.outside_steps is None else self.outside_steps.to_dict(),
+            "steps_cover_fraction": self.steps_cover_fraction,
             "step_speedup": self.step_speedup,
             "flops_per_s": self.flops_per_s,
             "flops_dtype": self.flops_dtype,
@@ -942,6 +990,11 @@ class AuditReport:
             unlisted=unlisted if unlisted.ops else Unlisted(),
             steps=[StepRow.from_dict(r, f"steps[{i}]") for i, r in enumerate(raw_steps)],
             model_flops=_optional_number(summary.get("model_flops"), "summary.model_flops"),
+            ops_frame="steady steps" if summary.get("ops_frame") == "steady steps" else "all",
+            outside_steps=OutsideSteps.from_dict(summary.get("outside_steps")),
+            steps_cover_fraction=_optional_number(
+                summary.get("steps_cover_fraction"), "summary.steps_cover_fraction"
+            ),
             memory=MemorySection.from_dict(data.get("memory")),
             mesh=Mesh.from_dict(data.get("mesh")),
             actions=_actions(data.get("actions")),
@@ -977,7 +1030,7 @@ def load_json(path: str | Path, role: str) -> AuditReport:
         )
         raise InputError(
             f"{role} {path} is not JSON ({detail}); "
-            "save it with `hlogap audit PATH --format json --top 0`"
+            "save it with `hlogap audit PATH --format json -o FILE`"
         ) from exc
     if not isinstance(data, dict) or data.get("schema") not in READABLE_SCHEMAS:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
@@ -990,6 +1043,20 @@ def load_json(path: str | Path, role: str) -> AuditReport:
     except (KeyError, ValueError, TypeError, OverflowError) as exc:
         detail = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
         raise InputError(f"{role} {path} is a corrupt hlogap report: {detail}") from exc
+
+
+def refuse_truncated(report: AuditReport, role: str) -> None:
+    """`check` and `diff` compare every op: a report an older hlogap saved with `--top N` (its
+    summary counts ops its `ops` does not list) cannot be matched op by op, and its totals no
+    longer add up under `--module`, so it is refused (exit 3) with how to save it again."""
+    if not report.truncated:
+        return
+    listed = len(report.ops)
+    raise InputError(
+        f"{role} {report.path} lists {listed:,} of {report.total_ops:,} ops (saved with --top "
+        f"{listed} by an older hlogap): save it again with this version "
+        "(`hlogap audit PATH --format json -o FILE`)"
+    )
 
 
 def _number(value: object, what: str) -> float:

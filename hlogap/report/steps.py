@@ -75,7 +75,10 @@ def step_rows(run: RunSummary, steps: list[Step], totals: list[StepTotals]) -> l
         (offset + bound_wall + none).max(axis=0),
     )
     any_ran = ran.any(axis=0)
-    step_bound = np.where(any_ran, step_wall - (ends_now - ends_at_bound), step_wall)
+    # A step no device ran an op in ends at -inf both ways: nothing is subtracted there.
+    shorter = np.zeros(len(steps))
+    shorter[any_ran] = ends_now[any_ran] - ends_at_bound[any_ran]
+    step_bound = step_wall - shorter
     big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
     skew = np.where(
         any_ran, np.where(ran, first, small).max(axis=0) - np.where(ran, first, big).min(axis=0), 0

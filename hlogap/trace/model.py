@@ -139,7 +139,10 @@ class Step:
     end_ps: int
 
 
-StepSource = Literal["annotation", "tpu-steps", "module"]
+# "annotation+device": an annotated step stretched to the end of the device work launched in
+# it (hlogap.trace.steps.launched_steps).
+StepSource = Literal["annotation", "annotation+device", "tpu-steps", "module"]
+ANNOTATED: tuple[StepSource, ...] = ("annotation", "annotation+device")
 
 
 @dataclass
@@ -175,6 +178,11 @@ class TraceData:
     # thread, a TPU's `XLA Ops`): the line's name and the run's length (the timeline export's
     # tracks).
     lines: list[tuple[str, int]] = field(default_factory=list)
+    # Modules whose events are XLA's autotuner measuring candidates while it compiles (a GEMM
+    # fusion extracted into a module of its own, named after the fusion, and run inside an
+    # `XlaAutotunerMeasurement` range): every event of such a module is autotuning work, not
+    # the program's. Filled by the nsys-jax reader; empty for other traces.
+    autotuning_modules: set[str] = field(default_factory=set)
     # Bool per event for each selection already made (`hlogap.trace.summary.Selection`): the
     # per-host tasks of one audit all ask for the same one.
     selected: dict[Hashable, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
@@ -210,6 +218,7 @@ class TraceBuilder:
         self.block_lines: list[str] = []  # the profile's line of each block
         self.steps: list[Step] = []
         self.allocations: AllocatorEvents | None = None
+        self.autotuning_modules: set[str] = set()  # `TraceData.autotuning_modules`
         self._unknown = 0  # negative execution ids handed out where the trace gives none
         self._negative = 0  # events with a negative duration, left out
         self.notes: list[str] = []  # what a reader changed in the events, said as warnings
@@ -364,6 +373,7 @@ class TraceBuilder:
         )
         trace.allocations = self.allocations
         trace.lines = lines
+        trace.autotuning_modules = set(self.autotuning_modules)
         return trace
 
 
@@ -572,11 +582,15 @@ def _stack_self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
 def merge_steps(steps: list[Step]) -> list[Step]:
     """Steps of several devices, readers or hosts as one list: annotated steps win over the
     others; one step number is one step, from its first start to its last end."""
-    best = [s for s in steps if s.source == "annotation"] or steps
+    best = [s for s in steps if s.source in ANNOTATED] or steps
     spans: dict[int, Step] = {}
     for s in best:
         seen = spans.get(s.number)
         if seen is not None:
-            s = Step(s.number, s.source, min(s.start_ps, seen.start_ps), max(s.end_ps, seen.end_ps))
+            # A step stretched to its device work on any host is stretched in all.
+            source = (
+                "annotation+device" if "annotation+device" in (s.source, seen.source) else s.source
+            )
+            s = Step(s.number, source, min(s.start_ps, seen.start_ps), max(s.end_ps, seen.end_ps))
         spans[s.number] = s
     return sorted(spans.values(), key=lambda s: (s.start_ps, s.number))

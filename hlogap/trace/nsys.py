@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import lzma
+import math
 import re
 import zipfile
 from collections.abc import Iterator
@@ -35,19 +36,31 @@ import numpy as np
 
 from hlogap.errors import InputError
 from hlogap.source import NSYS_TRACE_FILE
-from hlogap.trace.model import OpKey, Step, TraceBuilder, TraceData
+from hlogap.trace.model import MAX_TIME_PS, OpKey, Step, TraceBuilder, TraceData
 
 THREAD_METADATA = "thread-metadata.parquet"
 NEEDS_PYARROW = "reading nsys-jax archives needs pyarrow: pip install 'hlogap[nsys]'"
 
 # Range names. Newer Nsight Systems drop the `TSL:` domain prefix from the text.
 _THUNK = re.compile(r"^(?:TSL:)?Thunk:#(?:.*,)?hlo_op=([^,#]+)#$", re.DOTALL)
+# XLA's module annotation built from a name alone (an executable without its HloModule) has
+# no closing `#`.
 _MODULE = re.compile(
-    r"^(?:TSL:)?XlaModule:#(?:.*,)?hlo_module=([^,#]+)(?:,program_id=(\d+))?#$", re.DOTALL
+    r"^(?:TSL:)?XlaModule:#(?:.*,)?hlo_module=([^,#]+)(?:,program_id=(\d+))?#?$", re.DOTALL
 )
+# XLA's autotuner measuring candidates for one instruction while it compiles
+# (`XlaAutotunerMeasurement:#hlo_op=gemm_fusion_dot.411#`): the GEMM fusion autotuner runs each
+# candidate as a module of its own (the fusion extracted into a module named after it) inside
+# the range; cuBLAS's algorithm picker runs its kernels there without module or thunk ranges.
+_AUTOTUNER = re.compile(r"^(?:TSL:)?XlaAutotunerMeasurement(?::|$)")
 # A step annotation (jax.profiler.StepTraceAnnotation, TraceMe `name#step_num=N,...#`).
 _STEP = re.compile(r"#(?:.*,)?step_num=(\d+)(?:,.*)?#$", re.DOTALL)
 _LAUNCHER = re.compile(r"^(?:TSL:)?XlaLauncher:#global=(\d+),")
+# Step numbers and global device ids are int64 in XLA and in the columns here.
+_MAX_INT64 = (1 << 63) - 1
+# The largest ns count whose picoseconds stay within MAX_TIME_PS: checked before multiplying
+# (an int64 multiply wraps silently, e.g. 2**62 ns x 1000 is 0).
+_MAX_TIME_NS = MAX_TIME_PS // 1000
 _TARGET_CONFIG = re.compile(r"\.gpu_target_config\.pbtxt(\.xz)?$")
 
 # Column names across the parquet layouts nsys-jax has written: (projected start, duration)
@@ -219,8 +232,11 @@ def _read_ranges(archive: _Archive, member: str) -> _Ranges:
     if "Projected Start" in have and "Projected Duration" in have:
         start, duration = ints("Projected Start"), ints("Projected Duration")
     elif "Start" in have and "End" in have:
-        start = ints("Start")
-        duration = ints("End") - start
+        start, end = ints("Start"), ints("End")
+        # End - Start wraps int64 where either is past +-2**62: such a row gets a duration no
+        # range can have, refused if it is ever timed (`_ps`), harmless if it is not.
+        far = (start > 1 << 62) | (start < -(1 << 62)) | (end > 1 << 62) | (end < -(1 << 62))
+        duration = np.where(far, np.int64(_MAX_INT64), end - np.where(far, 0, start))
     else:
         raise InputError(
             f"{member} in {archive.path} has no Projected Start/Duration or Start/End "
@@ -265,12 +281,14 @@ class _Kinds:
     module: np.ndarray  # int64 per name: index into `modules`, -1 if not a module
     modules: list[tuple[str, str]]  # (module name, program id)
     step: np.ndarray  # int64 per name: the step number, -1 if not a step annotation
+    autotuner: np.ndarray  # bool per name: an `XlaAutotunerMeasurement` range
 
 
 def _kinds(names: list[str]) -> _Kinds:
     thunk_op = np.full(len(names), -1, dtype=np.int64)
     module = np.full(len(names), -1, dtype=np.int64)
     step = np.full(len(names), -1, dtype=np.int64)
+    autotuner = np.zeros(len(names), dtype=bool)
     ops: dict[str, int] = {}
     modules: dict[tuple[str, str], int] = {}
     for i, name in enumerate(names):
@@ -278,9 +296,17 @@ def _kinds(names: list[str]) -> _Kinds:
             thunk_op[i] = ops.setdefault(m.group(1), len(ops))
         elif m := _MODULE.match(name):
             module[i] = modules.setdefault((m.group(1), m.group(2) or ""), len(modules))
+        elif _AUTOTUNER.match(name):
+            autotuner[i] = True
         elif m := _STEP.search(name):
-            step[i] = int(m.group(1))
-    return _Kinds(thunk_op, list(ops), module, list(modules), step)
+            number = int(m.group(1))
+            if number > _MAX_INT64:
+                raise InputError(
+                    f"corrupt nsys-jax trace: a step range's step_num {_cut(m.group(1))} "
+                    "does not fit in 64 bits"
+                )
+            step[i] = number
+    return _Kinds(thunk_op, list(ops), module, list(modules), step, autotuner)
 
 
 def _timeline(
@@ -299,13 +325,33 @@ def _timeline(
     module_row, thunk_parent = _ancestors(ranges.parent, is_module, is_thunk)
     timed = is_thunk & (module_row >= 0)
     warnings = []
-    orphans = int((is_thunk & (module_row < 0)).sum())
+    # The autotuner's work: module executions (and stray thunk ranges) inside its ranges.
+    is_autotuner = kinds.autotuner[ranges.name_code]
+    autotuning = np.zeros(len(ranges.parent), dtype=bool)
+    if is_autotuner.any():
+        looked_at = np.flatnonzero(is_module | (is_thunk & (module_row < 0)))
+        autotuning[looked_at] = _under(ranges.parent, is_autotuner, looked_at)
+    orphans = int((is_thunk & (module_row < 0) & ~autotuning).sum())
     if orphans:
         warnings.append(
             f"{orphans} thunk ranges outside any module execution left out "
             "(the profile began or ended inside one)"
         )
     timed &= ~_inside_same_op(thunk_parent, op_of) & ~_containers(thunk_parent, op_of)
+    name_of = np.array([name for name, _ in kinds.modules] or [""], dtype=object)
+    tuned, mixed = _autotuning_modules(name_of, module_kind, is_module, autotuning)
+    builder.autotuning_modules = tuned
+    if mixed:
+        # A name the program's modules also have: the candidates' events are left out, so that
+        # every event of a module named in `autotuning_modules` is the autotuner's.
+        in_execution = np.flatnonzero(timed)
+        execution = module_row[in_execution]
+        drop = autotuning[execution] & np.isin(name_of[module_kind[execution]], sorted(mixed))
+        timed[in_execution[drop]] = False
+        warnings.append(
+            f"{int(drop.sum())} thunk ranges of the autotuner's runs of modules the program "
+            f"also runs ({', '.join(sorted(mixed))}) left out"
+        )
     if not timed.any():
         return warnings
     rows = np.flatnonzero(timed)
@@ -333,14 +379,60 @@ def _timeline(
             builder.add_line(
                 device,
                 op_ids[mine],
-                ranges.start_ns[rows[mine]] * 1000,
-                ranges.duration_ns[rows[mine]] * 1000,
+                _ps(ranges.start_ns[rows[mine]], "thunk range start times", builder.host),
+                _ps(ranges.duration_ns[rows[mine]], "thunk range durations", builder.host),
                 gpu=True,
                 execution=module_of[mine],
                 line=f"thread {thread}",
             )
-    builder.steps = _steps(ranges, kinds, ran)
+    builder.steps = _steps(ranges, kinds, ran, builder.host)
     return warnings
+
+
+def _ps(ns: np.ndarray, what: str, host: str) -> np.ndarray:
+    """Nanoseconds as picoseconds, refused (exit 3) where one is past MAX_TIME_PS: checked
+    before the multiply, which would wrap int64 without a word."""
+    if len(ns) and (int(ns.max()) > _MAX_TIME_NS or int(ns.min()) < -_MAX_TIME_NS):
+        raise InputError(f"corrupt profile: {what} on host {host} beyond 27 days (2**61 ps)")
+    ps: np.ndarray = ns * 1000
+    return ps
+
+
+def _cut(digits: str) -> str:
+    """A number from the trace, cut for a one-line message."""
+    return digits if len(digits) <= 24 else f"{digits[:24]}... ({len(digits)} digits)"
+
+
+def _under(parent: np.ndarray, mark: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per row of `rows`: whether a range marked in `mark` encloses it (climbed level by level
+    for all of them at once)."""
+    found = np.zeros(len(rows), dtype=bool)
+    at = np.arange(len(rows))
+    above = parent[rows]
+    for _ in range(MAX_NESTING):
+        going = above >= 0
+        at, above = at[going], above[going]
+        if not len(at):
+            break
+        hit = mark[above]
+        found[at[hit]] = True
+        at, above = at[~hit], parent[above[~hit]]
+    else:
+        raise InputError("corrupt nsys-jax trace: NVTX ranges nest in a cycle")
+    return found
+
+
+def _autotuning_modules(
+    name_of: np.ndarray, module_kind: np.ndarray, is_module: np.ndarray, autotuning: np.ndarray
+) -> tuple[set[str], set[str]]:
+    """The names of the modules that ran only inside the autotuner's ranges, and of those that
+    ran both inside and outside them. By name, not (name, program id): `--module` selects by
+    name, and a candidate may differ from a module of the program in its program id alone."""
+    inside = set(name_of[np.unique(module_kind[is_module & autotuning])].tolist())
+    if not inside:
+        return set(), set()
+    outside = set(name_of[np.unique(module_kind[is_module & ~autotuning])].tolist())
+    return inside - outside, inside & outside
 
 
 def _ancestors(
@@ -439,14 +531,15 @@ def _devices(
     return result
 
 
-def _steps(ranges: _Ranges, kinds: _Kinds, ran: np.ndarray) -> list[Step]:
+def _steps(ranges: _Ranges, kinds: _Kinds, ran: np.ndarray, host: str) -> list[Step]:
     """Step annotations projected onto the GPUs (one span per step number)."""
     number = kinds.step[ranges.name_code]
     rows = np.flatnonzero((number >= 0) & ran & (ranges.gpu_ops != 0))
+    starts = _ps(ranges.start_ns[rows], "step range start times", host).tolist()
+    durations = _ps(ranges.duration_ns[rows], "step range durations", host).tolist()
     spans: dict[int, tuple[int, int]] = {}
-    for row in rows.tolist():
-        start = int(ranges.start_ns[row]) * 1000
-        end = start + int(ranges.duration_ns[row]) * 1000
+    for row, start, duration in zip(rows.tolist(), starts, durations, strict=True):
+        end = start + duration
         first, last = spans.get(int(number[row]), (start, end))
         spans[int(number[row])] = (min(first, start), max(last, end))
     return [Step(n, "annotation", a, b) for n, (a, b) in sorted(spans.items(), key=lambda x: x[1])]
@@ -469,7 +562,13 @@ def _launcher_devices(archive: _Archive, prefix: str) -> dict[tuple[int, int], i
         for name, pid, tid in zip(table["Name"], table["PID"], table["TID"]):
             m = _LAUNCHER.match(name or "")
             if m and pid is not None and tid is not None:
-                found[(int(pid), int(tid))] = int(m.group(1))
+                device = int(m.group(1))
+                if device > _MAX_INT64:
+                    raise InputError(
+                        f"corrupt {member} in {archive.path}: launcher thread {tid} names "
+                        f"global device {_cut(m.group(1))}, which does not fit in 64 bits"
+                    )
+                found[(int(pid), int(tid))] = device
     return found
 
 
@@ -485,41 +584,56 @@ def _device_stats(archive: _Archive, prefix: str) -> dict[str, object]:
             text = _unpacked(archive, name).decode("utf-8", errors="replace")
         except InputError:
             continue
-        return _target_stats(text)
+        return _target_stats(text, f"{name} in {archive.path}")
     return {}
 
 
-def _target_stats(text: str) -> dict[str, object]:
-    def number(key: str) -> float | None:
+# The fields read from XLA's GpuDeviceInfoProto and the largest value of each one's type
+# (int32, int64; the float clock rate, in kHz here, must fit the int64 stat it becomes).
+_TARGET_FIELDS = (
+    ("core_count", "core_count", 1.0, (1 << 31) - 1),
+    ("device_memory_size", "memory_size", 1.0, _MAX_INT64),
+    ("memory_bandwidth", "memory_bandwidth", 1.0, _MAX_INT64),
+    ("clock_rate_ghz", "clock_rate", 1e6, _MAX_INT64),
+)
+
+
+def _target_stats(text: str, source: str = "the GPU target config") -> dict[str, object]:
+    def number(key: str) -> tuple[str, float] | None:
         m = re.search(rf"\b{key}:\s*([0-9.eE+-]+)", text)
         try:
-            return float(m.group(1)) if m else None
+            return (m.group(1), float(m.group(1))) if m else None
         except ValueError:
             return None
+
+    def corrupt(key: str, written: str) -> InputError:
+        return InputError(f"corrupt {source}: {key} {_cut(written)} is out of range")
 
     stats: dict[str, object] = {}
     cuda = re.search(r"cuda_compute_capability\s*\{([^}]*)\}", text)
     rocm = re.search(r'gcn_arch_name:\s*"gfx(\d+)([0-9a-f])[0-9a-f]', text)
     if cuda:
         stats["device_vendor"] = "Nvidia"
-        major = re.search(r"major:\s*(\d+)", cuda.group(1))
-        minor = re.search(r"minor:\s*(\d+)", cuda.group(1))
-        # Text format leaves out fields at their default, 0.
-        stats["compute_cap_major"] = int(major.group(1)) if major else 0
-        stats["compute_cap_minor"] = int(minor.group(1)) if minor else 0
+        for part in ("major", "minor"):
+            m = re.search(rf"{part}:\s*(\d+)", cuda.group(1))
+            # Text format leaves out fields at their default, 0.
+            level = int(m.group(1)) if m else 0
+            if level >= 1 << 31:  # int32 in the proto
+                raise corrupt(f"cuda_compute_capability {part}", str(level))
+            stats[f"compute_cap_{part}"] = level
     elif rocm:
         stats["device_vendor"] = "AMD"
         stats["compute_cap_major"] = int(rocm.group(1))
         stats["compute_cap_minor"] = int(rocm.group(2), 16)
-    for key, stat, scale in (
-        ("core_count", "core_count", 1.0),
-        ("device_memory_size", "memory_size", 1.0),
-        ("memory_bandwidth", "memory_bandwidth", 1.0),
-        ("clock_rate_ghz", "clock_rate", 1e6),
-    ):
-        value = number(key)
-        if value is not None:
-            stats[stat] = int(value * scale)
+    for key, stat, scale, largest in _TARGET_FIELDS:
+        found = number(key)
+        if found is not None:
+            written, value = found
+            scaled = value * scale
+            # Compared as floats: inf, NaN and values past the type's range are refused.
+            if not (math.isfinite(scaled) and 0 <= scaled <= float(largest)):
+                raise corrupt(key, written)
+            stats[stat] = min(int(scaled), largest)
     description = re.search(r'device_description_str:\s*"([^"]*)"', text)
     if description:
         stats["device_name"] = description.group(1)
@@ -546,7 +660,8 @@ def _read_modules(
             n for n in protos if not program_id and f".{module}." in n
         ]
         if not found:
-            warnings.append(f"no optimized HLO dump for module {module} in {archive.path}")
+            if module not in builder.autotuning_modules:  # XLA dumps no candidate modules
+                warnings.append(f"no optimized HLO dump for module {module} in {archive.path}")
             continue
         try:
             builder.modules[(module, program_id)] = _unpacked(archive, found[0])

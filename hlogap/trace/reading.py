@@ -24,6 +24,7 @@ from hlogap.source import is_nsys_archive
 from hlogap.trace.backends.base import detect
 from hlogap.trace.model import TraceBuilder, TraceData
 from hlogap.trace.nsys import read_archive
+from hlogap.trace.steps import launched_steps
 from hlogap.trace.xspace import (
     read_allocator_events,
     read_metadata_plane,
@@ -63,7 +64,9 @@ def read_trace(path: str | Path, host: str) -> TraceData:
     # The planes' lines (about the file's size) are freed before the events are joined and
     # grouped: the peak at 3 M GPU events 500 -> 397 MB.
     del planes
-    return builder.finish(backend.name, warnings)
+    trace = builder.finish(backend.name, warnings)
+    trace.steps = launched_steps(trace)
+    return trace
 
 
 def can_fork() -> bool:

@@ -38,22 +38,73 @@ from hlogap.trace.timing import (
     take,
 )
 
+# Per host (its name): sorted, disjoint (start, end) windows on the host's own clock.
+HostWindows = tuple[tuple[str, tuple[tuple[int, int], ...]], ...]
+
+
+@dataclass(frozen=True)
+class StepFrame:
+    """Where the run's steps lie, host by host: the steady steps' windows and the warm-up
+    steps' (each on the host's own clock), and the modules whose every event is work outside
+    the steps (compile-time autotuning candidates). An occurrence belongs to the window its
+    first event starts in, so a frame keeps or drops occurrences whole."""
+
+    steady: HostWindows
+    warmup: HostWindows = ()
+    outside_modules: frozenset[str] = frozenset()
+
+    def where(self, trace: TraceData) -> np.ndarray:
+        """Per occurrence of `trace`: STEADY, WARMUP, AUTOTUNING or OTHER (int8)."""
+        host = trace.devices[0].host if trace.devices else ""
+        first = trace.occurrence_first
+        starts = trace.start_ps[first]
+        found = np.full(len(first), OTHER, dtype=np.int8)
+        for windows, kind in ((self.warmup, WARMUP), (self.steady, STEADY)):
+            found[_inside(starts, dict(windows).get(host, ()))] = kind
+        if self.outside_modules:
+            tuned = np.array([o.key.module in self.outside_modules for o in trace.ops], bool)
+            found[tuned[trace.op_index[first]]] = AUTOTUNING
+        return found
+
+
+STEADY, WARMUP, AUTOTUNING, OTHER = 0, 1, 2, 3
+
+
+def _inside(times: np.ndarray, windows: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """Bool per time: inside one of the sorted, disjoint windows [start, end)."""
+    if not windows:
+        return np.zeros(len(times), dtype=bool)
+    start = np.array([a for a, _ in windows], dtype=np.int64)
+    end = np.array([b for _, b in windows], dtype=np.int64)
+    at = np.searchsorted(start, times, side="right") - 1
+    found: np.ndarray = (at >= 0) & (times < end[np.maximum(at, 0)])
+    return found
+
 
 @dataclass(frozen=True)
 class Selection:
-    """The events an audit covers (`--device`, `--module`), as plain data a worker can take."""
+    """The events an audit covers (`--device`, `--module`, and with `frame` the steady steps'
+    only), as plain data a worker can take."""
 
     device: int | None = None
     module: str | None = None  # an RE2 pattern, searched in each op's module name
+    frame: StepFrame | None = None
 
     def events(self, trace: TraceData) -> np.ndarray:
         """Bool per event of `trace`: selected or not (read-only: made once per trace)."""
         found = trace.selected.get(self)
         if found is None:
             found = select_events(trace, self.device, module_pattern(self.module))
+            if self.frame is not None:
+                found &= (self.frame.where(trace) == STEADY)[trace.occurrence]
             found.flags.writeable = False
             trace.selected[self] = found
         return found
+
+    @property
+    def unframed(self) -> Selection:
+        """The same devices and modules, every step and the work outside them."""
+        return Selection(self.device, self.module)
 
 
 def module_pattern(module: str | None) -> ModulePattern | None:
@@ -98,6 +149,8 @@ class HostSummary:
     origin_ps: int | None  # the host's first event, selected or not
     steps: list[Step]
     warnings: list[str]
+    # `TraceData.autotuning_modules`: modules whose events are the autotuner's candidates.
+    autotuning_modules: set[str] = field(default_factory=set)
 
 
 def summarize(trace: TraceData, selection: Selection, host: str) -> HostSummary:
@@ -148,7 +201,29 @@ def summarize(trace: TraceData, selection: Selection, host: str) -> HostSummary:
         origin_ps=int(trace.start_ps.min()) if trace.num_events else None,
         steps=trace.steps,
         warnings=trace.warnings,
+        autotuning_modules=set(trace.autotuning_modules),
     )
+
+
+def summarize_framed(trace: TraceData, selection: Selection) -> HostSummary:
+    """`summarize` of a host already read (its name from its devices)."""
+    return summarize(trace, selection, trace.devices[0].host if trace.devices else "")
+
+
+def outside_steps(trace: TraceData, selection: Selection) -> np.ndarray:
+    """Self time (ps, summed over the host's devices) of the events of `selection.unframed`
+    by where `selection.frame` puts their occurrences: int64 [steady, warm-up, autotuning,
+    other]."""
+    assert selection.frame is not None
+    keep = selection.unframed.events(trace)
+    kind = selection.frame.where(trace)
+    totals = np.zeros(4, dtype=np.int64)
+    for part in blocks(trace.num_events):
+        mine = keep[part]
+        totals += np.bincount(
+            kind[trace.occurrence[part][mine]], weights=trace.self_ps[part][mine], minlength=4
+        ).astype(np.int64)
+    return totals
 
 
 def modules_of(trace: TraceData, keys: list[tuple[str, str]]) -> dict[tuple[str, str], bytes]:
@@ -245,6 +320,8 @@ class RunSummary:
     # Per host: its own steps, on its clock: every host has them, and they are laid on one
     # clock once the hosts' clock offsets are known (hlogap.report.hosts).
     host_steps: list[list[Step]] = field(default_factory=list)
+    # The hosts' `autotuning_modules`, together.
+    autotuning_modules: set[str] = field(default_factory=set)
 
 
 class RunMerger:
@@ -304,6 +381,7 @@ class RunMerger:
         self._steps += host.steps
         run.host_steps.append(merge_steps(host.steps))
         run.warnings += host.warnings
+        run.autotuning_modules |= host.autotuning_modules
 
         def spread(values: np.ndarray) -> np.ndarray:
             merged = np.zeros(n, dtype=np.int64)

@@ -35,6 +35,7 @@ from hlogap.trace.backends.base import register
 from hlogap.trace.columnar import LineColumns, RawLine
 from hlogap.trace.counters import COUNTER_LINE, UnitSamples, add_op_counters, read_counters
 from hlogap.trace.model import (
+    ANNOTATED,
     UNKNOWN_EXECUTION,
     Backend,
     OpKey,
@@ -77,7 +78,7 @@ class TpuReader:
                 device = devices[plane.name] = builder.new_device(plane.name, ordinal, stats)
             steps = _PlaneReader(plane, builder, device).read()
             plane.release()
-            if not any(s.source == "annotation" for s in builder.steps):
+            if not any(s.source in ANNOTATED for s in builder.steps):
                 builder.steps = merge_steps([*builder.steps, *steps])
 
 

@@ -130,3 +130,36 @@ def test_a_profile_blocked_inside_its_annotations_keeps_them(chip: Path) -> None
     report = audit(FIXTURES / "mlp", str(chip))
     assert {s.source for s in report.steps} == {"annotation"}
     assert report.ops_frame == "all" or report.outside_steps is not None
+
+
+def test_a_pod_with_a_warm_up_step_counts_the_steady_steps(chip: Path, tmp_path: Path) -> None:
+    # Four hosts of the documented sharded step (8 devices each, its step 0 compiling inside
+    # the trace), each host's clock ahead of the last: the op rows are the steady steps'.
+    from hlogap.proto import xplane_pb2
+
+    source = next((FIXTURES / "documented_sharded").rglob("*.xplane.pb")).read_bytes()
+    run = tmp_path / "tb" / "plugins" / "profile" / "run1"
+    run.mkdir(parents=True)
+    for host in range(4):
+        space = xplane_pb2.XSpace.FromString(source)
+        for plane in space.planes:
+            for line in plane.lines:
+                line.timestamp_ns += host * 13_001  # ns: each host's clock ahead of the last
+        (run / f"host{host}.xplane.pb").write_bytes(space.SerializeToString())
+    report = audit(tmp_path / "tb", str(chip))
+    assert report.devices == 32 and len(report.hosts) == 4
+    warmup = warmup_of(report.steps)
+    assert warmup >= 1
+    steady = report.steps[warmup:]
+    assert report.measured_us == pytest.approx(sum(s.measured_us for s in steady), rel=1e-9)
+    outside = report.outside_steps
+    assert outside is not None
+    assert outside.warmup_us == pytest.approx(
+        sum(s.measured_us for s in report.steps[:warmup]), rel=1e-9
+    )
+    # Each host holds a quarter of every op's steady time: identical hosts, none the slowest.
+    single = audit(FIXTURES / "documented_sharded", str(chip))
+    assert report.measured_us == pytest.approx(4 * single.measured_us, rel=1e-9)
+    by_name = {(r.module, r.name): r for r in single.ops}
+    for row in report.ops:
+        assert row.measured_us == pytest.approx(4 * by_name[(row.module, row.name)].measured_us)

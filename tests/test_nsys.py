@@ -345,4 +345,3 @@ def test_capacity_is_the_memory_the_devices_report(report: dict) -> None:
     assert memory["capacity_source"] == "device"
     assert "79 GiB" in report["chip"]["reason"]
     assert round(memory["capacity_bytes"] / 2**30) == 79 and memory["capacity_bytes"] > 8.0e10
-

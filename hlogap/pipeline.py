@@ -247,8 +247,10 @@ def _audit_hosts(
     steps = run.steps
     host_steps = run.host_steps
     dominant: str | None = None
-    if not steps and run.module_ps:
-        dominant = max(run.module_ps, key=lambda m: run.module_ps[m])
+    # The program's module, never an autotuning candidate's (nsys-jax's measurements).
+    programs = [m for m in run.module_ps if m not in run.autotuning_modules]
+    if not steps and programs:
+        dominant = max(programs, key=lambda m: run.module_ps[m])
         spans = hosts.each(module_spans, selection, dominant)
         steps = module_steps([s for on_host in spans for s in on_host.values()])
         host_steps = [module_steps(list(on_host.values())) for on_host in spans]
@@ -449,7 +451,7 @@ def _step_frame(
             (name, joined([s for s in on_host if s.number in early]))
             for name, on_host in zip(run.hosts, host_steps, strict=True)
         ),
-        outside_modules=frozenset(getattr(run, "autotuning_modules", ())),
+        outside_modules=frozenset(run.autotuning_modules),
     )
 
 

@@ -163,3 +163,25 @@ def test_a_pod_with_a_warm_up_step_counts_the_steady_steps(chip: Path, tmp_path:
     by_name = {(r.module, r.name): r for r in single.ops}
     for row in report.ops:
         assert row.measured_us == pytest.approx(4 * by_name[(row.module, row.name)].measured_us)
+
+
+def test_steps_that_cover_little_of_the_work_say_so(chip: Path, tmp_path: Path) -> None:
+    from hlogap.render.text import frame_lines
+
+    doc = json.loads(
+        render(audit(FIXTURES / "documented_step", str(chip)), "json", RenderOptions())
+    )
+    doc["summary"]["steps_cover_fraction"] = 0.42
+    doc["summary"]["outside_steps"]["other_us"] = 1e6
+    saved = tmp_path / "r.json"
+    saved.write_text(json.dumps(doc))
+    lines = frame_lines(load_report(saved))
+    assert any("left out, device time: warm-up steps" in line for line in lines)
+    assert any(
+        line.startswith("the steps hold only 42% of the devices' op time")
+        and "no step covers" in line
+        for line in lines
+    )
+    doc["summary"]["outside_steps"]["autotuning_us"] = 2e6
+    saved.write_text(json.dumps(doc))
+    assert any("compile-time autotuning" in line for line in frame_lines(load_report(saved)))

@@ -123,3 +123,31 @@ def test_a_candidate_named_like_a_module_of_the_program_is_left_out(tmp_path: Pa
     assert trace.autotuning_modules == set()
     assert trace.duration_ps.tolist() == [50_000]
     assert any("autotuner's runs" in w and "jit_f" in w for w in trace.warnings), trace.warnings
+
+
+def test_the_audit_leaves_the_candidates_out_of_its_op_rows(tmp_path: Path) -> None:
+    """End to end: the candidates' time is `summary.outside_steps.autotuning_us`, no op row
+    is theirs, and the steps are the program's module's executions, never a candidate's."""
+    from hlogap import audit
+
+    fusion = "gemm_fusion_dot.411"
+    rows = [
+        _tuner(1, fusion, 0, 5),
+        _range(2, f"TSL:XlaModule:#hlo_module={fusion},program_id=900#", 0, 100, 1, 5),
+        _range(3, f"TSL:Thunk:#hlo_op={fusion}#", 0, 400, 2, 5),
+    ]
+    for k in range(4):  # four executions of the program: four steps
+        at = 1000 + 2000 * k
+        rows += [
+            _module(100 + 10 * k, at, 5),
+            _range(101 + 10 * k, "TSL:Thunk:#hlo_op=fusion.1#", at, 60, 100 + 10 * k, 5),
+        ]
+    report = audit(_archive(tmp_path, rows), chip="h100-sxm")
+    assert {r.module for r in report.ops} == {"jit_f"}
+    assert len(report.steps) == 4 and {s.source for s in report.steps} == {"module"}
+    assert report.ops_frame == "steady steps"
+    assert report.outside_steps is not None
+    assert report.outside_steps.autotuning_us == pytest.approx(0.4)
+    assert report.measured_us == pytest.approx(4 * 0.06)
+    everything = audit(_archive(tmp_path, rows), chip="h100-sxm", all_steps=True)
+    assert {r.module for r in everything.ops} == {"jit_f", fusion}

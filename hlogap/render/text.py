@@ -502,10 +502,16 @@ def frame_lines(report: AuditReport) -> list[str]:
         else:
             lines.append(f"ops: every event, outside the steady steps too ({', '.join(parts)})")
     cover = report.steps_cover_fraction
-    if cover is not None and cover < 0.9:
+    if cover is not None and cover < 0.9 and outside is not None:
+        why = (
+            "compile-time autotuning, not the program's steps"
+            if outside.autotuning_us > outside.other_us
+            else "work no step covers (before the first step, between steps or after the last: "
+            "an eval, a checkpoint, or steps the annotations miss)"
+        )
         lines.append(
-            f"the steps hold {fmt_eff(cover)} of the devices' op time: the rest ran outside "
-            "every step (compilation, autotuning, or work the step annotations do not cover)"
+            f"the steps hold only {fmt_eff(cover)} of the devices' op time: most of the rest "
+            f"is {why}"
         )
     return lines
 

@@ -72,11 +72,95 @@ What XLA:CPU traces hold (jax/jaxlib 0.10.2, checked on the traces this script w
 * ``--xla_dump_to`` writes ``module_NNNN.<module>.cpu_after_optimizations.txt`` (we keep only
   ``*after_optimizations.txt``; the buffer-assignment, .ll and .o files are dropped). It equals
   ``compiled.as_text()`` up to the key order inside ``backend_config`` JSON.
+
+The ``documented_*`` programs (DOCUMENTED) are profiled the way JAX's docs show and users do,
+not as above: no warm-up before the trace (step 0 traces, lowers and compiles inside it, so it is
+by far the slowest), and the annotation wraps only the dispatch, the wait comes after it::
+
+    for i in range(DOCUMENTED_STEPS):
+        with jax.profiler.StepTraceAnnotation("train", step_num=i):
+            state = train_step(state, batch)     # returns once the work is enqueued
+        jax.block_until_ready(state)             # outside the annotation
+
+so each annotation covers the host's dispatch only and the device work of its step runs past its
+end. The Python tracer is off for them (``python_tracer_level = 0``, the one change from the
+default options): with the first call inside the trace it records every Python call of jax's
+tracing and lowering, ~100k events and 1.7 MB for one small MLP. ``executions`` counts every call
+(all inside the trace), ``host_gap_s`` is 0 (no sleep). Their oracle also holds ``trace_steps``,
+``trace_runs`` and ``thunk_us_total``, read with json/gzip from the ``<host>.trace.json.gz``
+that ``jax.profiler.trace`` writes beside the xplane (before deleting it; ``trace_oracle``), in
+that file's units (``time_unit``: microseconds, ``ts``/``dur`` printed to the nanosecond). What
+these traces show (jax/jaxlib 0.10.2, XLA:CPU):
+
+* Clock: trace.json's ``ts`` of an event equals ``(line.timestamp_ns * 1000 + offset_ps) / 1e6``
+  of the same event in the xplane (both are relative to the profile's start; checked for every
+  step annotation and every run's first thunk event, ``clock_check`` in the oracle).
+* A run id tied to its host dispatch:
+
+  - Multi-device launches: the Python thread's ``CommonPjRtLoadedExecutable::Execute (<module>)``
+    carries ``run_id`` in trace.json's args (and in the xplane as stat ``run_id``, and as flow
+    producer ``_p`` = run_id, ``_pt`` = 5, consumed by each device's
+    ``[<i>] CommonPjRtLoadedExecutable::Execute (<module>)`` on a ``tf_XLAPjRtCpuClient`` line).
+  - Single-device launches: no event on the Python thread names the run id (``PjitFunction(<fn>)``,
+    ``CommonPjRtLoadedExecutable::ExecuteHelperOnSingleDevice``, ``ExecutePrepare`` carry no
+    args). The tie exists only in the xplane, as TraceMe flow stats that trace.json drops: the
+    Python thread's ``ThreadpoolListener::Record`` (stats ``_p`` = flow id, ``_pt`` = 15), inside
+    ``ExecuteHelperOnSingleDevice``, is consumed by a ``ThreadpoolListener::StartRegion``
+    (``_c`` = that id, ``_ct`` = 15) on a ``tf_XLAPjRtCpuClient`` line, and the thunk events in
+    that region (until the line's ``StopRegion``) carry the ``run_id``; work handed on to other
+    threads chains the same way (a worker's ``Record`` -> another line's ``StartRegion``).
+    ``ThunkExecutor::Execute`` has no args; ``ThunkExecutor::Execute (wait for completion)`` has
+    ``run_id`` but runs on the worker line, not the dispatching thread.
+  - A launch whose inputs are not ready yet (``update_fn(params, grads)`` right after
+    ``grad_fn``) is deferred: its ``ExecuteHelperOnSingleDevice`` holds no ``Record``, and the
+    worker that finishes the producing run starts it (a worker ``Record`` inside that run's
+    region), so the flow walk from its thunks ends at the *producer's* dispatch (2 hops).
+    Multi-device runs are deferred too (each ``[<i>] Execute`` enqueues; the thunks start from a
+    later worker ``Record``), and there the walk, 2-3 hops, may end at an earlier step's launch
+    (a worker region left open across steps): for them only trace.json's ``run_id`` arg counts.
+  - flow ids are written signed in some stats and unsigned in others (``_c`` = 2**64 + a
+    negative run_id): compare them modulo 2**64. run ids may be negative.
+
+  ``trace_runs`` holds, per run id: its modules, devices, first thunk start and last thunk end,
+  ``dispatch_us``/``dispatch_event``/``dispatch_tie``: trace.json's event with that ``run_id`` arg
+  on the annotating thread ("trace.json run_id arg"), else the Python thread's producer whose flow
+  opened the region of the run's first thunk event directly ("xplane flow", 1 hop), else null;
+  ``flow_origin_us``/``flow_origin_event``/``flow_hops``: where the flow walk back from that first
+  thunk ended on the annotating thread, in how many flows (``flow_origins``); the step by the
+  dispatch (the annotation holding it) and by the fallback rule (the last annotation that started
+  before the run's first thunk event). ``trace_steps[i].run_ids``: the runs whose ``step`` is i,
+  the step by the dispatch where there is one, else by the fallback (the two agree wherever both
+  exist, in all three fixtures).
+* Per step: ``device_start_us``/``device_end_us`` = first start / last end of those runs' thunk
+  events (events whose args hold ``hlo_op`` and ``run_id``), ``device_busy_us`` = the length of
+  their union (all devices merged), ``thunk_us`` = their summed durations. ``thunk_us_total`` sums
+  every thunk event's duration; ``thunk_us_top_level`` only those not nested in another thunk of
+  the same run on the same thread (a ``while`` holds its body's events; none of these programs
+  loops, so the two are equal).
+* Async thunks: a thunk event (``dot``, ``dot.1`` here) can return on its line before its work
+  on the Eigen pool is done; its ``end: <op>`` marker (stat ``_c`` = the thunk's ``_p``, on any
+  line; trace.json keeps the marker but drops ``_c``) marks the op's end, as hlogap's tests take
+  it (tests/test_timing.py ``_events_by_op``). From the xplane (``marker_ends``): per run
+  ``last_end_marker_us``, per step ``device_end_marker_us``, and ``thunk_us_total_to_markers``,
+  every thunk lasting until its marker where that ends later. A marker is not bounded by the
+  step: on a loaded 2-core machine, ``end: dot`` markers came up to ~17 ms after the next step's
+  annotation started, i.e. after ``block_until_ready`` had returned on the run's outputs, while
+  the last thunk event of every step ended before the next annotation (``device_end_us``).
+  ``thunk_us_total_to_markers`` is unclipped (hlogap cuts such run-ons at the module's next
+  execution: ``_clip_to_execution`` in hlogap/trace/backends/stat_events.py).
+* Each steady step's device work ends after its annotation ends (the block is outside it); it
+  starts while the Python thread is still inside the annotation or just after it, depending on
+  the thread scheduling. Step 0's may end inside its annotation: the first call's host work after
+  its dispatch can outlast the device work (seen in ``documented_two_fns`` on a 2-core machine:
+  the Python thread lost the CPU for ~7 ms right after dispatching the update). The 8-device
+  launch's ``Execute`` keeps the Python thread a few ms (it enqueues on every device), so those
+  annotations are longer, still shorter than the device work.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -84,7 +168,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +191,9 @@ Module = tuple[Callable[..., Any], tuple[Any, ...]]
 # input's buffer becomes an output's, and every call gets fresh copies of its inputs.
 # `mem_kept` is `mem_donate` without donating (same module name: `diff` compares the two).
 DONATED: dict[str, tuple[int, ...]] = {"mem_donate": (0,)}
+DOCUMENTED_STEPS = 6  # steps of the documented_* programs, step 0 compiling
+# Programs run on several host devices (--xla_force_host_platform_device_count).
+DEVICE_COUNTS = {"sharded_train": SHARDED_DEVICES, "documented_sharded": SHARDED_DEVICES}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -660,6 +749,132 @@ def build_flaws() -> list[Module]:
     ]
 
 
+# ---------------------------------------------------------------------------------------------
+# The documented_* programs: a training loop profiled as JAX's docs show (see the module doc).
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Documented:
+    """A training loop: ``functions`` are jitted in the child (module ``jit_<name>``) and handed
+    to ``step`` in this order; ``step(jitted, state)`` dispatches one step and returns the new
+    state, which the loop blocks on after the step's annotation."""
+
+    functions: list[Callable[..., Any]]
+    state: Any
+    step: Callable[[Sequence[Callable[..., Any]], Any], Any]
+
+
+def _named(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
+def _mlp_loss(params: Any, batch: Any) -> Any:
+    import jax
+    import jax.numpy as jnp
+
+    w1, b1, w2, b2 = params
+    x, y = batch
+    h = jax.nn.gelu(x @ w1 + b1, approximate=True)
+    return jnp.mean((h @ w2 + b2 - y) ** 2)
+
+
+def _sgd(params: Any, grads: Any) -> Any:
+    return tuple(p - 0.01 * g for p, g in zip(params, grads, strict=True))
+
+
+def build_documented_step() -> Documented:
+    """One jitted SGD step of the MLP (batch 128), its parameters the state carried over."""
+    import jax
+
+    def train_step(params: Any, batch: Any) -> Any:
+        loss, grads = jax.value_and_grad(_mlp_loss)(params, batch)
+        return _sgd(params, grads), loss
+
+    rng = _rng()
+    params = _mlp_params(rng)
+    batch = (_f32(rng, 128, 512), _f32(rng, 128, 512))
+
+    def step(jitted: Sequence[Callable[..., Any]], state: Any) -> Any:
+        (train,) = jitted
+        params, _ = state
+        return train(params, batch)  # (params, loss)
+
+    return Documented([_named(train_step, "documented_step")], (params, None), step)
+
+
+def build_documented_sharded() -> Documented:
+    """Data parallel over 8 host devices: parameters replicated, the batch split on 'data'; the
+    gradients' mean over the batch is an all-reduce."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    devices = jax.devices()
+    if len(devices) != SHARDED_DEVICES:
+        raise RuntimeError(f"documented_sharded needs {SHARDED_DEVICES} devices: {len(devices)}")
+    mesh = Mesh(np.array(devices), ("data",))
+    replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+
+    def loss_fn(params: Any, batch: Any) -> Any:
+        w1, w2 = params
+        x, y = batch
+        return jnp.mean((jnp.tanh(x @ w1) @ w2 - y) ** 2)
+
+    def train_step(params: Any, batch: Any) -> Any:
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+        return _sgd(params, grads), loss
+
+    rng = _rng()
+
+    def put(shape: tuple[int, ...], sharding: NamedSharding, scale: float = 1.0) -> Any:
+        return jax.device_put((rng.standard_normal(shape) * scale).astype(np.float32), sharding)
+
+    params = (put((256, 512), replicated, 0.05), put((512, 256), replicated, 0.05))
+    batch = (put((512, 256), split), put((512, 256), split))
+
+    def step(jitted: Sequence[Callable[..., Any]], state: Any) -> Any:
+        (train,) = jitted
+        params, _ = state
+        return train(params, batch)  # (params, loss)
+
+    return Documented([_named(train_step, "documented_sharded")], (params, None), step)
+
+
+def build_documented_two_fns() -> Documented:
+    """Two jitted functions a step: the loss and gradients, then the parameter update."""
+    import jax
+
+    def grads_fn(params: Any, batch: Any) -> Any:
+        return jax.value_and_grad(_mlp_loss)(params, batch)
+
+    def update_fn(params: Any, grads: Any) -> Any:
+        return _sgd(params, grads)
+
+    rng = _rng()
+    params = _mlp_params(rng)
+    batch = (_f32(rng, 128, 512), _f32(rng, 128, 512))
+
+    def step(jitted: Sequence[Callable[..., Any]], state: Any) -> Any:
+        grad_fn, update = jitted
+        params, _ = state
+        loss, grads = grad_fn(params, batch)
+        return update(params, grads), loss
+
+    functions = [_named(grads_fn, "documented_grads"), _named(update_fn, "documented_update")]
+    return Documented(functions, (params, None), step)
+
+
+DOCUMENTED: dict[str, Callable[[], Documented]] = {
+    "documented_step": build_documented_step,
+    "documented_sharded": build_documented_sharded,
+    "documented_two_fns": build_documented_two_fns,
+}
+
+
 PROGRAMS: dict[str, Callable[[], list[Module]]] = {
     "mlp": build_mlp,
     "mlp_rerun": build_mlp,
@@ -759,6 +974,32 @@ def memory_stats(stats: Any) -> dict[str, int]:
     return {k: int(getattr(stats, k)) for k in MEMORY_KEYS if hasattr(stats, k)}
 
 
+def module_entries(
+    name: str, compiled: Sequence[Any], target: Path, executions: int
+) -> list[dict[str, Any]]:
+    """The oracle's ``modules``: per executable its name, program_id, costs, memory, executions;
+    writes each one's optimized HLO to ``<module>.hlo.txt`` in ``target``."""
+    entries = []
+    for exe in compiled:
+        (hlo_module,) = exe.runtime_executable().hlo_modules()
+        module = hlo_module.name
+        text = exe.as_text()
+        (target / f"{module}.hlo.txt").write_text(text)
+        entries.append(
+            {
+                "module": module,
+                "program_id": hlo_module_id(hlo_module.as_serialized_hlo_module_proto()),
+                "cost_analysis": scalar_costs(exe.cost_analysis()),
+                "memory_analysis": memory_stats(exe.memory_analysis()),
+                "executions": executions,
+                "hlo_text": f"{module}.hlo.txt",
+            }
+        )
+    if len({e["module"] for e in entries}) != len(entries):
+        raise RuntimeError(f"{name}: two modules share a name: {[e['module'] for e in entries]}")
+    return entries
+
+
 def run_program(name: str, out_root: Path, dump_dir: Path | None) -> None:
     import jax
     import numpy as np
@@ -799,24 +1040,7 @@ def run_program(name: str, out_root: Path, dump_dir: Path | None) -> None:
     for derived in target.glob("plugins/profile/*/*.trace.json.gz"):
         derived.unlink()
 
-    entries = []
-    for exe in compiled:
-        (hlo_module,) = exe.runtime_executable().hlo_modules()
-        module = hlo_module.name
-        text = exe.as_text()
-        (target / f"{module}.hlo.txt").write_text(text)
-        entries.append(
-            {
-                "module": module,
-                "program_id": hlo_module_id(hlo_module.as_serialized_hlo_module_proto()),
-                "cost_analysis": scalar_costs(exe.cost_analysis()),
-                "memory_analysis": memory_stats(exe.memory_analysis()),
-                "executions": ITERATIONS,
-                "hlo_text": f"{module}.hlo.txt",
-            }
-        )
-    if len({e["module"] for e in entries}) != len(entries):
-        raise RuntimeError(f"{name}: two modules share a name: {[e['module'] for e in entries]}")
+    entries = module_entries(name, compiled, target, ITERATIONS)
 
     xla_flags = os.environ.get("XLA_FLAGS", "")
     if dump_dir is not None:
@@ -841,6 +1065,374 @@ def run_program(name: str, out_root: Path, dump_dir: Path | None) -> None:
     (target / "oracle.json").write_text(json.dumps(oracle, indent=2) + "\n")
 
 
+def run_documented(name: str, out_root: Path) -> None:
+    """Profile a documented_* program: no warm-up, the annotation around the dispatch only, the
+    block after it; then read the trace.json.gz's steps into the oracle and delete it."""
+    import jax
+
+    program = DOCUMENTED[name]()
+    jitted = [jax.jit(fn) for fn in program.functions]
+    # The arguments of each function's last call, to fetch its executable after the trace (a
+    # compile before it would be a warm-up). A lookup and a store per call, nothing traced.
+    last_args: dict[int, tuple[Any, ...]] = {}
+
+    def remembered(i: int, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            last_args[i] = args
+            return fn(*args)
+
+        return call
+
+    calls = [remembered(i, fn) for i, fn in enumerate(jitted)]
+    target = out_root / name
+    options = jax.profiler.ProfileOptions()
+    options.session_id = RUN_NAME
+    options.python_tracer_level = 0  # the one change from the defaults: see the module doc
+    state = program.state
+    with jax.profiler.trace(str(target), profiler_options=options):
+        for step in range(DOCUMENTED_STEPS):
+            with jax.profiler.StepTraceAnnotation("train", step_num=step):
+                state = program.step(calls, state)
+            jax.block_until_ready(state)
+
+    (xplane,) = target.glob("plugins/profile/*/*.xplane.pb")
+    (trace_json,) = target.glob("plugins/profile/*/*.trace.json.gz")
+    steps_oracle = trace_oracle(trace_json, xplane)
+    trace_json.unlink()
+
+    # Same arguments as in the trace: jax's caches hand back the executable the trace ran
+    # (checked: its program_id is the one the trace's metadata plane names).
+    compiled = [fn.lower(*last_args[i]).compile() for i, fn in enumerate(jitted)]
+    entries = module_entries(name, compiled, target, DOCUMENTED_STEPS)
+    in_trace = metadata_modules(xplane)
+    want = {f"{e['module']}({e['program_id']})" for e in entries}
+    if in_trace != want:
+        raise RuntimeError(f"{name}: the trace ran {sorted(in_trace)}, compiled {sorted(want)}")
+
+    oracle = {
+        "program": name,
+        "jax_version": jax.__version__,
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "iterations": DOCUMENTED_STEPS,
+        "steps": DOCUMENTED_STEPS,  # StepTraceAnnotation steps, one per iteration
+        "host_gap_s": 0.0,
+        "devices": len(jax.devices()),
+        "xplane": xplane.relative_to(target).as_posix(),
+        "pattern": "documented: annotation around the dispatch only, block_until_ready after it",
+        "warmup": "none before the trace: step 0 traces, lowers and compiles inside it",
+        "python_tracer_level": 0,
+        "modules": entries,
+        **steps_oracle,
+    }
+    (target / "oracle.json").write_text(json.dumps(oracle, indent=2) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# The documented_* oracles: steps and runs read from the trace.json.gz (plain json/gzip); the
+# xplane (through the generated protobuf classes only) for the clock check and the flow ids.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class XEvent:
+    """One event of the xplane's /host:CPU plane, times in ps from the line's timestamp."""
+
+    line: int
+    start_ps: int
+    duration_ps: int
+    name: str
+    stats: dict[str, Any]
+
+
+def _xstat(stat: Any, names: dict[int, str]) -> Any:
+    kind = stat.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "ref_value":
+        return names.get(stat.ref_value, "")
+    return getattr(stat, kind)
+
+
+def _xspace(xplane: Path) -> Any:
+    sys.path.insert(0, str(ROOT))
+    from hlogap.proto import xplane_pb2  # the generated message classes, not hlogap's reader
+
+    return xplane_pb2.XSpace.FromString(xplane.read_bytes())
+
+
+def metadata_modules(xplane: Path) -> set[str]:
+    """The ``<module>(<program_id>)`` names of the xplane's /host:metadata plane."""
+    planes = [p for p in _xspace(xplane).planes if p.name == "/host:metadata"]
+    return {md.name for p in planes for md in p.event_metadata.values()}
+
+
+def host_cpu_events(xplane: Path) -> list[XEvent]:
+    (plane,) = [p for p in _xspace(xplane).planes if p.name == "/host:CPU"]
+    stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+    event_names = {k: v.name for k, v in plane.event_metadata.items()}
+    events = []
+    for line in plane.lines:
+        for ev in line.events:
+            stats = {stat_names[s.metadata_id]: _xstat(s, stat_names) for s in ev.stats}
+            start = line.timestamp_ns * 1000 + ev.offset_ps
+            name = event_names[ev.metadata_id]
+            events.append(XEvent(line.id, start, ev.duration_ps, name, stats))
+    return events
+
+
+@dataclass
+class Flow:
+    """Where the flow walk from a run's first thunk event ended on the annotating thread."""
+
+    origin: XEvent  # the producer event on the annotating thread
+    hops: int  # flows followed: 1 = the run's first thunk ran in a region that event opened
+
+
+def flow_origins(events: list[XEvent], host_line: int) -> dict[int, Flow]:
+    """run_id -> the flow walk from the run's first thunk event back to ``host_line``.
+
+    A region is opened on a line by a flow consumer (``_c``/``_ct``): a
+    ``ThreadpoolListener::StartRegion`` (open until the line's next ``StopRegion``), or an event
+    such as ``[<i>] CommonPjRtLoadedExecutable::Execute`` (open for its duration). From the
+    thunk, take the latest-opened region holding it, then the producer of its flow (``_p``/``_pt``:
+    a ``ThreadpoolListener::Record``, the Python thread's ``CommonPjRtLoadedExecutable::Execute``),
+    and on from that producer's line and time, until a producer on ``host_line``. A run whose
+    thunk (or a producer on the way) lies in no open region is left out."""
+    mask = (1 << 64) - 1  # ids are written signed in some stats and unsigned in others
+
+    def key(kind: Any, value: Any) -> tuple[int, int]:
+        return int(kind or 0) & mask, int(value) & mask
+
+    producers: dict[tuple[int, int], XEvent] = {}
+    by_line: dict[int, list[XEvent]] = defaultdict(list)
+    first: dict[int, XEvent] = {}
+    for ev in events:
+        st = ev.stats
+        if "hlo_op" in st and "run_id" in st:
+            run = int(st["run_id"])
+            if run not in first or ev.start_ps < first[run].start_ps:
+                first[run] = ev
+            continue  # a thunk's own flow (_p) only links it to its `end:` marker
+        if "_p" in st:
+            producers.setdefault(key(st.get("_pt"), st["_p"]), ev)
+        by_line[ev.line].append(ev)
+    regions: dict[int, list[tuple[int, int, tuple[int, int]]]] = defaultdict(list)
+    for line, line_events in by_line.items():
+        line_events.sort(key=lambda e: e.start_ps)
+        stops = [e.start_ps for e in line_events if e.name == "ThreadpoolListener::StopRegion"]
+        for ev in line_events:
+            if "_c" not in ev.stats or ev.name.startswith("end: "):
+                continue
+            if ev.name == "ThreadpoolListener::StartRegion":
+                end = next((t for t in stops if t >= ev.start_ps), None)
+                end = end if end is not None else 1 << 62
+            else:
+                end = ev.start_ps + ev.duration_ps
+            regions[line].append((ev.start_ps, end, key(ev.stats.get("_ct"), ev.stats["_c"])))
+    found: dict[int, Flow] = {}
+    for run, thunk in first.items():
+        line, at = thunk.line, thunk.start_ps
+        for hops in range(1, 65):
+            holding = [r for r in regions[line] if r[0] <= at <= r[1]]
+            producer = producers.get(max(holding)[2]) if holding else None
+            if producer is None:
+                break
+            if producer.line == host_line:
+                found[run] = Flow(producer, hops)
+                break
+            line, at = producer.line, producer.start_ps
+    return found
+
+
+def marker_ends(events: list[XEvent]) -> list[tuple[int, int, int]]:
+    """(run_id, start ps, end ps) of every thunk event, lasting until its ``end: <op>`` marker
+    where that ends later: the marker's ``_c`` is the thunk's ``_p`` (ids restart per run, so the
+    first such marker at or after the thunk's start), on any line of the plane."""
+    mask = (1 << 64) - 1
+    markers: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for ev in events:
+        if ev.name.startswith("end: ") and "_c" in ev.stats:
+            markers[int(ev.stats["_c"]) & mask].append((ev.start_ps, ev.start_ps + ev.duration_ps))
+    for found in markers.values():
+        found.sort()
+    out = []
+    for ev in events:
+        if "hlo_op" not in ev.stats or "run_id" not in ev.stats:
+            continue
+        end = ev.start_ps + ev.duration_ps
+        if "_p" in ev.stats:
+            after = [m for m in markers.get(int(ev.stats["_p"]) & mask, []) if m[0] >= ev.start_ps]
+            if after:
+                end = max(end, after[0][1])
+        out.append((int(ev.stats["run_id"]), ev.start_ps, end))
+    return out
+
+
+def _union_us(intervals: Sequence[tuple[float, float]]) -> float:
+    covered, reach = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        a = max(a, reach)
+        if b > a:
+            covered += b - a
+            reach = b
+    return covered
+
+
+def _top_level(thunks: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The thunk events not nested in another thunk event of the same run on the same thread."""
+    by_thread: dict[tuple[Any, int], list[dict[str, Any]]] = defaultdict(list)
+    for t in thunks:
+        by_thread[(t["tid"], t["run_id"])].append(t)
+    top = []
+    for group in by_thread.values():
+        reach = float("-inf")
+        for t in sorted(group, key=lambda t: (t["start"], -t["end"])):
+            if t["end"] <= reach and t["start"] < reach:
+                continue
+            top.append(t)
+            reach = max(reach, t["end"])
+    return top
+
+
+def _r(us: float) -> float:
+    return round(us, 3)
+
+
+def trace_oracle(trace_json: Path, xplane: Path) -> dict[str, Any]:
+    """``trace_steps``, ``trace_runs``, ``thunk_us_total``/``thunk_us_top_level`` and
+    ``clock_check`` of a documented_* trace (the module doc says what they mean)."""
+    data = json.loads(gzip.decompress(trace_json.read_bytes()))
+    events = [e for e in data["traceEvents"] if e.get("ph") == "X"]
+    annotations = sorted(
+        (int(e["args"]["step_num"]), float(e["ts"]), float(e["ts"]) + float(e["dur"]), e["tid"])
+        for e in events
+        if "step_num" in e.get("args", {})
+    )
+    host_tids = {tid for *_, tid in annotations}
+    if len(host_tids) != 1 or [a[0] for a in annotations] != list(range(DOCUMENTED_STEPS)):
+        raise RuntimeError(f"unexpected step annotations: {annotations}")
+    (host_tid,) = host_tids
+    thunks = [
+        {
+            "run_id": int(e["args"]["run_id"]),
+            "module": e["args"].get("hlo_module", ""),
+            "device": int(e["args"].get("device_ordinal", 0)),
+            "tid": e["tid"],
+            "start": float(e["ts"]),
+            "end": float(e["ts"]) + float(e["dur"]),
+        }
+        for e in events
+        if "hlo_op" in e.get("args", {}) and "run_id" in e.get("args", {})
+    ]
+    by_run: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for t in thunks:
+        by_run[t["run_id"]].append(t)
+    # Host-side events naming a run id on the annotating thread (multi-device launches only).
+    named: dict[int, dict[str, Any]] = {}
+    for e in sorted(events, key=lambda e: float(e["ts"])):
+        args = e.get("args", {})
+        if e["tid"] == host_tid and "run_id" in args and "hlo_op" not in args:
+            named.setdefault(int(args["run_id"]), e)
+
+    xevents = host_cpu_events(xplane)
+    x_annotations = {int(ev.stats["step_num"]): ev for ev in xevents if "step_num" in ev.stats}
+    (host_line,) = {ev.line for ev in x_annotations.values()}
+    flows = flow_origins(xevents, host_line)
+    to_markers = marker_ends(xevents)
+    marker_end: dict[int, int] = {}
+    for run, _, end in to_markers:
+        marker_end[run] = max(marker_end.get(run, end), end)
+
+    def step_holding(at: float) -> int | None:
+        return next((n for n, start, end, _ in annotations if start <= at <= end), None)
+
+    def step_started_before(at: float) -> int | None:
+        started = [n for n, start, _, _ in annotations if start <= at]
+        return started[-1] if started else None
+
+    runs = []
+    for run, group in sorted(by_run.items(), key=lambda kv: min(t["start"] for t in kv[1])):
+        first = min(t["start"] for t in group)
+        flow = flows.get(run)
+        flow_us = _r(flow.origin.start_ps / 1e6) if flow is not None else None
+        if run in named:
+            dispatch_us: float | None = _r(float(named[run]["ts"]))
+            event, tie = named[run]["name"], "trace.json run_id arg"
+        elif flow is not None and flow.hops == 1:
+            dispatch_us, event, tie = flow_us, flow.origin.name, "xplane flow"
+        else:
+            dispatch_us, event, tie = None, None, None
+        by_dispatch = step_holding(dispatch_us) if dispatch_us is not None else None
+        by_first = step_started_before(first)
+        runs.append(
+            {
+                "run_id": run,
+                "modules": sorted({t["module"] for t in group}),
+                "devices": sorted({t["device"] for t in group}),
+                "first_thunk_us": _r(first),
+                "last_end_us": _r(max(t["end"] for t in group)),
+                "last_end_marker_us": _r(marker_end[run] / 1e6),
+                "dispatch_us": dispatch_us,
+                "dispatch_event": event,
+                "dispatch_tie": tie,
+                "flow_origin_us": flow_us,
+                "flow_origin_event": flow.origin.name if flow is not None else None,
+                "flow_hops": flow.hops if flow is not None else None,
+                "step_by_dispatch": by_dispatch,
+                "step_by_first_thunk": by_first,
+                "step": by_dispatch if by_dispatch is not None else by_first,
+            }
+        )
+
+    steps = []
+    for n, start, end, _ in annotations:
+        mine = [r["run_id"] for r in runs if r["step"] == n]
+        spans = [(t["start"], t["end"]) for r in mine for t in by_run[r]]
+        ends = [marker_end[r] for r in mine]
+        steps.append(
+            {
+                "step_num": n,
+                "annotation_start_us": _r(start),
+                "annotation_end_us": _r(end),
+                "annotation_us": _r(end - start),
+                "run_ids": mine,
+                "device_start_us": _r(min(a for a, _ in spans)) if spans else None,
+                "device_end_us": _r(max(b for _, b in spans)) if spans else None,
+                "device_end_marker_us": _r(max(ends) / 1e6) if ends else None,
+                "device_busy_us": _r(_union_us(spans)),
+                "thunk_us": _r(sum(b - a for a, b in spans)),
+            }
+        )
+
+    # The clock: the same events' start in both files (trace.json to the ns, the xplane in ps).
+    pairs = [(start, x_annotations[n].start_ps / 1e6) for n, start, _, _ in annotations]
+    x_first: dict[int, int] = {}
+    for ev in xevents:
+        if "hlo_op" in ev.stats and "run_id" in ev.stats:
+            run = int(ev.stats["run_id"])
+            x_first[run] = min(x_first.get(run, ev.start_ps), ev.start_ps)
+    pairs += [(r["first_thunk_us"], x_first[r["run_id"]] / 1e6) for r in runs]
+    drift = max(abs(a - b) for a, b in pairs)
+    if drift > 0.001:
+        raise RuntimeError(f"trace.json and xplane disagree by {drift} us")
+    step0 = annotations[0]
+    return {
+        "time_unit": "us",
+        "clock_check": {
+            "events_compared": len(pairs),
+            "max_abs_diff_us": _r(drift),
+            "step0_trace_json_ts_us": _r(step0[1]),
+            "step0_xplane_us": x_annotations[0].start_ps / 1e6,
+        },
+        "thunk_events": len(thunks),
+        "thunk_us_total": _r(sum(t["end"] - t["start"] for t in thunks)),
+        "thunk_us_top_level": _r(sum(t["end"] - t["start"] for t in _top_level(thunks))),
+        "thunk_us_total_to_markers": _r(sum(end - start for _, start, end in to_markers) / 1e6),
+        "trace_steps": steps,
+        "trace_runs": runs,
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # Parent: one subprocess per program.
 # ---------------------------------------------------------------------------------------------
@@ -852,8 +1444,8 @@ def spawn(name: str, out_root: Path) -> float:
     if target.exists():
         shutil.rmtree(target)
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_dump")]
-    if name == "sharded_train":
-        flags.append(f"--xla_force_host_platform_device_count={SHARDED_DEVICES}")
+    if name in DEVICE_COUNTS:
+        flags.append(f"--xla_force_host_platform_device_count={DEVICE_COUNTS[name]}")
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"hlogap-dump-{name}-") as tmp:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--program", name]
@@ -882,19 +1474,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--program", help="(internal) profile one program in this process")
     parser.add_argument("--dump-dir", type=Path, help="(internal) where XLA_FLAGS dumps to")
     parser.add_argument("--out", type=Path, default=FIXTURES, help="fixtures root")
-    parser.add_argument("--only", help="comma-separated programs to (re)generate")
+    parser.add_argument(
+        "--only", help="comma-separated programs to (re)generate (e.g. documented_step,...)"
+    )
     parser.add_argument("--sharded", action="store_true", help="alias for --program sharded_train")
     args = parser.parse_args(argv)
 
     out_root: Path = args.out.resolve()
     if args.sharded:
         args.program = "sharded_train"
+    if args.program in DOCUMENTED:
+        run_documented(args.program, out_root)
+        return 0
     if args.program:
         run_program(args.program, out_root, args.dump_dir)
         return 0
 
-    names = list(PROGRAMS) if not args.only else [n.strip() for n in args.only.split(",")]
-    unknown = sorted(set(names) - set(PROGRAMS))
+    every = [*PROGRAMS, *DOCUMENTED]
+    names = every if not args.only else [n.strip() for n in args.only.split(",")]
+    unknown = sorted(set(names) - set(every))
     if unknown:
         parser.error(f"unknown programs: {', '.join(unknown)}")
     out_root.mkdir(parents=True, exist_ok=True)

@@ -173,7 +173,12 @@ def test_nesting_with_a_partial_overlap_is_left_to_the_stack_walk() -> None:
     assert self_times(start, dur).tolist() == [7, 3, 9]
 
 
-@pytest.mark.parametrize("program", [p.name for p in cpu_fixtures()])
+# The documented pattern's fixtures run their steps back to back: a few async ops' `end:`
+# markers land in the next execution, where the reader cuts them (stat_events
+# ._clip_to_execution); tests/test_launched_steps.py checks those fixtures.
+@pytest.mark.parametrize(
+    "program", [p.name for p in cpu_fixtures() if not p.name.startswith("documented_")]
+)
 def test_cpu_thunks_sum_to_trace_events(program: str) -> None:
     from tests.conftest import FIXTURES
 

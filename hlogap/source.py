@@ -219,6 +219,7 @@ def _nsys_archives(directory: Path) -> list[Path]:
     if is_nsys_archive(directory):
         return [directory]
     found = []
+    unreadable = []
     for p in sorted(directory.iterdir()):
         if p.is_dir() and is_nsys_archive(p):
             found.append(p)
@@ -227,9 +228,23 @@ def _nsys_archives(directory: Path) -> list[Path]:
                 with zipfile.ZipFile(p) as z:
                     if any(n.endswith(NSYS_TRACE_FILE) for n in z.namelist()):
                         found.append(p)
-            except (OSError, zipfile.BadZipFile):
-                continue  # not an archive of a run: some other zip beside them
-    return found
+            except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError):
+                if _zip_cut_short(p):
+                    unreadable.append(p)
+    # A zip cut short beside a run's archives may be one of its ranks: it is read with them, so
+    # that it is refused (or skipped with a warning, --skip-bad-hosts) by name, never left out
+    # in silence. A readable zip without a trace, or a file that is no zip, is something else.
+    return sorted([*found, *unreadable]) if found else found
+
+
+def _zip_cut_short(path: Path) -> bool:
+    """A file that starts as a zip does (or is empty) but cannot be opened as one."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(4)
+    except OSError:
+        return True  # unreadable: named when it is read
+    return b"PK\x03\x04".startswith(head)
 
 
 def _xplane_files(run_dir: Path) -> list[Path]:

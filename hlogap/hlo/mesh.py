@@ -358,6 +358,8 @@ def _atoms(ids: Sequence[int] | np.ndarray) -> tuple[tuple[int, int], ...] | Non
         size = 1
         while all(b + size * stride in members for b in span):
             size += 1
+        if size == 1:  # {0,2,3}: 3 is in no progression from the span, which cannot grow
+            return None
         found.append((stride, size))
         span = {b + k * stride for b in span for k in range(size)}
     return tuple(found) if span == members else None

@@ -476,7 +476,11 @@ class _Parser:
         self.expect("(")
         out: list[int] = []
         while True:
-            out.append(-1 if self.eat("*") else self.integer())  # `*` combines dimensions
+            at = self.pos
+            combined = self.eat("*")  # `*` combines dimensions
+            out.append(-1 if combined else self.integer())
+            if not combined and out[-1] < 1:  # a tile of 0 divides by 0; XLA refuses it
+                raise self.error("a tile size of 1 or more (or *)", at)
             if self.eat(")"):
                 return tuple(out)
             self.expect(",")
@@ -521,7 +525,33 @@ class _Parser:
                 self.operands(inst)
             self.expect(")")
         spans = self.attributes(inst)
-        return inst, _TypedAttrs(self, inst).apply(spans)
+        frame_id = _TypedAttrs(self, inst).apply(spans)
+        if opcode == "transpose":
+            self.check_transpose(inst, spans)
+        return inst, frame_id
+
+    def check_transpose(self, inst: Instruction, spans: list[tuple[str, int, int]]) -> None:
+        """XLA's shape rule for a transpose: `dimensions` a permutation of the operand's
+        dimensions, the result the operand's in that order (one that breaks it is invalid
+        HLO, never an op to cost)."""
+        perm = inst.dimensions
+        if perm is None:
+            return
+        at = next((start for key, start, _ in spans if key == "dimensions"), self.pos)
+        result = inst.shape
+        operand = inst.operand_shapes[0] if inst.operand_shapes else None
+        if operand is not None and operand.is_tuple:
+            operand = None
+        rank = operand.rank if operand is not None else result.rank
+        if result.is_tuple or sorted(perm) != list(range(rank)) or result.rank != rank:
+            raise self.error(f"a transpose's dimensions: a permutation of its {rank} dims", at)
+        known = operand is not None and min((*operand.dims, *result.dims), default=0) >= 0
+        if operand is not None and known and tuple(operand.dims[d] for d in perm) != result.dims:
+            raise self.error(
+                f"a transpose result of its operand's dimensions {list(operand.dims)} "
+                f"in the order {list(perm)}",
+                at,
+            )
 
     def operands(self, inst: Instruction) -> None:
         while True:

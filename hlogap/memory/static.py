@@ -17,16 +17,22 @@ from dataclasses import dataclass, replace
 
 from google.protobuf.message import DecodeError
 
+from hlogap.errors import InputError
 from hlogap.hlo.index import HloIndex
 from hlogap.hlo.ir import Module, Shape
 from hlogap.hlo.printer import print_shape
 from hlogap.memory.runtime import AllocatorPeak
 from hlogap.proto import hlo_pb2
+from hlogap.units import printable
 
 # XLA's memory space ("color") of host memory: `S(5)` in TPU layouts.
 HOST_MEMORY_SPACE = 5
 # Heap simulator event kinds (xla/service/hlo.proto, HeapSimulatorTrace.Event.Kind).
 ALLOC, FREE, SHARE_WITH = 0, 1, 2
+# No device or host memory holds this much (1 PiB): a buffer, or a sum of them, outside 0 to
+# this is a corrupt buffer assignment, refused before any figure is shown; every figure then fits
+# the 64-bit integers JSON carries.
+MAX_BYTES = 1 << 50
 # What `MemorySection.batch_scale` assumes, said wherever it is shown.
 BATCH_ASSUMPTION = (
     "temporaries and outputs (less those written over donated inputs) grow in proportion to "
@@ -118,7 +124,35 @@ def module_memory(
         return None
     if not assignment.buffer_allocations:
         return None
-    defined = _definitions(ids, module)
+    try:
+        return _module_memory(name, program_id, assignment, _definitions(ids, module))
+    except _CorruptAssignment as exc:
+        raise InputError(
+            f"corrupt profile: the buffer assignment of module {printable(name)} "
+            f"(program {printable(program_id)}) {exc}"
+        ) from None
+
+
+class _CorruptAssignment(ValueError):
+    """A buffer assignment no program has: what is wrong, as the end of a sentence."""
+
+
+def _byte_count(value: int, what: str) -> int:
+    if not 0 <= value <= MAX_BYTES:
+        raise _CorruptAssignment(f"gives {what} {value:,} bytes (a size is 0 to 2^50)")
+    return value
+
+
+def _module_memory(
+    name: str,
+    program_id: str,
+    assignment: hlo_pb2.BufferAssignmentProto,
+    defined: dict[int, _Defined],
+) -> ModuleMemory:
+    for a in assignment.buffer_allocations:
+        _byte_count(a.size, f"allocation {a.index} a size of")
+    for b in assignment.logical_buffers:
+        _byte_count(b.size, f"logical buffer {b.id} a size of")
     sizes = {b.id: b.size for b in assignment.logical_buffers}
     where = {
         b.id: (b.defined_at.instruction_id, tuple(b.defined_at.shape_index))
@@ -155,6 +189,16 @@ def module_memory(
     peak_live, curve = _heap_peak(assignment, temporary_buffers, sizes)
     held += [_held(defined, where.get(b), "temporary", sizes.get(b, 0)) for b in peak_live]
     held.sort(key=lambda b: (-b.bytes, b.instruction))
+    totals = {
+        "arguments": arguments,
+        "outputs": outputs,
+        "temporaries": temporaries,
+        "constants": constants,
+        "live temporaries": max(curve, default=0),
+        **{f"memory space {space}": size for space, size in other.items()},
+    }
+    for what, total in totals.items():
+        _byte_count(total, f"{what} adding up to")
     return ModuleMemory(
         module=name,
         program_id=program_id,
@@ -264,7 +308,12 @@ def _simulate(
                 live += sizes.get(region, 0)
             users.setdefault(region, set()).add(buffer)
         elif event.kind == FREE:
-            region = region_of.pop(buffer, buffer)
+            # A trace replayed backwards, or cut short: its live bytes would go below 0.
+            if buffer not in region_of:
+                raise _CorruptAssignment(
+                    f"frees logical buffer {buffer} in its heap trace while it is not allocated"
+                )
+            region = region_of.pop(buffer)
             holders = users.get(region, set())
             holders.discard(buffer)
             if not holders:
@@ -369,7 +418,12 @@ def _module_from_dict(raw: object, where: str) -> ModuleMemory:
 
     def count(key: str) -> int:
         value = raw.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        # 0 to 2^50 as a profile's are (not NaN, inf or past int64, which JSON cannot carry).
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not 0 <= value <= MAX_BYTES
+        ):
             raise ValueError(f"{where}.{key} is {value!r}, not a byte count")
         return int(value)
 

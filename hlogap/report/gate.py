@@ -26,7 +26,7 @@ from hlogap.errors import InputError, UsageError
 from hlogap.report.compare import Diff, DiffRow
 from hlogap.report.model import AuditReport, steps_summary, warmup_of
 from hlogap.source import read_toml
-from hlogap.trace.model import CORRUPT_TRACE
+from hlogap.trace.model import CORRUPT_TRACE, MAX_TOTAL_PS
 from hlogap.units import fmt_si, fmt_us
 
 CHECK_SCHEMA = "hlogap.check/1"
@@ -244,7 +244,7 @@ def _memory_checks(diff: Diff, t: Thresholds) -> list[Check]:
                     "peak",
                     new[1],
                     t.max_peak_bytes,
-                    new[1] > t.max_peak_bytes,
+                    _over(new[1], t.max_peak_bytes),
                     f"static memory peak {_bytes(new[1])} ({new[0]}), "
                     f"max {_bytes(t.max_peak_bytes)}",
                 )
@@ -264,7 +264,7 @@ def _memory_checks(diff: Diff, t: Thresholds) -> list[Check]:
                     "peak-growth",
                     growth,
                     t.max_peak_regression,
-                    growth > t.max_peak_regression,
+                    _over(growth, t.max_peak_regression),
                     f"static memory peak {_bytes(base[1])} -> {_bytes(new[1])}: "
                     f"{_pct(growth, t.max_peak_regression)} "
                     f"(limit +{t.max_peak_regression:g}%)",
@@ -278,8 +278,11 @@ def parse_peak_limit(text: str) -> tuple[float | None, float | None]:
     unit (`16GB`, `15.5GiB`, `800MB`): (max bytes, max growth %)."""
     import re
 
-    found = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*(%|[kKMGT]i?B|B)?\s*", text)
-    if found is None:
+    found = re.fullmatch(
+        r"\s*((?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*(%|[kKMGT]i?B|B)?\s*", text
+    )
+    # `''` (an unset CI variable), `.`, `1e999`: no limit at all, never the gate turned off.
+    if found is None or not math.isfinite(float(found.group(1))):
         raise UsageError(f"--max-peak-hbm takes BYTES (16GB, 15.5GiB, 8e9) or PCT%, not {text!r}")
     number, unit = float(found.group(1)), found.group(2) or "B"
     if unit == "%":
@@ -299,7 +302,14 @@ def parse_peak_limit(text: str) -> tuple[float | None, float | None]:
     }.get(unit)
     if scale is None:
         raise UsageError(f"--max-peak-hbm: unknown unit {unit!r}")
+    if not math.isfinite(number * scale):
+        raise UsageError(f"--max-peak-hbm takes BYTES (16GB, 15.5GiB, 8e9) or PCT%, not {text!r}")
     return number * scale, None
+
+
+def _over(value: float, limit: float) -> bool:
+    """Past the limit, failing closed: a NaN (which compares false with everything) is over."""
+    return not value <= limit
 
 
 def _pct(value: float | None, limit: float | None = None) -> str:
@@ -351,6 +361,15 @@ def _refuse_degenerate(diff: Diff) -> None:
             raise InputError(
                 f"{role} {report.path} has ops whose time is not a finite number >= 0: "
                 + ", ".join(bad[:3])
+            )
+        # Each op's time in range, and their sums too: no run adds up to 2**62 ps (53 days),
+        # and past it a sum, a gap or a per-step scaling reaches inf and its % NaN, which
+        # compares as no regression.
+        if not (report.measured_us < MAX_TOTAL_PS / 1e6 and math.isfinite(report.bound_us)):
+            raise InputError(
+                f"{role} {report.path} is corrupt: its ops add up to {report.measured_us:.3g} us "
+                f"measured and {report.bound_us:.3g} us bound, past the 2**62 ps (53 days) no "
+                "profile holds"
             )
         if report.measured_us <= 0:
             raise InputError(f"{role} {report.path} measured no time: nothing to check")
@@ -409,7 +428,7 @@ def run_check(diff: Diff, t: Thresholds) -> CheckResult:
             "measured",
             diff.measured_delta_pct,
             t.max_regression,
-            (diff.measured_delta_pct or 0.0) > t.max_regression,
+            _over(diff.measured_delta_pct or 0.0, t.max_regression),
             f"total measured {fmt_us(r * diff.base.measured_us)}{scaled} -> "
             f"{fmt_us(diff.new.measured_us)}: {_pct(diff.measured_delta_pct)} "
             f"(limit +{t.max_regression:g}%)",
@@ -418,7 +437,7 @@ def run_check(diff: Diff, t: Thresholds) -> CheckResult:
             "gap",
             diff.gap_delta_pct,
             t.max_gap_regression,
-            (diff.gap_delta_pct or 0.0) > t.max_gap_regression,
+            _over(diff.gap_delta_pct or 0.0, t.max_gap_regression),
             f"total gap {fmt_us(r * diff.base.gap_us)}{scaled} -> {fmt_us(diff.new.gap_us)}: "
             f"{_pct(diff.gap_delta_pct)} of the baseline's measured time "
             f"(limit +{t.max_gap_regression:g}%)",
@@ -427,7 +446,7 @@ def run_check(diff: Diff, t: Thresholds) -> CheckResult:
     matched = [row for row in diff.rows if row.base is not None and row.new is not None]
     gated = [row for row in matched if not is_tiny(row, diff, t.min_op_share)]
     regressed = [
-        row for row in gated if (row.measured_per_occ_delta_pct or 0.0) > t.max_op_regression
+        row for row in gated if _over(row.measured_per_occ_delta_pct or 0.0, t.max_op_regression)
     ]
     regressed.sort(key=lambda row: -row.measured_delta_us)
     checks.append(
@@ -448,7 +467,7 @@ def run_check(diff: Diff, t: Thresholds) -> CheckResult:
                 "efficiency",
                 eff,
                 t.min_efficiency,
-                eff is None or eff < t.min_efficiency,
+                eff is None or not eff >= t.min_efficiency,
                 "efficiency "
                 + ("unknown" if eff is None else f"{eff:.3f}")
                 + f" (bound / measured; min {t.min_efficiency:g})",
@@ -506,7 +525,7 @@ def _step_checks(diff: Diff, t: Thresholds) -> list[Check]:
                     "step",
                     delta,
                     t.max_step_regression,
-                    delta is None or delta > t.max_step_regression,
+                    delta is None or _over(delta, t.max_step_regression),
                     f"median step {fmt_us(base)} -> {fmt_us(new)}: {_pct(delta)} "
                     f"(limit +{t.max_step_regression:g}%){_warmup(diff)}",
                 )
@@ -535,7 +554,7 @@ def _step_checks(diff: Diff, t: Thresholds) -> list[Check]:
                     "idle",
                     change,
                     t.max_idle_regression,
-                    change > t.max_idle_regression,
+                    _over(change, t.max_idle_regression),
                     f"devices idle {base_idle:.1f}% -> {new_idle:.1f}% of step time: "
                     f"{change:+.1f} pt (limit +{t.max_idle_regression:g} pt){_warmup(diff)}",
                 )

@@ -70,7 +70,9 @@ def kind_of(document: Document) -> DocumentKind:
 
 @dataclass(frozen=True)
 class RenderOptions:
-    top: int = 20  # rows of a report or a diff; 0 = all
+    # Rows of the table and Markdown (an audit's JSON, CSV and HTML hold every row), of a diff's
+    # and a memory view's tables and JSON; 0 = all.
+    top: int = 20
     color: bool = False  # a terminal that shows colour
     steps: bool = False  # the per-step table too (human-readable formats; JSON always has it)
     width: int | None = None  # a terminal's columns, to fit tables to; None: wide, whole rows

@@ -2,7 +2,9 @@
 `--group-by`, one row per group instead, and with `--steps`, one row per step (a CSV file holds
 one table: the one the options ask for). Under a command buffer call come its ops (unless
 `--no-sub-rows`): no rank, share or cum_share, `estimated` true and `command_buffer_rank` the
-call's rank; the ranked rows (`command_buffer_rank` empty) add up to the report's totals."""
+call's rank; the ranked rows (`command_buffer_rank` empty) add up to the report's totals.
+
+CSV is machine output, as JSON is: every row (op, group or step) whatever `--top` says."""
 
 from __future__ import annotations
 
@@ -52,12 +54,12 @@ class CsvRenderer:
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         if options.steps:
-            _steps(document, options.top, writer)
+            _steps(document, writer)
         elif document.group_by:
-            _groups(document, options.top, writer)
+            _groups(document, writer)
         else:
             writer.writerow(COLUMNS)
-            rows = document.ops if options.top <= 0 else document.ops[: options.top]
+            rows = document.ops
             shares = document.shares(rows)
             for rank, (row, share) in enumerate(zip(rows, shares, strict=True), 1):
                 _op(writer, row, row.to_dict(rank, *share))
@@ -74,9 +76,9 @@ def _op(writer: Any, row: OpRow, values: dict[str, object]) -> None:
     writer.writerow(["" if values.get(c) is None else values[c] for c in COLUMNS])
 
 
-def _groups(report: AuditReport, top: int, writer: Any) -> None:
+def _groups(report: AuditReport, writer: Any) -> None:
     """The `--group-by` rows, with the JSON's `groups` keys."""
-    rows = report.groups if top <= 0 else report.groups[:top]
+    rows = report.groups
     table = [
         g.to_dict(rank, *share)
         for rank, (g, share) in enumerate(zip(rows, report.shares(rows), strict=True), 1)
@@ -87,10 +89,9 @@ def _groups(report: AuditReport, top: int, writer: Any) -> None:
         writer.writerow(["" if values[c] is None else values[c] for c in columns])
 
 
-def _steps(report: AuditReport, top: int, writer: Any) -> None:
+def _steps(report: AuditReport, writer: Any) -> None:
     """The steps (`--steps`), with the JSON's `steps` keys but the per-device parts."""
-    rows = report.steps if top <= 0 else report.steps[:top]
-    table = [{k: v for k, v in s.to_dict().items() if k != "per_device"} for s in rows]
+    table = [{k: v for k, v in s.to_dict().items() if k != "per_device"} for s in report.steps]
     columns = list(table[0]) if table else ["step"]
     writer.writerow(columns)
     for values in table:

@@ -1,12 +1,13 @@
 """`--format html` (or `-o report.html`): one self-contained page to attach to a CI run or open
 on an air-gapped cluster. No network: the report's JSON, the style and the script are inline.
 
-The page holds the header, the steps, the op table (in the report's order; sort by any column
-as `--sort` does, filter by text, click an op for all its hints and its HLO; it scrolls in its
-own box on a narrow window), a roofline chart (log-log, scaled to the window; one roof per
-distinct peak, the ridge points dashed; ops as points sized by time lost, hover for numbers,
-click to find the op in the table; left out where no op has FLOPs and bytes), the ops rolled up
-by scope (the first components of `op_name`), the hosts of a pod and the memory.
+The page holds the header, the steps, the op table (every op, whatever `--top` says, in the
+report's order; sort by any column as `--sort` does, filter by text, click an op for all its
+hints and its HLO; in a narrow window each row on two lines, its why under its figures), a
+roofline chart (log-log, scaled to the window; one roof per distinct peak, the ridge points
+dashed; ops as points sized by time lost, hover for numbers, click to find the op in the table;
+left out where no op has FLOPs and bytes), the ops rolled up by scope (the first components of
+`op_name`), the hosts of a pod and the memory.
 """
 
 from __future__ import annotations
@@ -31,13 +32,13 @@ th { text-align: left; background: #f4f4f4; position: sticky; top: 0; cursor: po
 th.sorted::after { content: attr(data-dir); color: #888; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 th.num { text-align: right; }
-tr.op:hover, tr.step:hover { background: #f7f9ff; } tr.op, tr.step { cursor: pointer; }
-tr.found { background: #fff3c4; }
+tr.op:hover > td, tr.step:hover > td { background: #f7f9ff; } tr.op, tr.step { cursor: pointer; }
+tr.found > td { background: #fff3c4; }
 tr.sub td { color: #555; font-size: 12.5px; } tr.sub td:nth-child(2) { padding-left: 1.6em; }
 tr.detail td { background: #fafafa; font-size: 12.5px; }
 tr.detail pre { white-space: pre-wrap; margin: 0.4em 0; max-width: 110em; }
 .scroll { overflow-x: auto; max-width: 100%; }
-#ops { min-width: 76em; }  /* narrower: the table scrolls in its box, rows stay short */
+#ops { min-width: 76em; }  /* a narrower window: each row on two lines (below) */
 #ops td:nth-child(2) { word-break: break-all; min-width: 10em; }
 #ops td:last-child { min-width: 30em; }
 svg.chart, svg.allocator-curve, svg.memory-curve { width: 100%; height: auto; display: block; }
@@ -52,6 +53,41 @@ svg .grid { stroke: #eee; }
 svg circle { fill: rgba(228, 87, 46, 0.45); stroke: #7a2a14; cursor: pointer; }
 svg circle:hover { fill: rgba(228, 87, 46, 0.9); }
 .muted { color: #777; }
+/* A window too narrow for the op table's 76em or the actions' long text (800 px): each row's
+   figures on one line, its bound-by and why (an action's why and change) on lines of their own
+   under them, as the terminal table puts a reason on its own line; nothing is cut off or
+   scrolls out of sight (tests/test_machine_output.py). The rows become grids, their cells the
+   items: sorting, filtering, hover, click and details work as before. */
+@media (max-width: 1120px) {
+  #ops, #actions table { display: grid; min-width: 0; }
+  #ops { grid-template-columns: auto minmax(8em, 3fr) minmax(min-content, 2fr) repeat(6, auto); }
+  #actions table { grid-template-columns: repeat(4, auto) minmax(5em, 1fr) minmax(8em, 2fr); }
+  #ops thead, #ops tr, #actions tr { display: contents; }
+  #ops th, #ops td, #actions th, #actions td { padding: 3px 5px; border-bottom: none; }
+  #ops th { position: static; }
+  #ops tr.sub td:nth-child(2) { padding-left: 1.6em; }
+  #ops td:nth-child(2), #actions td:nth-child(6) {
+    min-width: 0; word-break: normal; overflow-wrap: anywhere;
+  }
+  /* The second line: bound by under the rank and the op, why from the category on. */
+  #ops th:nth-child(10), #ops td:nth-child(10) { grid-column: 1 / 3; padding-left: 2em; }
+  #ops td:nth-child(10) { color: #777; border-bottom: 1px solid #e3e3e3; }
+  #ops th:last-child, #ops td:last-child { grid-column: 3 / -1; min-width: 0; }
+  #ops td:last-child { border-bottom: 1px solid #e3e3e3; }
+  #ops tr.detail td { grid-column: 1 / -1; padding-left: 8px; }
+  /* An action's why and change: a line each, the whole width, named. */
+  #actions th:nth-child(n+7) { display: none; }
+  #actions td:nth-child(n+7) { grid-column: 1 / -1; padding-left: 2em; }
+  #actions td:last-child { border-bottom: 1px solid #e3e3e3; }
+  #actions td:nth-child(7)::before { content: "why: "; color: #777; }
+  #actions td:nth-child(8)::before { content: "change: "; color: #777; }
+  /* Scope paths, buffer names, hosts and source paths wrap where they must, and the
+     allocators' ten headings: the figures beside them stay in the window. */
+  #scopes td:first-child, #memory td:nth-child(2), #memory td:last-child {
+    overflow-wrap: anywhere;
+  }
+  #memory th, #hosts th { white-space: normal; }
+}
 """
 
 # The page's behaviour: reads the report's JSON from the page itself; no network, no library.
@@ -528,10 +564,11 @@ class HtmlRenderer:
     def render(self, document: Document, options: RenderOptions) -> str:
         if not isinstance(document, AuditReport):
             raise TypeError(f"no HTML for {type(document).__name__}")
-        data = document.to_dict(options.top)
+        # Every op whatever `--top` says: the page sorts and filters them itself.
+        data = document.to_dict(0)
         ops = data["ops"]
         assert isinstance(ops, list)
-        shown = document.ops[: len(ops)]
+        shown = document.ops
         for op, label in zip(ops, op_labels(document, shown), strict=True):
             op["label"] = label
         # By scope: `--group-by scope`'s own groups, else the default depth's, over all ops.

@@ -1,4 +1,7 @@
-"""`--format json`: every document as JSON (hlogap.audit/1, diff/1, check/1, chips/1; docs/)."""
+"""`--format json`: every document as JSON (hlogap.audit/1, diff/1, check/1, chips/1; docs/).
+
+An audit's JSON is machine output: it holds every op whatever `--top` says (`--top` shapes the
+terminal table and Markdown), so that `check` and `diff` can match every op of a saved report."""
 
 from __future__ import annotations
 
@@ -43,9 +46,8 @@ class JsonRenderer:
             # `default=str`: a user's chip file may hold TOML dates in [detect]
             yield orjson.dumps(data, option=OPTIONS, default=str) + b"\n"
             return
-        head = orjson.dumps(
-            document.to_dict(options.top, with_steps=False), option=OPTIONS, default=str
-        )
+        # Every op (top 0), whatever `--top` says.
+        head = orjson.dumps(document.to_dict(0, with_steps=False), option=OPTIONS, default=str)
         # The top-level key, two spaces in (the hosts section's "steps" sit deeper).
         before, found, after = head.partition(STEPS_MARK)
         if not found or not document.steps:

@@ -386,8 +386,9 @@ def compare(base: AuditReport, new: AuditReport) -> Diff:
     for side, report in (("BASE", base), ("NEW", new)):
         if report.truncated:
             warnings.append(
-                f"{side} lists {len(report.ops)} of {report.total_ops} ops (saved with --top): "
-                "unlisted ops show as appeared/vanished; save reports with --top 0"
+                f"{side} lists {len(report.ops)} of {report.total_ops} ops (saved with --top "
+                "by an older hlogap): unlisted ops show as appeared/vanished; save it again with "
+                "this version"
             )
     if base.chip and new.chip and _chip_key(base.chip) != _chip_key(new.chip):
         raised = [

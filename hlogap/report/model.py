@@ -1049,9 +1049,9 @@ def refuse_truncated(report: AuditReport, role: str) -> None:
     """`check` and `diff` compare every op: a report an older hlogap saved with `--top N` (its
     summary counts ops its `ops` does not list) cannot be matched op by op, and its totals no
     longer add up under `--module`, so it is refused (exit 3) with how to save it again."""
-    if not report.truncated:
-        return
     listed = len(report.ops)
+    if not report.truncated or not listed:  # none listed: no --top wrote it (a corrupt report)
+        return
     raise InputError(
         f"{role} {report.path} lists {listed:,} of {report.total_ops:,} ops (saved with --top "
         f"{listed} by an older hlogap): save it again with this version "

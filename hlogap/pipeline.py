@@ -267,6 +267,12 @@ def _audit_hosts(
         if frame is not None
         else None
     )
+    # Each module's op time over every event: the mesh of a module that ran only outside the
+    # steady steps (a jit__psum before them) is still the program's.
+    module_time: dict[tuple[str, str], float] = {}
+    for info, ps in zip(run.ops, run.times.measured_ps.tolist(), strict=True):
+        key = (info.key.module, info.key.program_id)
+        module_time[key] = module_time.get(key, 0.0) + ps
     rows_selection = selection
     if outside is not None and outside[0] > 0 and not all_steps and outside[1:].any():
         rows_selection = dataclasses.replace(selection, frame=frame)
@@ -392,7 +398,7 @@ def _audit_hosts(
         first = len(changed) - len(alone)
         exposed = stacked.change_saving_ps[first:].sum(axis=(1, 2)) / 1e6
         report.exposed_by_axis = dict(zip(by_axis, exposed.tolist(), strict=True))
-    report.mesh = _busiest_mesh(rows, index)
+    report.mesh = _busiest_mesh(rows, index, module_time)
     if report.beats_bounds:
         report.warnings.append(
             f"the ops took less time in all than their bounds on {the_chip.name} (efficiency "
@@ -502,12 +508,17 @@ def _busiest_collectives(rows: list[OpRow]) -> list[OpKey]:
     return [OpKey(r.module, r.program_id, r.name) for r in found[:COLLECTIVES_TIMED]]
 
 
-def _busiest_mesh(rows: list[OpRow], index: HloIndex) -> Mesh | None:
-    """The mesh of the partitioned module that took the most time (None: none ran so)."""
+def _busiest_mesh(
+    rows: list[OpRow], index: HloIndex, ran: dict[tuple[str, str], float]
+) -> Mesh | None:
+    """The mesh of the partitioned module that took the most time in the op rows, else of
+    the one that took the most time in the whole profile (`ran`: ps by module; None: none ran
+    so)."""
     time: dict[tuple[str, str], float] = {}
     for r in rows:
         time[(r.module, r.program_id)] = time.get((r.module, r.program_id), 0.0) + r.measured_us
-    for key in sorted(time, key=lambda k: -time[k]):
+    ranked = sorted(time, key=lambda k: -time[k])
+    for key in [*ranked, *sorted(set(ran) - set(time), key=lambda k: -ran[k])]:
         found = index.mesh(*key)
         if found is not None:
             return found.mesh

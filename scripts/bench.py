@@ -19,6 +19,10 @@ hard-linked under every host's name (the disk holds a few copies). It takes the 
 process's own peak (the client: it holds only summaries, the hosts' columns being on the
 workers' or the readers' disk) and each worker's, and checks in the report that every host's
 offset is recovered and the slow hosts are named.
+HLO decode vs upb parse (issue 43, when the nsys-jax archive is present): in this process, every
+optimized HloProto of the archive (xz-decompressed first, untimed) parsed by upb
+(`ParseFromString`) and decoded into hlogap's IR (`decode_hlo_proto`, which parses too), best
+of N, taking turns.
 `--write-docs` rewrites the tables in docs/performance.md.
 """
 
@@ -28,8 +32,10 @@ import argparse
 import compileall
 import importlib.util
 import io
+import lzma
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -385,6 +391,63 @@ POD_HEADER = (
 )
 
 
+def bench_decode(archive: Path, repeats: int) -> dict[str, float] | None:
+    """hlogap's decode of the archive's optimized HloProtos (bytes -> IR) against upb's parse of
+    the same bytes; None when the archive holds none."""
+    from hlogap.hlo.decode import decode_hlo_proto
+    from hlogap.proto import hlo_pb2
+
+    with zipfile.ZipFile(archive) as z:
+        names = [n for n in z.namelist() if re.search(r"after_optimizations\.hlo\.pb(\.xz)?$", n)]
+        packed = [z.read(n) for n in names]
+    if not packed:
+        return None
+    started = time.perf_counter()
+    blobs = [lzma.decompress(b) if n.endswith(".xz") else b for n, b in zip(names, packed)]
+    xz_s = time.perf_counter() - started
+    upb, ours, instructions = [], [], 0
+    for _ in range(repeats):  # in turns: a slow spell of the machine falls on both
+        started = time.perf_counter()
+        for blob in blobs:
+            hlo_pb2.HloProto().ParseFromString(blob)
+        upb.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        modules = [decode_hlo_proto(blob) for blob in blobs]
+        ours.append(time.perf_counter() - started)
+        instructions = sum(len(c.instructions) for m in modules for c in m.computations)
+    return {
+        "protos": len(blobs),
+        "mb": sum(map(len, blobs)) / 1e6,
+        "instructions": instructions,
+        "xz_s": xz_s,
+        "upb_s": min(upb),
+        "decode_s": min(ours),
+    }
+
+
+DECODE_HEADER = (
+    "| archive | HloProtos | bytes | instructions | xz decompress | upb ParseFromString "
+    "| hlogap decode | decode / upb | decode per instruction |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+)
+DECODE_BEGIN, DECODE_END = "<!-- bench-decode:begin -->", "<!-- bench-decode:end -->"
+
+
+def _format_decode_row(name: str, r: dict[str, float]) -> str:
+    cells = [
+        name,
+        f"{int(r['protos'])}",
+        f"{r['mb']:.1f} MB",
+        f"{int(r['instructions']):,}",
+        f"{r['xz_s']:.3f} s",
+        f"{r['upb_s']:.3f} s",
+        f"{r['decode_s']:.3f} s",
+        f"{r['decode_s'] / r['upb_s']:.1f}x",
+        f"{r['decode_s'] / r['instructions'] * 1e6:.1f} us",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
 def _format_pod_row(r: dict[str, object]) -> str:
     workers = r["workers_mb"]
     assert isinstance(workers, list)
@@ -533,7 +596,10 @@ def time_help(repeats: int = 5) -> float:
 
 
 def write_docs(
-    results: list[dict[str, object]], pod: list[dict[str, object]], help_s: float
+    results: list[dict[str, object]],
+    pod: list[dict[str, object]],
+    help_s: float,
+    decode: dict[str, float] | None = None,
 ) -> None:
     doc = ROOT / "docs" / "performance.md"
     text = doc.read_text()
@@ -546,6 +612,12 @@ def write_docs(
             [f"{measured}:", "", HEADER] + [_format_row(r) for r in results],
         ),
         (POD_BEGIN, POD_END, [f"{measured}:", "", POD_HEADER] + [_format_pod_row(r) for r in pod]),
+        (
+            DECODE_BEGIN,
+            DECODE_END,
+            [f"{measured}:", "", DECODE_HEADER]
+            + ([_format_decode_row(NSYS_ARCHIVE.name, decode)] if decode else []),
+        ),
     ):
         if not lines[3:]:
             continue
@@ -569,11 +641,23 @@ def main() -> None:
     parser.add_argument(
         "--pod-executors", nargs="+", choices=list(POD_EXECUTORS), default=list(POD_EXECUTORS)
     )
+    parser.add_argument("--no-decode", action="store_true", help="skip HLO decode vs upb")
+    parser.add_argument("--decode-only", action="store_true", help="only HLO decode vs upb")
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     # hlogap as a user has it: pip compiles a package's bytecode when it installs it; an
     # editable install under PYTHONDONTWRITEBYTECODE would compile every module on every run.
     compileall.compile_dir(ROOT / "hlogap", quiet=1)
+    decode = None
+    if not args.no_decode and NSYS_ARCHIVE.is_file():
+        decode = bench_decode(NSYS_ARCHIVE, args.repeats)
+        if decode is not None:
+            print(DECODE_HEADER)
+            print(_format_decode_row(NSYS_ARCHIVE.name, decode), flush=True)
+    if args.decode_only:
+        if args.write_docs:
+            write_docs([], [], 0.0, decode)
+        return
     results = []
     if not args.pod_only:
         print(HEADER)
@@ -588,7 +672,7 @@ def main() -> None:
     help_s = time_help()
     print(f"hlogap --help: {help_s:.3f} s")
     if args.write_docs:
-        write_docs(results, pod, help_s)
+        write_docs(results, pod, help_s, decode)
 
 
 if __name__ == "__main__":

@@ -104,6 +104,11 @@ _TO_APPLY = frozenset(
         "topk",
     }
 )
+# Opcodes with attrs of their own between the dot's and the precision's, and after it.
+_SLICE_TO_SCATTER = frozenset({"slice", "dynamic-slice", "pad", "gather", "scatter"})
+_REDUCE_PRECISION_TO_CUSTOM_CALL = frozenset(
+    {"reduce-precision", "rng", "rng-bit-generator", "topk", "custom-call"}
+)
 _PRECISION = ("default", "high", "highest")
 _FFT_TYPES = {0: "FFT", 1: "IFFT", 2: "RFFT", 3: "IRFFT"}  # xla.FftType
 _RNG_DISTRIBUTION = {1: "rng_uniform", 2: "rng_normal"}
@@ -146,9 +151,17 @@ def _module(proto: hlo_pb2.HloModuleProto) -> Module:
     if not proto.computations:
         raise HloDecodeError(f"HLO module {proto.name!r} has no computations")
     comp_names = {c.id: c.name for c in proto.computations}
-    # Instruction ids are unique in a module; operands refer to them.
-    defined = {i.id: (i.name, _shape(i.shape)) for c in proto.computations for i in c.instructions}
-    if len(defined) != sum(len(c.instructions) for c in proto.computations):
+    # Instruction ids are unique in a module; operands refer to them. A module repeats few
+    # distinct shapes: each is decoded once, by its serialized bytes (Shapes are frozen).
+    shapes: dict[bytes, Shape] = {}
+    defined: dict[int, tuple[str, Shape]] = {}
+    count = 0
+    for c in proto.computations:
+        instructions = c.instructions
+        count += len(instructions)
+        for i in instructions:
+            defined[i.id] = (i.name, _cached_shape(i.shape, shapes))
+    if len(defined) != count:
         raise HloDecodeError(f"HLO module {proto.name!r} repeats instruction ids")
     frames = _frames(proto.stack_frame_index) if proto.HasField("stack_frame_index") else None
     entry = proto.entry_computation_name or comp_names.get(proto.entry_computation_id)
@@ -157,10 +170,11 @@ def _module(proto: hlo_pb2.HloModuleProto) -> Module:
         devices = proto.device_assignment
         module.attrs["replica_count"] = str(devices.replica_count)
         module.attrs["num_partitions"] = str(devices.computation_count)
+    state = _ModuleState(defined, comp_names, frames, shapes)
     for c in proto.computations:
         comp = Computation(c.name, is_entry=c.name == entry, execution_thread=c.execution_thread)
-        for i in c.instructions:
-            comp.instructions.append(_Instruction(i, c, defined, comp_names, frames).build())
+        root = c.root_id
+        comp.instructions = [_Instruction(i, state, i.id == root).build() for i in c.instructions]
         module.computations.append(comp)
     return module
 
@@ -189,6 +203,15 @@ def _element_name(value: int) -> str:
     if name is None:
         raise HloDecodeError(f"unsupported element type {value} in an HLO shape")
     return name
+
+
+def _cached_shape(proto: hlo_pb2.ShapeProto, shapes: dict[bytes, Shape]) -> Shape:
+    """`_shape`, once per distinct shape of a module (the same bytes decode to the same Shape)."""
+    key = proto.SerializeToString()
+    shape = shapes.get(key)
+    if shape is None:
+        shape = shapes[key] = _shape(proto)
+    return shape
 
 
 def _shape(proto: hlo_pb2.ShapeProto, depth: int = 0) -> Shape:
@@ -229,9 +252,12 @@ def _layout(proto: hlo_pb2.LayoutProto, depth: int) -> Layout:
         extra.append(f"P({print_shape(_shape(proto.physical_shape, depth + 1))})")
     if proto.dynamic_shape_metadata_prefix_bytes:
         extra.append(f"M({proto.dynamic_shape_metadata_prefix_bytes})")
+    tiles = tuple(tuple(t.dimensions) for t in proto.tiles)
+    if any(d < 1 and d != -1 for tile in tiles for d in tile):  # -1: `*`, combined dimensions
+        raise HloDecodeError(f"HLO layout with a tile size below 1: {list(map(list, tiles))}")
     return Layout(
         tuple(proto.minor_to_major),
-        tuple(tuple(t.dimensions) for t in proto.tiles),
+        tiles,
         proto.memory_space,
         tuple(extra),
         proto.element_size_in_bits,
@@ -239,43 +265,75 @@ def _layout(proto: hlo_pb2.LayoutProto, depth: int) -> Layout:
     )
 
 
-class _Instruction:
-    """Builds one IR instruction, writing attrs in the order XLA's printer does."""
+_Metadata = tuple[str | None, str | None, str | None]  # attrs text, op_name, source
+
+
+class _ModuleState:
+    """What one module's instructions are decoded against, and its caches."""
+
+    __slots__ = ("comp_names", "defined", "frames", "metadata", "shapes")
 
     def __init__(
         self,
-        proto: hlo_pb2.HloInstructionProto,
-        comp: hlo_pb2.HloComputationProto,
         defined: dict[int, tuple[str, Shape]],
         comp_names: dict[int, str],
         frames: StackFrameIndex | None,
+        shapes: dict[bytes, Shape],
     ) -> None:
-        self.p = proto
         self.defined = defined
         self.comp_names = comp_names
         self.frames = frames
+        self.shapes = shapes
+        # Decoded metadata by its bytes: a module's instructions share few (a fusion's
+        # instructions carry the metadata of the op they were fused from).
+        self.metadata: dict[bytes, _Metadata] = {}
+
+
+class _Instruction:
+    """Builds one IR instruction, writing attrs in the order XLA's printer does."""
+
+    __slots__ = ("attrs", "defined", "inst", "module", "p")
+
+    def __init__(
+        self, proto: hlo_pb2.HloInstructionProto, module: _ModuleState, is_root: bool
+    ) -> None:
+        self.p = proto
+        self.module = module
+        self.defined = module.defined
         self.inst = Instruction(
             name=proto.name,
             opcode=proto.opcode,
-            shape=defined[proto.id][1],
-            is_root=proto.id == comp.root_id,
+            shape=self.defined[proto.id][1],
+            is_root=is_root,
         )
         self.attrs = self.inst.attrs
 
     def build(self) -> Instruction:
-        p, inst = self.p, self.inst
-        for operand in p.operand_ids:
-            name, shape = self._defined(operand)
-            inst.operands.append(name)
-            inst.operand_shapes.append(shape)
-        for called in p.called_computation_ids:
-            if called not in self.comp_names:
-                raise HloDecodeError(f"instruction {p.name!r} calls unknown computation {called}")
-            inst.called.append(self.comp_names[called])
+        p, inst, defined = self.p, self.inst, self.defined
+        operand_ids = p.operand_ids
+        if operand_ids:
+            operands, shapes = inst.operands, inst.operand_shapes
+            for operand in operand_ids:
+                found = defined.get(operand)
+                if found is None:
+                    raise HloDecodeError(f"instruction {p.name!r} uses unknown id {operand}")
+                operands.append(found[0])
+                shapes.append(found[1])
+        called_ids = p.called_computation_ids
+        if called_ids:
+            comp_names = self.module.comp_names
+            for called in called_ids:
+                if called not in comp_names:
+                    raise HloDecodeError(
+                        f"instruction {p.name!r} calls unknown computation {called}"
+                    )
+                inst.called.append(comp_names[called])
         self._opcode_attrs()
-        self._called_attrs()
-        if p.frontend_attributes.map:
-            self.attrs["frontend_attributes"] = _frontend_attributes(p.frontend_attributes.map)
+        if inst.called:
+            self._called_attrs()
+        frontend = p.frontend_attributes.map if p.HasField("frontend_attributes") else None
+        if frontend:
+            self.attrs["frontend_attributes"] = _frontend_attributes(frontend)
         if p.control_predecessor_ids:
             names = (f"%{self._defined(i)[0]}" for i in p.control_predecessor_ids)
             self.attrs["control-predecessors"] = "{" + ", ".join(names) + "}"
@@ -292,11 +350,12 @@ class _Instruction:
         return self.defined[instruction_id]
 
     def _opcode_attrs(self) -> None:
-        p, inst, attrs, op = self.p, self.inst, self.attrs, self.p.opcode
+        p, inst, attrs, op = self.p, self.inst, self.attrs, self.inst.opcode
         if op == "parameter":
             inst.parameter_number = p.parameter_number
         elif op == "constant":
-            inst.literal = _literal(p.literal) if p.HasField("literal") else None
+            literal = _literal(p.literal, self.module.shapes) if p.HasField("literal") else None
+            inst.literal = literal
         elif op == "get-tuple-element":
             inst.tuple_index = p.tuple_index
             attrs["index"] = str(p.tuple_index)
@@ -330,7 +389,7 @@ class _Instruction:
             attrs["is_stable"] = "true"
         if p.use_global_device_ids:
             attrs["use_global_device_ids"] = "true"
-        if p.window.dimensions:
+        if p.HasField("window") and p.window.dimensions:
             inst.window = _window(p.window)
             attrs["window"] = format_window(inst.window)
         if p.HasField("convolution_dimension_numbers"):
@@ -351,6 +410,23 @@ class _Instruction:
                 tuple(d.rhs_contracting_dimensions),
             )
             attrs.update(format_dot_dims(inst.dot_dims))
+        if op in _SLICE_TO_SCATTER:
+            self._slice_to_scatter()
+        if p.HasField("precision_config"):
+            precision = p.precision_config.operand_precision
+            if any(precision):
+                names = (_PRECISION[x] if 0 <= x < 3 else str(x) for x in precision)
+                attrs["operand_precision"] = "{" + ",".join(names) + "}"
+        if op in _REDUCE_PRECISION_TO_CUSTOM_CALL:
+            self._reduce_precision_to_custom_call()
+        if p.is_host_transfer:
+            attrs["is_host_transfer"] = "true"
+        if p.HasField("sharding"):
+            attrs["sharding"] = format_sharding(p.sharding)
+
+    def _slice_to_scatter(self) -> None:
+        """The attrs of slice, dynamic-slice, pad, gather and scatter, in the printer's order."""
+        p, inst, attrs, op = self.p, self.inst, self.attrs, self.inst.opcode
         if op == "slice":
             inst.slice = tuple(SliceDim(s.start, s.limit, s.stride) for s in p.slice_dimensions)
             attrs["slice"] = format_slice(inst.slice)
@@ -366,10 +442,10 @@ class _Instruction:
             attrs["indices_are_sorted"] = "true"
         if op == "scatter" and p.unique_indices:
             attrs["unique_indices"] = "true"
-        precision = p.precision_config.operand_precision
-        if any(precision):
-            names = (_PRECISION[x] if 0 <= x < 3 else str(x) for x in precision)
-            attrs["operand_precision"] = "{" + ",".join(names) + "}"
+
+    def _reduce_precision_to_custom_call(self) -> None:
+        """The attrs of reduce-precision, rng, rng-bit-generator, topk and custom-call."""
+        p, inst, attrs, op = self.p, self.inst, self.attrs, self.inst.opcode
         if op == "reduce-precision":
             attrs["exponent_bits"] = str(p.exponent_bits)
             attrs["mantissa_bits"] = str(p.mantissa_bits)
@@ -387,10 +463,6 @@ class _Instruction:
                 attrs["custom_call_has_side_effect"] = "true"
             if p.custom_call_api_version in _API_VERSIONS:
                 attrs["api_version"] = _API_VERSIONS[p.custom_call_api_version]
-        if p.is_host_transfer:
-            attrs["is_host_transfer"] = "true"
-        if p.HasField("sharding"):
-            attrs["sharding"] = format_sharding(p.sharding)
 
     def _replica_groups(self) -> ReplicaGroups:
         p = self.p
@@ -435,7 +507,7 @@ class _Instruction:
         attrs["index_vector_dim"] = str(d.index_vector_dim)
 
     def _called_attrs(self) -> None:
-        called, attrs, op = self.inst.called, self.attrs, self.p.opcode
+        called, attrs, op = self.inst.called, self.attrs, self.inst.opcode
         if not called:
             return
         names = [f"%{c}" for c in called]
@@ -461,29 +533,55 @@ class _Instruction:
     def _metadata(self) -> None:
         if not self.p.HasField("metadata"):
             return
-        m, inst = self.p.metadata, self.inst
-        parts = []
-        for key in ("op_type", "op_name", "source_file"):
-            if getattr(m, key):
-                parts.append(f'{key}="{escape(getattr(m, key))}"')
-        for key in ("source_line", "source_end_line", "source_column", "source_end_column"):
-            if getattr(m, key):
-                parts.append(f"{key}={getattr(m, key)}")
-        for key in ("deduplicated_name", "scheduling_name"):
-            if getattr(m, key):
-                parts.append(f'{key}="{escape(getattr(m, key))}"')
-        if m.stack_frame_id:
-            parts.append(f"stack_frame_id={m.stack_frame_id}")
-        # Metadata reaches the outputs as names do: printable (hlogap.units).
-        if m.op_name:
-            inst.op_name = printable(m.op_name)
-        if m.source_file:
-            where = f"{m.source_file}:{m.source_line}" if m.source_line else m.source_file
-            inst.source = printable(where)
-        elif m.stack_frame_id and self.frames is not None:
-            inst.source = self.frames.source(m.stack_frame_id)
-        if parts:
-            self.attrs["metadata"] = "{" + " ".join(parts) + "}"
+        m, cache = self.p.metadata, self.module.metadata
+        key = m.SerializeToString()
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = _metadata(m, self.module.frames)
+        text, op_name, source = found
+        if op_name is not None:
+            self.inst.op_name = op_name
+        if source is not None:
+            self.inst.source = source
+        if text is not None:
+            self.attrs["metadata"] = text
+
+
+def _metadata(m: hlo_pb2.OpMetadata, frames: StackFrameIndex | None) -> _Metadata:
+    """The `metadata={...}` text (None when empty), the op name and the source line."""
+    op_name, source_file, source_line = m.op_name, m.source_file, m.source_line
+    frame = m.stack_frame_id
+    parts = [
+        f'{key}="{escape(value)}"'
+        for key, value in (("op_type", m.op_type), ("op_name", op_name))
+        if value
+    ]
+    if source_file:
+        parts.append(f'source_file="{escape(source_file)}"')
+    for key, number in (
+        ("source_line", source_line),
+        ("source_end_line", m.source_end_line),
+        ("source_column", m.source_column),
+        ("source_end_column", m.source_end_column),
+    ):
+        if number:
+            parts.append(f"{key}={number}")
+    for key, value in (
+        ("deduplicated_name", m.deduplicated_name),
+        ("scheduling_name", m.scheduling_name),
+    ):
+        if value:
+            parts.append(f'{key}="{escape(value)}"')
+    if frame:
+        parts.append(f"stack_frame_id={frame}")
+    # Metadata reaches the outputs as names do: printable (hlogap.units).
+    source = None
+    if source_file:
+        source = printable(f"{source_file}:{source_line}" if source_line else source_file)
+    elif frame and frames is not None:
+        source = frames.source(frame)
+    text = "{" + " ".join(parts) + "}" if parts else None
+    return text, printable(op_name) if op_name else None, source
 
 
 def _frontend_attributes(values: Mapping[str, str]) -> str:
@@ -592,9 +690,9 @@ def _default_comparison(element_type: str) -> str:
     return "SIGNED" if element_type.startswith("s") else "UNSIGNED"
 
 
-def _literal(proto: hlo_pb2.LiteralProto) -> str:
+def _literal(proto: hlo_pb2.LiteralProto, shapes: dict[bytes, Shape]) -> str:
     """The literal as XLA prints it inside `constant(...)`: `0`, `{1, 2}`, `{ { 1, 2 } }`."""
-    shape = _shape(proto.shape)
+    shape = _cached_shape(proto.shape, shapes)
     values = _literal_values(proto, shape.element_type)
     # What is not decoded prints as XLA's own elision; rank bounds the recursion below.
     if shape.is_tuple or values is None or len(values) != math.prod(shape.dims) or shape.rank > 64:

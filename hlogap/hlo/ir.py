@@ -281,9 +281,24 @@ class Module:
     # Header attributes as written (`is_scheduled`, `entry_computation_layout`, ...), in order.
     attrs: dict[str, str] = field(default_factory=dict)
     frames: StackFrameIndex | None = None
+    # `computation`'s table: the first computation of each name, for the list it was made from
+    # at the length it had (computations are appended); made again when either changed.
+    _named: tuple[list[Computation], int, dict[str, Computation]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def computation(self, name: str) -> Computation | None:
-        for comp in self.computations:
+        comps = self.computations
+        made = self._named
+        if made is None or made[0] is not comps or made[1] != len(comps):
+            named: dict[str, Computation] = {}
+            for comp in comps:
+                named.setdefault(comp.name, comp)
+            made = self._named = (comps, len(comps), named)
+        found = made[2].get(name)
+        if found is not None and found.name == name:
+            return found
+        for comp in comps:  # not in the table (or renamed since): as the list has it
             if comp.name == name:
                 return comp
         return None

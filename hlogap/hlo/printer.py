@@ -7,6 +7,7 @@ lost. The `format_*` helpers write typed values in XLA's syntax; the proto decod
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -26,11 +27,13 @@ from hlogap.hlo.text import is_braced
 
 # absl::CEscape: these by name, other non-printable or non-ASCII bytes as octal.
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", '"': '\\"', "'": "\\'", "\\": "\\\\"}
+# A character that is not printable ASCII, or one of the printable ones escaped by name.
+_TO_ESCAPE = re.compile(r"[^\x20-\x7e]|[\"'\\]")
 
 
 def escape(text: str) -> str:
     """`text` escaped the way XLA writes string attributes (without the quotes)."""
-    if text.isascii() and text.isprintable() and not any(c in _ESCAPES for c in text):
+    if _TO_ESCAPE.search(text) is None:
         return text
     out: list[str] = []
     for byte in text.encode():

@@ -185,3 +185,46 @@ def test_steps_that_cover_little_of_the_work_say_so(chip: Path, tmp_path: Path) 
     doc["summary"]["outside_steps"]["autotuning_us"] = 2e6
     saved.write_text(json.dumps(doc))
     assert any("compile-time autotuning" in line for line in frame_lines(load_report(saved)))
+
+
+def test_a_gpu_profile_annotated_around_its_dispatch_only(tmp_path: Path) -> None:
+    # The real MI355X profile (5 executions of its step's module) with step annotations added
+    # on the host as JAX's documented pattern leaves them: each covers the 100 us before its
+    # execution's first kernel and 20 us into it. Each step then runs from its annotation to
+    # the end of that execution's kernels (the device events' own times).
+    from hlogap.proto import xplane_pb2
+    from tests.conftest import AMD_FILES
+
+    path = AMD_FILES["mi355x"]
+    if not path.is_file():
+        pytest.skip(f"{path} absent (../shared not beside the project)")
+    unannotated = audit(path)
+    executions = [(s.start_us, s.start_us + s.wall_us) for s in unannotated.steps]
+    assert len(executions) == 5 and {s.source for s in unannotated.steps} == {"module"}
+    space = xplane_pb2.XSpace.FromString(path.read_bytes())
+    (host,) = [p for p in space.planes if p.name == "/host:CPU"]
+    first_ps = min(
+        line.timestamp_ns * 1000 + event.offset_ps
+        for plane in space.planes
+        if plane.name.startswith("/device:GPU:")
+        for line in plane.lines
+        for event in line.events
+    )
+    host.event_metadata[990001].id = 990001
+    host.event_metadata[990001].name = "train"
+    host.stat_metadata[990002].id = 990002
+    host.stat_metadata[990002].name = "step_num"
+    line = host.lines.add(id=990003, name="python", timestamp_ns=0)
+    for k, (start_us, _) in enumerate(executions):
+        at_ps = first_ps + int((start_us - 100.0) * 1e6)
+        event = line.events.add(metadata_id=990001, offset_ps=at_ps, duration_ps=120_000_000)
+        event.stats.add(metadata_id=990002, int64_value=k)
+    annotated = tmp_path / "annotated.xplane.pb"
+    annotated.write_bytes(space.SerializeToString())
+    report = audit(annotated)
+    assert [s.source for s in report.steps] == ["annotation+device"] * 5
+    # Times from the first annotation's start (100 us before the first kernel).
+    shift = report.steps[0].start_us - (executions[0][0] - 100.0)
+    for step, (start_us, end_us) in zip(report.steps, executions, strict=True):
+        assert step.start_us - shift == pytest.approx(start_us - 100.0, abs=1e-3)
+        assert step.start_us + step.wall_us - shift == pytest.approx(end_us, abs=1e-3)

@@ -331,9 +331,8 @@ class _Instruction:
         self._opcode_attrs()
         if inst.called:
             self._called_attrs()
-        frontend = p.frontend_attributes.map if p.HasField("frontend_attributes") else None
-        if frontend:
-            self.attrs["frontend_attributes"] = _frontend_attributes(frontend)
+        if p.frontend_attributes.map:
+            self.attrs["frontend_attributes"] = _frontend_attributes(p.frontend_attributes.map)
         if p.control_predecessor_ids:
             names = (f"%{self._defined(i)[0]}" for i in p.control_predecessor_ids)
             self.attrs["control-predecessors"] = "{" + ", ".join(names) + "}"

@@ -649,7 +649,7 @@ def main() -> None:
     # editable install under PYTHONDONTWRITEBYTECODE would compile every module on every run.
     compileall.compile_dir(ROOT / "hlogap", quiet=1)
     decode = None
-    if not args.no_decode and NSYS_ARCHIVE.is_file():
+    if not (args.no_decode or args.pod_only) and NSYS_ARCHIVE.is_file():
         decode = bench_decode(NSYS_ARCHIVE, args.repeats)
         if decode is not None:
             print(DECODE_HEADER)

@@ -868,10 +868,205 @@ def build_documented_two_fns() -> Documented:
     return Documented(functions, (params, None), step)
 
 
+# Programs with a flaw an expert names by its pattern (hlogap.advice.causes: unfused
+# attention, materialized logits, per-example loop), profiled the documented way. The loop and
+# its vmap share one function name (module `jit_per_example_step`): `diff` compares the two as
+# the same program before and after the fix.
+ATTENTION_LAYERS = 3
+LOOP_BATCH, LOOP_DIM = 64, 512
+
+
+def build_documented_attention() -> Documented:
+    """A 3-layer attention block written out: softmax(QK^T / sqrt(d)) V with its [b,h,s,s]
+    scores in memory between the two batched dots (no fused kernel)."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, heads, seq, head_dim = 2, 4, 256, 32
+    width = heads * head_dim
+
+    def layer(x: Any, wqkv: Any, wo: Any) -> Any:
+        qkv = (x @ wqkv).reshape(batch, seq, 3, heads, head_dim)
+        q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+        scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / jnp.sqrt(jnp.float32(head_dim))
+        out = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
+        return x + out.transpose(0, 2, 1, 3).reshape(batch, seq, width) @ wo
+
+    def attention_step(params: Any, x: Any) -> Any:
+        for wqkv, wo in params:
+            x = layer(x, wqkv, wo)
+        return x
+
+    rng = _rng()
+    params = tuple(
+        (_f32(rng, width, 3 * width, scale=0.05), _f32(rng, width, width, scale=0.05))
+        for _ in range(ATTENTION_LAYERS)
+    )
+    x = _f32(rng, batch, seq, width)
+
+    def step(jitted: Sequence[Callable[..., Any]], state: Any) -> Any:
+        (run,) = jitted
+        return run(params, x)
+
+    return Documented([_named(attention_step, "attention_step")], None, step)
+
+
+def _per_example_inputs() -> tuple[Any, Any, Any]:
+    rng = _rng()
+    w = _f32(rng, LOOP_DIM, LOOP_DIM, scale=0.05)
+    xs, ys = _f32(rng, LOOP_BATCH, LOOP_DIM), _f32(rng, LOOP_BATCH, LOOP_DIM)
+    return w, xs, ys
+
+
+def _per_example(vmapped: bool) -> Documented:
+    """The loss of a batch of 64 examples through one [512,512] layer: one example at a time in
+    a fori_loop (a matrix-vector product on the same weights each trip), or batched with vmap."""
+    import jax
+    import jax.numpy as jnp
+
+    w, xs, ys = _per_example_inputs()
+
+    def one(w: Any, x: Any) -> Any:
+        return jnp.tanh(w @ x)
+
+    def per_example_step(w: Any, xs: Any, ys: Any) -> Any:
+        if vmapped:
+            out = jax.vmap(one, in_axes=(None, 0))(w, xs)
+        else:
+
+            def body(i: Any, out: Any) -> Any:
+                return out.at[i].set(one(w, xs[i]))
+
+            out = jax.lax.fori_loop(0, xs.shape[0], body, jnp.zeros_like(xs))
+        return jnp.mean((out - ys) ** 2)
+
+    def step(jitted: Sequence[Callable[..., Any]], state: Any) -> Any:
+        (run,) = jitted
+        return run(w, xs, ys)
+
+    return Documented([_named(per_example_step, "per_example_step")], None, step)
+
+
+def build_documented_loop() -> Documented:
+    return _per_example(vmapped=False)
+
+
+def build_documented_vmap() -> Documented:
+    return _per_example(vmapped=True)
+
+
+def build_documented_logits() -> Documented:
+    """A language model's output layer and cross-entropy, one SGD step: [128 tokens, 32768
+    vocab] logits written to memory and read by the log-softmax (and its gradient)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    tokens, width, vocab = 128, 64, 32768
+
+    def loss_fn(w: Any, h: Any, labels: Any) -> Any:
+        logits = h @ w
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=-1))
+
+    def logits_step(w: Any, h: Any, labels: Any) -> Any:
+        loss, grad = jax.value_and_grad(loss_fn)(w, h, labels)
+        return w - 0.01 * grad, loss
+
+    rng = _rng()
+    w0 = _f32(rng, width, vocab, scale=0.05)
+    h = _f32(rng, tokens, width)
+    labels = _device(rng.integers(0, vocab, (tokens,), dtype=np.int32))
+
+    def step(jitted: Sequence[Callable[..., Any]], state: Any) -> Any:
+        (run,) = jitted
+        w, _ = state
+        return run(w, h, labels)
+
+    return Documented([_named(logits_step, "logits_step")], (w0, None), step)
+
+
+# A conditional inside a loop (hlogap's runs per occurrence, issue 40 item 1): a lax.cond in a
+# 12-trip fori_loop whose true branch (a [32,128] x [128,128] dot) is taken on trips 0, 3, 6, 9
+# and whose false branch (x * 0.5 + 1, elementwise) on the other 8. Its oracle adds `parts`:
+# cost_analysis() of each branch compiled on its own (XLA's HloCostAnalysis of one run), and
+# `op_events`: per module and op, the thunk events of each run id in the trace.json.gz.
+COND_TRIPS, COND_EVERY = 12, 3
+
+
+def _cond_branches(w: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    def taken(x: Any) -> Any:
+        return x @ w
+
+    def not_taken(x: Any) -> Any:
+        return x * 0.5 + 1.0
+
+    return taken, not_taken
+
+
+def _cond_inputs() -> tuple[Any, Any]:
+    rng = _rng()
+    return _f32(rng, 32, 128), _f32(rng, 128, 128, scale=0.05)
+
+
+def build_documented_cond_loop() -> Documented:
+    """A lax.cond inside a 12-trip fori_loop: the dot branch runs 4 times a step, the
+    elementwise branch 8 (see COND_TRIPS)."""
+    import jax
+
+    x0, w = _cond_inputs()
+
+    def cond_loop(x: Any, w: Any) -> Any:
+        taken, not_taken = _cond_branches(w)
+
+        def body(i: Any, x: Any) -> Any:
+            return jax.lax.cond(i % COND_EVERY == 0, taken, not_taken, x)
+
+        return jax.lax.fori_loop(0, COND_TRIPS, body, x)
+
+    def step(jitted: Sequence[Callable[..., Any]], state: Any) -> Any:
+        (run,) = jitted
+        return run(x0, w)
+
+    return Documented([_named(cond_loop, "cond_loop")], None, step)
+
+
+def cond_loop_parts() -> dict[str, Module]:
+    """Each branch of documented_cond_loop as a program of its own, on the loop's shapes."""
+    x0, w = _cond_inputs()
+    taken, not_taken = _cond_branches(w)
+    return {"true_branch": (taken, (x0,)), "false_branch": (not_taken, (x0,))}
+
+
+# Programs whose pieces are also compiled alone for the oracle's `parts`.
+DOCUMENTED_PARTS: dict[str, Callable[[], dict[str, Module]]] = {
+    "documented_cond_loop": cond_loop_parts,
+}
+
+
+def op_events(trace_json: Path) -> dict[str, dict[str, dict[str, int]]]:
+    """Per module and op (``hlo_op``), how many thunk events each run id has in trace.json."""
+    data = json.loads(gzip.decompress(trace_json.read_bytes()))
+    counts: dict[str, dict[str, dict[str, int]]] = {}
+    for e in data["traceEvents"]:
+        args = e.get("args", {})
+        if e.get("ph") == "X" and "hlo_op" in args and "run_id" in args:
+            per_op = counts.setdefault(args.get("hlo_module", ""), {})
+            per_run = per_op.setdefault(args["hlo_op"], {})
+            run = str(args["run_id"])
+            per_run[run] = per_run.get(run, 0) + 1
+    return counts
+
+
 DOCUMENTED: dict[str, Callable[[], Documented]] = {
     "documented_step": build_documented_step,
     "documented_sharded": build_documented_sharded,
     "documented_two_fns": build_documented_two_fns,
+    "documented_cond_loop": build_documented_cond_loop,
+    "documented_attention": build_documented_attention,
+    "documented_loop": build_documented_loop,
+    "documented_vmap": build_documented_vmap,
+    "documented_logits": build_documented_logits,
 }
 
 
@@ -1098,6 +1293,8 @@ def run_documented(name: str, out_root: Path) -> None:
     (xplane,) = target.glob("plugins/profile/*/*.xplane.pb")
     (trace_json,) = target.glob("plugins/profile/*/*.trace.json.gz")
     steps_oracle = trace_oracle(trace_json, xplane)
+    if name in DOCUMENTED_PARTS:
+        steps_oracle["op_events"] = op_events(trace_json)
     trace_json.unlink()
 
     # Same arguments as in the trace: jax's caches hand back the executable the trace ran
@@ -1124,6 +1321,11 @@ def run_documented(name: str, out_root: Path) -> None:
         "modules": entries,
         **steps_oracle,
     }
+    if name in DOCUMENTED_PARTS:
+        oracle["parts"] = {
+            part: scalar_costs(jax.jit(fn).lower(*args).compile().cost_analysis())
+            for part, (fn, args) in DOCUMENTED_PARTS[name]().items()
+        }
     (target / "oracle.json").write_text(json.dumps(oracle, indent=2) + "\n")
 
 

@@ -7,6 +7,7 @@ concurrency, idle gaps, order and skew are kept, so an op hidden behind another 
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Sequence
 
@@ -24,9 +25,13 @@ MAX_ACTIONS = 12
 def findings(ctx: Context, after_steps: bool = False) -> list[Finding]:
     """Every cause's findings (those that read the step pass, with `after_steps`), largest op
     saving first, each op kept in its largest one only (so no op's time is counted by two
-    actions), at most `MAX_ACTIONS`."""
-    found = sorted(
-        (f for cause in causes(after_steps) for f in cause(ctx)), key=lambda f: -f.op_saving_us
+    actions), the same cause and change on repeated layers as one (`repeated`), at most
+    `MAX_ACTIONS`."""
+    found = repeated(
+        sorted(
+            (f for cause in causes(after_steps) for f in cause(ctx)),
+            key=lambda f: -(f.claimed_us or f.op_saving_us),
+        )
     )
     taken: set[tuple[str, str, str]] = set()
     kept: list[Finding] = []
@@ -34,9 +39,8 @@ def findings(ctx: Context, after_steps: bool = False) -> list[Finding]:
         ops = tuple(r for r in f.ops if _key(r) not in taken)
         if not ops:
             continue
-        share = sum(r.gap_us for r in ops) / max(sum(r.gap_us for r in f.ops), 1e-300)
         if len(ops) < len(f.ops):
-            f = Finding(f.cause, ops, f.op_saving_us * min(share, 1.0), f.evidence, f.change)
+            f = _only(f, ops)
         taken.update(_key(r) for r in ops)
         kept.append(f)
         if len(kept) == MAX_ACTIONS:
@@ -44,10 +48,75 @@ def findings(ctx: Context, after_steps: bool = False) -> list[Finding]:
     return kept
 
 
+def _only(f: Finding, ops: tuple[OpRow, ...]) -> Finding:
+    """The finding on some of its ops only (the others are another finding's)."""
+    if f.op_savings is not None:
+        own = dict(zip((_key(r) for r in f.ops), f.op_savings, strict=True))
+        savings = tuple(own[_key(r)] for r in ops)
+        return dataclasses.replace(f, ops=ops, op_saving_us=sum(savings), op_savings=savings)
+    share = sum(r.gap_us for r in ops) / max(sum(r.gap_us for r in f.ops), 1e-300)
+    return dataclasses.replace(f, ops=ops, op_saving_us=f.op_saving_us * min(share, 1.0))
+
+
+def repeated(found: Sequence[Finding]) -> list[Finding]:
+    """Findings of one cause on ops of the same structure (the same fingerprints: one layer's
+    ops and another's) as one finding with their summed saving, `layers` the count, in the
+    place of the largest."""
+    groups: dict[tuple[object, ...], list[Finding]] = {}
+    order: list[tuple[object, ...]] = []
+    for k, f in enumerate(found):
+        prints = tuple(r.fingerprint for r in f.ops)
+        key: tuple[object, ...] = (
+            (f.cause, f.where, prints) if all(prints) and f.claimed_us is None else (k,)
+        )
+        if key not in groups:
+            order.append(key)
+        groups.setdefault(key, []).append(f)
+    out = []
+    for key in order:
+        group = groups[key]
+        first = group[0]
+        if len(group) == 1:
+            out.append(first)
+            continue
+        ops = tuple(r for f in group for r in f.ops)
+        if len({_key(r) for r in ops}) < len(ops):  # the same ops twice: not repeated layers
+            out.extend(group)
+            continue
+        others = ", ".join(r.name for f in group[1:4] for r in f.ops[:1])
+        more = f" and {len(group) - 4} more" if len(group) > 4 else ""
+        savings = (
+            tuple(x for f in group for x in f.op_savings or ())
+            if all(f.op_savings is not None for f in group)
+            else None
+        )
+        out.append(
+            dataclasses.replace(
+                first,
+                ops=ops,
+                op_saving_us=sum(f.op_saving_us for f in group),
+                op_savings=savings,
+                layers=sum(f.layers for f in group),
+                evidence=f"{first.evidence}; the same on {len(group) - 1} more op(s) of "
+                f"the same structure (repeated layers: {others}{more})",
+            )
+        )
+    return sorted(out, key=lambda f: -(f.claimed_us or f.op_saving_us))
+
+
 def changes(found: Sequence[Finding]) -> list[dict[OpKey, float]]:
     """Per finding: the fraction of its time each of its ops would take after the change."""
     out = []
     for f in found:
+        if f.op_savings is not None:
+            out.append(
+                {
+                    OpKey(r.module, r.program_id, r.name): max(0.0, 1.0 - saved / r.measured_us)
+                    for r, saved in zip(f.ops, f.op_savings, strict=True)
+                    if r.measured_us > 0
+                }
+            )
+            continue
         gap = sum(max(r.gap_us, 0.0) for r in f.ops)
         share = f.op_saving_us / gap if gap > 0 else 0.0
         out.append(
@@ -70,9 +139,12 @@ def ranked(
 ) -> list[Action]:
     """The findings as actions, ranked by step time saved (`saved`: per finding and step, from
     `step_savings`; summed over the steps, wall time); without steps, by the device time
-    saved. Their sum never exceeds the steps' own time above their bound. The `unclaimed`
-    ones (causes run after the step pass: no change of theirs was re-timed) follow, saving 0.
-    `steady_only` (the report's steady frame): the savings are summed over the steady steps."""
+    saved. The changes that only recover lost time never together exceed the steps' own time
+    above their bound (a program change, `op_savings`, removes work: its saving is its own).
+    The `unclaimed` ones (causes run after the step pass: no change of theirs was re-timed)
+    save what they claim (`claimed_us`). An action that saves nothing is not listed (its
+    finding stays a hint on its ops). `steady_only` (the report's steady frame): the savings
+    are summed over the steady steps."""
     first = warmup_of(steps)
     counted = first if steady_only else 0
     total = saved[:, counted:].sum(axis=1) if saved is not None and steps else None
@@ -81,10 +153,13 @@ def ranked(
         for s in steps[counted:]
         if s.bound_wall_us is not None
     )
-    if saved is not None and total is not None and total.sum() > above > 0:
+    if saved is not None and total is not None:
         # Changes that overlap cannot together beat every op at its bound.
-        saved = saved * (above / total.sum())
-        total = saved.sum(axis=1)
+        gaps = np.array([f.op_savings is None for f in found], dtype=bool)
+        if gaps.any() and total[gaps].sum() > above > 0:
+            saved = saved.copy()
+            saved[gaps] *= above / total[gaps].sum()
+            total = saved[:, counted:].sum(axis=1)
     # Each action's saving per step in the summary's frame: the steady steps', each step
     # against itself (steps_summary).
     walls = [s.wall_us for s in steps[first:]]
@@ -104,6 +179,8 @@ def ranked(
                 op_saving_us=f.op_saving_us,
                 evidence=evidence,
                 change=f.change,
+                layers=f.layers,
+                where=f.where,
                 **(
                     _per_step(walls, saved[k][first:].tolist())
                     if saved is not None and saved.shape[1] == len(steps)
@@ -111,20 +188,48 @@ def ranked(
                 ),
             )
         )
-    # A change that saves no step time (its ops are hidden behind others) is not worth making.
-    saving = sorted((a for a in actions if a.saving_us > 0), key=lambda a: -a.saving_us)
-    return saving + [
-        Action(
-            cause=f.cause,
-            ops=tuple(OpRef(r.module, r.program_id, r.name) for r in f.ops),
-            saving_us=0.0,
-            frame="wall" if steps else "device-time",
-            op_saving_us=f.op_saving_us,
-            evidence=f.evidence,
-            change=f.change,
+    for f in unclaimed:
+        claimed = f.claimed_us or 0.0
+        per_step = claimed / len(walls) if walls else 0.0
+        actions.append(
+            Action(
+                cause=f.cause,
+                ops=tuple(OpRef(r.module, r.program_id, r.name) for r in f.ops),
+                saving_us=claimed,
+                frame="wall" if steps else "device-time",
+                op_saving_us=f.op_saving_us,
+                evidence=f.evidence,
+                change=f.change,
+                layers=f.layers,
+                where=f.where,
+                **(_per_step(walls, [per_step] * len(walls)) if claimed > 0 else {}),
+            )
         )
-        for f in unclaimed
-    ]
+    # A change that saves no step time (its ops are hidden behind others) is not worth making.
+    saving = []
+    for a, f in zip(actions, [*found, *unclaimed], strict=True):
+        if _saves(a, bool(steps)):
+            saving.append(a)
+        else:
+            _hint(f)
+    return sorted(saving, key=lambda a: -a.saving_us)
+
+
+def _saves(action: Action, steps: bool) -> bool:
+    """Whether the action saves time: rounded to 0.1 us, and per step where there are steps."""
+    if round(action.saving_us, 1) <= 0:
+        return False
+    return not steps or round(action.step_saving_us or 0.0, 1) > 0
+
+
+def _hint(f: Finding) -> None:
+    """A finding that saves no step time stays a hint on its first op."""
+    if not f.ops:
+        return
+    row = f.ops[0]
+    text = f"{f.cause} (no step time saved): {f.evidence}"
+    if text not in row.hints:
+        row.hints.append(text)
 
 
 def _per_step(walls: list[float], saved: list[float]) -> dict[str, float | None]:

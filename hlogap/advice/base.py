@@ -66,10 +66,20 @@ class Finding:
     cause: ActionCause
     ops: tuple[OpRow, ...]
     # Device time the change would remove from these ops (summed over devices and occurrences):
-    # at most the sum of their gaps.
+    # at most the sum of their gaps, unless `op_savings` says each op's own.
     op_saving_us: float
     evidence: str
     change: str
+    # A change of the program (a pattern cause: a fused kernel, a chunked loss, a batched loop)
+    # removes work, not only lost time: each op's own saving (device time, at most its measured
+    # time, in the order of `ops`), which may pass its gap. None: the saving is spread over the
+    # ops' gaps.
+    op_savings: tuple[float, ...] | None = None
+    layers: int = 1  # the repeated layers it covers (the same cause and change on each)
+    # Causes run after the step pass: the steps' wall time the change saves, summed over the
+    # steps it read (None: nothing claimed), and where it sits (a `device idle`'s place).
+    claimed_us: float | None = None
+    where: str | None = None
 
 
 Cause = Callable[[Context], Iterator[Finding]]
@@ -87,6 +97,18 @@ def causes(after_steps: bool = False) -> list[Cause]:
     imported on first use (in module-name order)."""
     import_all("hlogap.advice.causes")
     return list(_AFTER_STEPS if after_steps else _CAUSES)
+
+
+def removed(row: OpRow, share: float) -> float:
+    """What a program change that removes `share` (0-1) of the op's HBM bytes saves on it: its
+    time scaled by its bound's fall (its FLOPs kept, its efficiency kept). An op without a
+    bound keeps its time."""
+    occurrences = max(row.occurrences, 1)
+    bound = row.bound_us / occurrences
+    if bound <= 0 or row.measured_us <= 0:
+        return 0.0
+    after = max(row.t_compute_us, row.t_memory_us * (1.0 - min(max(share, 0.0), 1.0)))
+    return max(0.0, row.measured_us * (1.0 - min(after / bound, 1.0)))
 
 
 def capped(row: OpRow, removable_us: float) -> float:

@@ -529,7 +529,13 @@ class GroupRow(Totals):
         }
 
 
-ActionCause = Literal[
+# An open set (contract version 4): a newer hlogap's cause is kept as written. The causes this
+# version knows, for the docs and the renderers.
+ActionCause = str
+KNOWN_CAUSES: tuple[str, ...] = (
+    "unfused attention",
+    "materialized logits",
+    "per-example loop",
     "below the ridge",
     "activation-bound",
     "layout copy",
@@ -541,7 +547,9 @@ ActionCause = Literal[
     "tile padding",
     "slow scatter",
     "device idle",
-]
+)
+# Where a `device idle` action's gaps sit (contract version 4).
+IDLE_PLACES: tuple[str, ...] = ("between steps", "between programs", "inside an execution")
 SavingFrame = Literal["wall", "device-time"]
 
 
@@ -572,6 +580,8 @@ class Action:
     change: str
     step_saving_us: float | None = None
     step_speedup: float | None = None
+    layers: int = 1  # repeated layers the action covers (the same cause and change on each)
+    where: str | None = None  # a `device idle` action's place (IDLE_PLACES), else None
 
     def to_dict(self, rank: int) -> dict[str, object]:
         return {
@@ -585,6 +595,8 @@ class Action:
             "op_saving_us": self.op_saving_us,
             "step_saving_us": self.step_saving_us,
             "step_speedup": self.step_speedup,
+            "layers": self.layers,
+            "where": self.where,
             "evidence": self.evidence,
             "change": self.change,
         }
@@ -593,10 +605,17 @@ class Action:
     def from_dict(cls, raw: object, where: str) -> Action:
         if not isinstance(raw, dict) or not isinstance(raw.get("ops"), list):
             raise ValueError(f"{where} is not an action with an 'ops' list")
-        cause = next((c for c in get_args(ActionCause) if c == raw.get("cause")), None)
+        # Any cause is kept (a newer hlogap's too): only its type is checked.
+        cause = raw.get("cause")
         frame = next((f for f in get_args(SavingFrame) if f == raw.get("frame", "wall")), None)
-        if cause is None or frame is None:
-            raise ValueError(f"{where}: cause {raw.get('cause')!r} or its frame is not known")
+        if not isinstance(cause, str) or not cause or frame is None:
+            raise ValueError(f"{where}: cause {cause!r} or its frame is not known")
+        layers = raw.get("layers", 1)
+        if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+            raise ValueError(f"{where}.layers is {layers!r}, not a count of 1 or more")
+        place = raw.get("where")
+        if place is not None and not isinstance(place, str):
+            raise ValueError(f"{where}.where is {place!r}, not a string")
         ops = tuple(
             OpRef(*(_text(o.get(k, ""), f"{where}.ops") for k in ("module", "program_id", "name")))
             for o in raw["ops"]
@@ -612,6 +631,8 @@ class Action:
             change=_text(raw.get("change", ""), f"{where}.change"),
             step_saving_us=_optional_number(raw.get("step_saving_us"), f"{where}.step_saving_us"),
             step_speedup=_optional_number(raw.get("step_speedup"), f"{where}.step_speedup"),
+            layers=layers,
+            where=place,
         )
 
 

@@ -1,9 +1,11 @@
 """Devices idle inside their steps, waiting to start an op: the op that ended the gaps
-(`idle_before_us`, from the step pass), how long and how often, and what usually keeps a
-device waiting for that kind of op. No step time is claimed: a gap removed shortens a step
-only on the device that ends it last, and only where nothing after the gap waits on another
-device (a collective's peers); the step pass cannot tell, so the saving is left unclaimed
-rather than overstated."""
+(`idle_before_us`, from the step pass), how long and how often, where the gaps sit (`where`:
+between steps, between programs, inside an execution), the ops on either side, and what
+usually keeps a device waiting there. On one device the gaps are the step's own: removing them
+shortens the step by their time, which is claimed. On several devices a gap removed shortens a
+step only on the device that ends it last, and only where nothing after the gap waits on
+another device (a collective's peers); the step pass cannot tell, so nothing is claimed (the
+finding stays a hint on its op)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ def device_idle(ctx: Context) -> Iterator[Finding]:
     device_wall = sum(s.device_wall_us for s in ctx.steps)
     if device_wall <= 0:
         return
+    one_device = all(s.devices <= 1 for s in ctx.steps)
     waited = sorted(
         (r for r in ctx.rows if (r.idle_before_us or 0.0) >= IDLE_SHARE * device_wall),
         key=lambda r: -(r.idle_before_us or 0.0),
@@ -32,21 +35,63 @@ def device_idle(ctx: Context) -> Iterator[Finding]:
     for row in waited[:MAX_OPS]:
         idle = row.idle_before_us or 0.0
         gaps = max(row.idle_gaps, 1)
+        where, before = _place(ctx, row)
+        claim = (
+            f"on one device the gaps are the step's own: removing them saves "
+            f"{fmt_us(idle / len(ctx.steps))} a step"
+            if one_device
+            else "no step time claimed: on several devices removing a gap shortens a step "
+            "only on its last device, and only where nothing after it waits on another device"
+        )
         yield Finding(
             "device idle",
             (row,),
             0.0,  # none of the op's own time: the wait is before it
-            f"device idle before {row.name}: {fmt_us(idle)} (device time) over "
-            f"{len(ctx.steps)} steps, in {row.idle_gaps:,} gaps of {fmt_us(idle / gaps)} on "
-            f"average, {idle / device_wall:.0%} of the devices' own step time; no step time "
-            "claimed: removing a gap shortens a step only on its last device, and only where "
-            "nothing after it waits on another device",
-            _change(ctx, row),
+            f"device idle {where}, between {before} and {row.name}: {fmt_us(idle)} (device "
+            f"time) over {len(ctx.steps)} steps, in {row.idle_gaps:,} gaps of "
+            f"{fmt_us(idle / gaps)} on average, {idle / device_wall:.0%} of the devices' own "
+            f"step time; {claim}",
+            _change(ctx, row, where),
+            claimed_us=idle if one_device else None,
+            where=where,
         )
 
 
-def _change(ctx: Context, row: OpRow) -> str:
-    """What usually keeps a device waiting to start an op of this kind."""
+def _place(ctx: Context, row: OpRow) -> tuple[str, str]:
+    """Where the gaps before the op sit, and the op that ran before them."""
+    inst, module = ctx.instruction(row)
+    if inst is None or module is None:
+        return "inside an execution", "the op before it"
+    comp = ctx.graph(module).home.get(id(inst))
+    timed = {r.name for r in ctx.rows if (r.module, r.program_id) == (row.module, row.program_id)}
+    if comp is None:
+        return "inside an execution", "the op before it"
+    ordered = [i.name for i in comp.instructions if i.name in timed]
+    at = ordered.index(inst.name) if inst.name in ordered else -1
+    if at > 0:
+        return "inside an execution", ordered[at - 1]
+    if not comp.is_entry:
+        last = ordered[-1] if ordered else "the loop's last op"
+        return "inside an execution", f"{last} (the loop's previous trip)"
+    # The program's first op: the gap is before its execution.
+    programs = {(r.module, r.program_id) for r in ctx.rows if r.occurrences > 0}
+    steps = max(len(ctx.steps), 1)
+    devices = max(max((s.devices for s in ctx.steps), default=1), 1)
+    runs = row.occurrences / (steps * devices)
+    if len(programs) > 1 or runs > 1.5:
+        others = sorted(m for m, _ in programs if m != row.module)
+        return (
+            "between programs",
+            f"the previous program's last op ({', '.join(others[:2])})"
+            if others
+            else "the previous execution's last op",
+        )
+    last = ordered[-1] if ordered else "its last op"
+    return "between steps", f"the previous step's {last}"
+
+
+def _change(ctx: Context, row: OpRow, where: str) -> str:
+    """What usually keeps a device waiting to start an op of this kind, there."""
     inst, _ = ctx.instruction(row)
     target = (inst.custom_call_target or "") if inst is not None else ""
     base = row.opcode.removesuffix("-start").removesuffix("-done")
@@ -65,11 +110,24 @@ def _change(ctx: Context, row: OpRow) -> str:
             "a transfer that waits to start: its peers reach it late (another device's or "
             "host's longer work before it, see the hosts section) or its launch comes late"
         )
+    if where == "inside an execution":
+        return (
+            "the program waits on the host between its own ops, not on dispatch: host-side "
+            "work between its kernels (a library call's host part such as a convolution's or "
+            "GEMM's plan or workspace setup, a synchronous host copy, a while loop's condition "
+            "read back on the host); keep that work off the step (cache the plans, autotune "
+            "once, keep loop bounds on the device) or fuse the ops on either side"
+        )
+    if where == "between programs":
+        return (
+            "the host launched the next program late: keep it ahead of the devices (nothing "
+            "that waits on a result between the calls, such as printing or .item() of a "
+            "loss; fewer, larger programs: jit the whole step together; prefetch the input)"
+        )
     return (
-        "the host launched it late: keep the host ahead of the devices (dispatch steps "
+        "the host launched the step late: keep the host ahead of the devices (dispatch steps "
         "asynchronously, nothing that waits on a result inside the loop such as printing "
-        "or .item() of a loss each step; fewer, larger programs: scan the steps; prefetch "
-        "the input)"
+        "or .item() of a loss each step; scan the steps; prefetch the input)"
     )
 
 

@@ -656,11 +656,46 @@ def side_line(label: str, r: AuditReport) -> str:
     )
 
 
+def diff_step_lines(diff: Diff) -> list[str]:
+    """The step first (steady median before -> after), then what each action of BASE promised
+    a step and what NEW realized."""
+    steps = diff.steps
+    if steps is None:
+        return []
+    speedup = steps.speedup
+    how = (
+        f"{speedup:.2f}x faster"
+        if speedup is not None and speedup >= 1
+        else f"{1 / speedup:.2f}x slower"
+        if speedup
+        else "no step after"
+    )
+    lines = [
+        f"step: {fmt_us(steps.base_step_us)} -> {fmt_us(steps.new_step_us)} "
+        f"(steady median, {how}, {pct(None if steps.change is None else steps.change * 100)})"
+    ]
+    for r in diff.actions_realized():
+        promised = r.action.step_saving_us
+        realized = r.realized_step_saving_us
+        lines.append(
+            f"  action {r.rank}, {r.action.cause}: promised "
+            f"{'n/a' if promised is None else fmt_us(promised)} a step, realized "
+            f"{'n/a' if realized is None else fmt_us(realized)}"
+            + (
+                " (not realized)"
+                if promised and realized is not None and realized < 0.5 * promised
+                else ""
+            )
+        )
+    return lines
+
+
 def diff_header(diff: Diff) -> list[str]:
     counts = diff.counts()
     matched = sum(counts[m] for m in MATCH_METHODS)
     how = ", ".join(f"{counts[m]} by {m}" for m in MATCH_METHODS if counts[m])
     return [
+        *diff_step_lines(diff),
         side_line("base", diff.base),
         side_line("new ", diff.new),
         f"change: measured {signed_us(diff.measured_delta_us)} "
@@ -782,6 +817,7 @@ def check_notes(result: CheckResult) -> list[str]:
     diff = result.diff
     return [
         *appeared_lines(result),
+        *result.notes,
         *(f"warning: {w}" for w in diff.warnings),
         thresholds_line(result),
         f"baseline: {diff.base.path}; checked: {diff.new.path}",

@@ -30,7 +30,7 @@ from typing import Literal, get_args
 from hlogap._version import __version__
 from hlogap.chips import Chip
 from hlogap.memory.static import ModuleMemoryChange, memory_changes
-from hlogap.report.model import AuditReport
+from hlogap.report.model import Action, AuditReport, steady_steps
 from hlogap.report.model import OpRow as Op
 
 PairedBy = Literal["name+fingerprint", "fingerprint", "fingerprint (ordered)", "name"]
@@ -304,6 +304,40 @@ class Diff:
             out[row.pair.method] += 1
         return out
 
+    @property
+    def steps(self) -> StepChange | None:
+        """The steady median step of each side (None unless both have steps)."""
+        base, new = median_step(self.base), median_step(self.new)
+        if base is None or new is None:
+            return None
+        return StepChange(base, new)
+
+    def actions_realized(self) -> list[Realized]:
+        """For each action of BASE: its promise and how much its ops' time per step moved in
+        NEW (their matched ops, a vanished op's time all gone), no more than the step moved."""
+        if not self.base.actions:
+            return []
+        by_key = {(o.module, o.program_id, o.name): o for o in self.base.ops}
+        matched = {id(r.base): r.new for r in self.rows if r.base is not None and r.pair.method}
+        steps = self.steps
+        per_base, per_new = _per_step(self.base), _per_step(self.new)
+        out = []
+        for rank, action in enumerate(self.base.actions, 1):
+            realized = None
+            if steps is not None and per_base and per_new:
+                moved = 0.0
+                for ref in action.ops:
+                    op = by_key.get((ref.module, ref.program_id, ref.name))
+                    if op is None:
+                        continue
+                    now = matched.get(id(op))
+                    moved += _time(action, op) / per_base
+                    moved -= (_time(action, now) / per_new) if now is not None else 0.0
+                drop = steps.base_step_us - steps.new_step_us
+                realized = max(min(moved, drop), min(moved, 0.0))
+            out.append(Realized(rank, action, realized))
+        return out
+
     def summary_dict(self) -> dict[str, object]:
         eff_b, eff_n = self.base.efficiency, self.new.efficiency
         return {
@@ -325,10 +359,83 @@ class Diff:
             "base": side_dict(self.base),
             "new": side_dict(self.new),
             "summary": self.summary_dict(),
+            "steps": None if self.steps is None else self.steps.to_dict(),
+            "actions_realized": [a.to_dict() for a in self.actions_realized()],
             "ops": [r.to_dict() for r in rows],
             "memory": [m.to_dict() for m in self.memory],
             "warnings": self.warnings,
         }
+
+
+@dataclass(frozen=True)
+class StepChange:
+    """The steady median step of BASE and NEW (wall time)."""
+
+    base_step_us: float
+    new_step_us: float
+
+    @property
+    def change(self) -> float | None:
+        """Relative change of the step (-0.6: 60% shorter)."""
+        if self.base_step_us <= 0:
+            return None
+        return (self.new_step_us - self.base_step_us) / self.base_step_us
+
+    @property
+    def speedup(self) -> float | None:
+        return self.base_step_us / self.new_step_us if self.new_step_us > 0 else None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "base_step_us": self.base_step_us,
+            "new_step_us": self.new_step_us,
+            "change": self.change,
+        }
+
+
+@dataclass(frozen=True)
+class Realized:
+    """An action of BASE: what it promised a step and what NEW realized (None: no steps)."""
+
+    rank: int
+    action: Action
+    realized_step_saving_us: float | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "rank": self.rank,
+            "cause": self.action.cause,
+            "ops": [
+                {"module": o.module, "program_id": o.program_id, "name": o.name}
+                for o in self.action.ops
+            ],
+            "promised_step_saving_us": self.action.step_saving_us,
+            "realized_step_saving_us": self.realized_step_saving_us,
+        }
+
+
+def median_step(report: AuditReport) -> float | None:
+    """The median wall of the report's steady steps (warm-up left out), None without steps."""
+    steady = steady_steps(report.steps) if report.steps else []
+    return statistics.median(s.wall_us for s in steady) if steady else None
+
+
+def _per_step(report: AuditReport) -> float:
+    """What turns an op's device time into its time a step on one device: the steps its op
+    rows count (the steady ones in the steady frame) times the devices (0: no steps)."""
+    if not report.steps:
+        return 0.0
+    counted = steady_steps(report.steps) if report.ops_frame != "all" else report.steps
+    devices = max(max((s.devices for s in counted), default=1), 1)
+    return float(len(counted) * devices)
+
+
+def _time(action: Action, op: Op) -> float:
+    """The op's time an action is about: the idle before it for a `device idle` action, its own
+    time otherwise."""
+    if action.cause == "device idle":
+        return op.idle_before_us or 0.0
+    return op.measured_us
 
 
 def run_ratio(pairs: Iterable[Pair]) -> float:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from hlogap.advice.base import Context, Finding, register
+from hlogap.advice.patterns import makers, module_ops
 from hlogap.hlo.opcodes import ASYNC_TRANSFERS, COLLECTIVE_OPCODES
 from hlogap.report.model import OpRow
 from hlogap.units import fmt_us
@@ -58,19 +59,24 @@ def device_idle(ctx: Context) -> Iterator[Finding]:
 
 
 def _place(ctx: Context, row: OpRow) -> tuple[str, str]:
-    """Where the gaps before the op sit, and the op that ran before them."""
+    """Where the gaps before the op sit, and the op that ran before them: inside an execution
+    when an op of the same program makes its input (that op named), else at the program's
+    start (between programs, or between steps where one program runs once a step)."""
     inst, module = ctx.instruction(row)
     if inst is None or module is None:
         return "inside an execution", "the op before it"
+    ops = next(
+        (o for o in module_ops(ctx) if o.module is module),
+        None,
+    )
     comp = ctx.graph(module).home.get(id(inst))
-    timed = {r.name for r in ctx.rows if (r.module, r.program_id) == (row.module, row.program_id)}
-    if comp is None:
+    if ops is None or comp is None:
         return "inside an execution", "the op before it"
-    ordered = [i.name for i in comp.instructions if i.name in timed]
-    at = ordered.index(inst.name) if inst.name in ordered else -1
-    if at > 0:
-        return "inside an execution", ordered[at - 1]
+    timed = [m.name for m in makers(ops, inst) if ops.row(m) is not None]
+    if timed:
+        return "inside an execution", ", ".join(timed[:2])
     if not comp.is_entry:
+        ordered = [i.name for i in comp.instructions if ops.row(i) is not None]
         last = ordered[-1] if ordered else "the loop's last op"
         return "inside an execution", f"{last} (the loop's previous trip)"
     # The program's first op: the gap is before its execution.
@@ -79,15 +85,14 @@ def _place(ctx: Context, row: OpRow) -> tuple[str, str]:
     devices = max(max((s.devices for s in ctx.steps), default=1), 1)
     runs = row.occurrences / (steps * devices)
     if len(programs) > 1 or runs > 1.5:
-        others = sorted(m for m, _ in programs if m != row.module)
-        return (
-            "between programs",
-            f"the previous program's last op ({', '.join(others[:2])})"
+        others = sorted({m for m, _ in programs if m != row.module})
+        before = (
+            f"the previous program's last op ({', '.join(others[:3])})"
             if others
-            else "the previous execution's last op",
+            else "the previous execution's last op"
         )
-    last = ordered[-1] if ordered else "its last op"
-    return "between steps", f"the previous step's {last}"
+        return "between programs", before
+    return "between steps", "the previous step's last op"
 
 
 def _change(ctx: Context, row: OpRow, where: str) -> str:

@@ -316,9 +316,11 @@ def cost_module(module: Module, *, num_devices: int | None = None) -> dict[str, 
 
 
 def executions_per_run(module: Module) -> dict[str, int | None]:
-    """How many times each instruction timed on its own runs per execution of the module: the
-    product of the trip counts of the while loops around it (None where one is unknown).
-    XLA's cost analysis counts a loop body that many times too."""
+    """How many times each instruction timed on its own runs per execution of the module, as
+    far as the HLO tells: the product of the trip counts of the while loops around it; None
+    where one is unknown or where a conditional's branch lies between (which branch runs is
+    decided at run time: a branch inside a 12-trip loop may run 4 times, or none). Computations
+    called otherwise (async-wrapped, a command buffer's) run as often as their caller."""
     ix = index_of(module)
     entry = module.entry_computation
     if entry is None or ix is None:
@@ -333,9 +335,13 @@ def executions_per_run(module: Module) -> dict[str, int | None]:
         seen.add(bare(comp.name))
         for inst in comp.instructions:
             runs[inst.name] = times
-            if inst.opcode not in CONTROL_FLOW or is_command_buffer(inst):
+            if not inst.called:
                 continue
-            trips = trip_count(inst) if inst.opcode == "while" else 1
+            trips: int | None = 1
+            if inst.opcode == "while" and not is_command_buffer(inst):
+                trips = trip_count(inst)
+            elif inst.opcode == "conditional":
+                trips = None
             inner = times * trips if times is not None and trips is not None else None
             if inner is not None and inner > MAX_RUNS:
                 inner = None

@@ -37,11 +37,47 @@ PairsOnHosts = Callable[[list[tuple[OpKey, OpKey]]], list[AsyncPairs]]
 
 @dataclass(frozen=True)
 class CostedOp:
-    """One timed op's HLO, its counts for one run, and its runs per occurrence."""
+    """One timed op's HLO, its counts for one run, and its runs per occurrence (their mean
+    over the occurrences, when the trace's events count them and they differ)."""
 
     resolved: ResolvedOp
     cost: OpCost
-    runs: int
+    runs: float
+    # Why the runs are not known (counted once per occurrence), or how they vary; None when
+    # they are known and the same in every occurrence.
+    runs_note: str | None = None
+
+
+def runs_per_occurrence(
+    events_are_runs: bool, events: int, occurrences: int, from_hlo: int | None, inside: bool
+) -> tuple[float, str | None]:
+    """An op's runs in one occurrence and what to say of them (`CostedOp`).
+
+    `from_hlo`: the product of the trip counts of the loops around the op, None where one is
+    unknown or a conditional's branch lies between (which branch runs is decided at run time);
+    `inside`: whether the op lies in a computation the entry reaches at all. Where
+    the HLO knows, it is exact: an op can leave several events in one run (an XLA:CPU sort, an
+    XLA:GPU copy fusion done as one memcpy thunk per output), so its events can only say more.
+    Where it does not, the runs are the trace's events when each run leaves one
+    (`RunSummary.events_are_runs`: XLA:CPU thunks, TPU ops, nsys-jax thunk ranges): a branch
+    inside a 12-trip loop runs as often as it was taken. Otherwise (GPU kernels, several per
+    run) they cannot be known: counted once per occurrence, and said so.
+    """
+    if inside and from_hlo is not None:
+        return max(from_hlo, 1), None
+    if events_are_runs and occurrences > 0 and events > 0:
+        if events % occurrences == 0:
+            return events // occurrences, None
+        mean = events / occurrences
+        return mean, (
+            f"runs {events:,} times over {occurrences:,} occurrences ({mean:.3g} per "
+            "occurrence on average: a conditional's branch or a loop of unknown trip count "
+            "runs a varying number of times), per the trace's events"
+        )
+    return 1, (
+        "runs per occurrence unknown (a conditional's branch or a loop of unknown trip count "
+        "around it, and the trace's events do not count runs): counted once per occurrence"
+    )
 
 
 def op_costs(run: RunSummary, index: HloIndex, chip: Chip) -> dict[int, CostedOp]:
@@ -72,18 +108,17 @@ def op_costs(run: RunSummary, index: HloIndex, chip: Chip) -> dict[int, CostedOp
                 )
         occurrences = int(times.occurrences[i])
         events = int(times.events[i])
-        runs = 1
+        from_hlo: int | None = 1
+        inside = False
         if inst is not None and resolved.module is not None:
             module = resolved.module
             per_module = loop_runs.get(id(module))
             if per_module is None:
                 per_module = loop_runs[id(module)] = executions_per_run(module)
-            known = per_module.get(inst.name, 1)
-            # A loop of unknown trip count: on CPU and TPU every run of a body op is one event.
-            runs = known if known is not None else max(1, round(events / max(occurrences, 1)))
-            if known is None and run.backend == "gpu":
-                runs = 1  # GPU ops launch several kernels per run: the kernels do not tell
-        costed[i] = CostedOp(resolved, cost, runs)
+            inside = inst.name in per_module
+            from_hlo = per_module.get(inst.name, 1)
+        runs, note = runs_per_occurrence(run.events_are_runs, events, occurrences, from_hlo, inside)
+        costed[i] = CostedOp(resolved, cost, runs, note)
     return costed
 
 
@@ -94,7 +129,7 @@ def timed_costs(run: RunSummary, costed: dict[int, CostedOp]) -> list[TimedCost]
     for i, op in costed.items():
         inst = op.resolved.instruction
         runs = op.runs * int(run.times.occurrences[i])
-        if inst is None or op.cost.unmodeled or runs < 1:
+        if inst is None or op.cost.unmodeled or runs <= 0:
             continue
         seconds = float(run.times.measured_ps[i]) / 1e12 / runs
         key = run.ops[i].key
@@ -166,7 +201,7 @@ def op_rows(
                 opcode=inst.opcode if inst else "unknown",
                 category=resolved.category,
                 occurrences=occurrences,
-                runs_per_occurrence=runs,
+                runs_per_occurrence=max(round(runs), 1),
                 events=events,
                 measured_us=measured_us,
                 total_us=float(times.duration_ps[i]) / 1e6,
@@ -205,6 +240,8 @@ def op_rows(
                 ],
             )
         )
+        if op.runs_note:
+            rows[-1].hints.append(op.runs_note)
         if counters:
             rows[-1].hints.append(counters_hint(counters))
         if buffer is not None:

@@ -183,6 +183,10 @@ class TraceData:
     # `XlaAutotunerMeasurement` range): every event of such a module is autotuning work, not
     # the program's. Filled by the nsys-jax reader; empty for other traces.
     autotuning_modules: set[str] = field(default_factory=set)
+    # Whether each run of an op leaves one event (an XLA:CPU thunk, a TPU op, an nsys-jax thunk
+    # range): then an occurrence's events are its runs. Not so for GPU kernels in an xplane (one
+    # op run may launch several).
+    events_are_runs: bool = False
     # Bool per event for each selection already made (`hlogap.trace.summary.Selection`): the
     # per-host tasks of one audit all ask for the same one.
     selected: dict[Hashable, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
@@ -219,6 +223,8 @@ class TraceBuilder:
         self.steps: list[Step] = []
         self.allocations: AllocatorEvents | None = None
         self.autotuning_modules: set[str] = set()  # `TraceData.autotuning_modules`
+        # `TraceData.events_are_runs`: CPU and TPU traces always; a reader says so for others.
+        self.events_are_runs = False
         self._unknown = 0  # negative execution ids handed out where the trace gives none
         self._negative = 0  # events with a negative duration, left out
         self.notes: list[str] = []  # what a reader changed in the events, said as warnings
@@ -374,6 +380,7 @@ class TraceBuilder:
         trace.allocations = self.allocations
         trace.lines = lines
         trace.autotuning_modules = set(self.autotuning_modules)
+        trace.events_are_runs = self.events_are_runs or backend in ("cpu", "tpu")
         return trace
 
 

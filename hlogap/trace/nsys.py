@@ -127,6 +127,7 @@ def read_archive(path: str | Path, host: str) -> TraceData:
         ranges = _Ranges.concat([_read_ranges(archive, name) for name in sorted(traces)])
         launchers = _launcher_devices(archive, prefix)
         builder = TraceBuilder(host)
+        builder.events_are_runs = True  # a thunk range per run of its op
         warnings = _timeline(ranges, launchers, _device_stats(archive, prefix), builder)
         if not builder.op_ids:
             raise InputError(

@@ -151,6 +151,7 @@ class HostSummary:
     warnings: list[str]
     # `TraceData.autotuning_modules`: modules whose events are the autotuner's candidates.
     autotuning_modules: set[str] = field(default_factory=set)
+    events_are_runs: bool = False  # `TraceData.events_are_runs`
 
 
 def summarize(trace: TraceData, selection: Selection, host: str) -> HostSummary:
@@ -202,6 +203,7 @@ def summarize(trace: TraceData, selection: Selection, host: str) -> HostSummary:
         steps=trace.steps,
         warnings=trace.warnings,
         autotuning_modules=set(trace.autotuning_modules),
+        events_are_runs=trace.events_are_runs,
     )
 
 
@@ -322,6 +324,9 @@ class RunSummary:
     host_steps: list[list[Step]] = field(default_factory=list)
     # The hosts' `autotuning_modules`, together.
     autotuning_modules: set[str] = field(default_factory=set)
+    # Whether every host's trace leaves one event per run of an op (`TraceData.events_are_runs`):
+    # runs per occurrence are then the events' count, never a guess from the HLO.
+    events_are_runs: bool = False
 
 
 class RunMerger:
@@ -357,6 +362,9 @@ class RunMerger:
         if host.backend != "none":
             if run.backend not in ("none", host.backend):
                 raise InputError(f"hosts of one run mix backends: {run.backend}, {host.backend}")
+            # Every host with events must leave one per run (the first one sets it).
+            first = run.backend == "none"
+            run.events_are_runs = host.events_are_runs and (first or run.events_are_runs)
             run.backend = host.backend
         remap = np.empty(len(host.ops), dtype=np.int64)
         for i, info in enumerate(host.ops):

@@ -1,0 +1,224 @@
+"""Pattern causes (issue 41, contract version 4's actions): unfused attention, materialized
+logits and a per-example loop each fire on the committed CPU fixture made for it
+(scripts/make_fixtures.py, profiled as JAX's docs show) as its rank-1 action, naming the ops and
+shapes the fixture's HLO text holds, and on no other fixture; repeated layers are one action;
+every action saves something; a device idle action says where its gaps sit; `diff` of the loop
+against its vmap leads with the step and says what the loop's action promised and realized;
+a cause this version does not know is kept and diffed."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from hlogap import audit, load_report
+from hlogap.hlo.text import parse_module
+from hlogap.report.compare import compare
+from hlogap.report.model import AuditReport
+from tests.conftest import FIXTURES, write_cpu_chip
+from tests.test_advice import _savings_hold
+
+PATTERNS = ("unfused attention", "materialized logits", "per-example loop")
+# Each fixture and the pattern causes it must get (the others must not fire).
+EXPECTED = {
+    "documented_attention": {"unfused attention"},
+    "attention": {"unfused attention"},  # an explicit softmax(QK^T)V: unfused too
+    "documented_logits": {"materialized logits"},
+    "documented_loop": {"per-example loop"},
+    "documented_vmap": set(),
+    "fori": set(),  # a loop over a [32,128] state: a matrix product each trip, no batch walk
+    "scan": set(),
+    "mlp_train": set(),
+    "documented_step": set(),
+    "flaws": set(),
+}
+
+
+@cache
+def _chip() -> str:
+    import tempfile
+
+    return str(write_cpu_chip(Path(tempfile.mkdtemp(prefix="hlogap-patterns-"))))
+
+
+@cache
+def _audit(program: str) -> AuditReport:
+    return audit(FIXTURES / program, _chip())
+
+
+def _hlo_lines(program: str) -> dict[str, str]:
+    """Each entry instruction's line of the fixture's HLO text, by name."""
+    (path,) = (FIXTURES / program).glob("*.hlo.txt")
+    return {
+        m.group(1): line
+        for line in path.read_text().splitlines()
+        if (m := re.match(r"\s*(?:ROOT )?%(\S+) = ", line))
+    }
+
+
+@pytest.mark.parametrize("program", sorted(EXPECTED))
+def test_each_pattern_fires_on_its_fixture_only(program: str) -> None:
+    report = _audit(program)
+    assert report.actions is not None
+    found = {a.cause for a in report.actions if a.cause in PATTERNS}
+    assert found == EXPECTED[program]
+    if EXPECTED[program] and program.startswith("documented_"):
+        assert report.actions[0].cause in EXPECTED[program]  # the rank-1 action
+    _savings_hold(report)
+
+
+def test_unfused_attention_is_one_action_over_its_layers() -> None:
+    report = _audit("documented_attention")
+    assert report.actions is not None
+    action = report.actions[0]
+    assert action.cause == "unfused attention" and action.layers == 3
+    lines = _hlo_lines("documented_attention")
+    # The QK^T products: fusions writing the [2,4,256,256] scores from a batched dot.
+    module = parse_module(next((FIXTURES / "documented_attention").glob("*.hlo.txt")).read_text())
+    entry = module.entry_computation
+    assert entry is not None
+    qk = []
+    for inst in entry.instructions:
+        called = module.computation(inst.called[0]) if inst.called else None
+        dots = [i for i in called.instructions if i.opcode == "dot"] if called else []
+        if dots and dots[0].shape.dims == (2, 4, 256, 256):
+            qk.append(inst.name)
+    assert len(qk) == 3
+    names = {o.name for o in action.ops}
+    assert set(qk) <= names
+    assert all("f32[2,4,256,256]" in lines[name] for name in qk)
+    assert "f32[2,4,256,256]" in action.evidence and "3 attention layer(s)" in action.evidence
+    assert qk[0] in action.evidence
+    assert "dot_product_attention" in action.change
+    assert action.step_saving_us is not None and action.step_saving_us > 0
+
+
+def test_materialized_logits_names_the_logits() -> None:
+    report = _audit("documented_logits")
+    assert report.actions is not None
+    action = report.actions[0]
+    assert action.cause == "materialized logits"
+    lines = _hlo_lines("documented_logits")
+    maker = re.search(
+        r"%(\S+) = f32\[128,32768\]\S* fusion\(%h\.1, %w\.1\)", "\n".join(lines.values())
+    )
+    assert maker is not None
+    assert maker.group(1) in {o.name for o in action.ops}
+    assert f"{maker.group(1)} writes the logits f32[128,32768]" in action.evidence
+    assert "vocab 32,768" in action.evidence
+    # Every entry op writing a [128, 32768] tensor is in it (the loss and its gradient's).
+    module = parse_module(next((FIXTURES / "documented_logits").glob("*.hlo.txt")).read_text())
+    entry = module.entry_computation
+    assert entry is not None
+    big = {i.name for i in entry.instructions if i.shape.dims == (128, 32768)}
+    assert len(big) >= 3 and big <= {o.name for o in action.ops}
+    assert "chunk" in action.change
+
+
+def test_per_example_loop_names_the_loop_and_weights() -> None:
+    report = _audit("documented_loop")
+    assert report.actions is not None
+    action = report.actions[0]
+    assert action.cause == "per-example loop"
+    lines = _hlo_lines("documented_loop")
+    loop = next(n for n, line in lines.items() if " while(" in line)
+    assert '"known_trip_count":{"n":"64"}' in lines[loop]
+    matvec = next(n for n, line in lines.items() if re.search(r"= f32\[512,1\]\S* dot\(", line))
+    assert {loop, matvec} <= {o.name for o in action.ops}
+    assert f"{loop} runs 64 trips" in action.evidence
+    assert f"each trip {matvec} multiplies the same weights f32[512,512]" in action.evidence
+    assert "jax.vmap" in action.change
+
+
+def _saved(tmp_path: Path, program: str) -> Path:
+    path = tmp_path / f"{program}.json"
+    command = [sys.executable, "-m", "hlogap", "audit", str(FIXTURES / program)]
+    out = subprocess.run(
+        [*command, "--chip", _chip(), "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    path.write_text(out.stdout)
+    return path
+
+
+def test_diff_of_the_loop_against_its_vmap(tmp_path: Path) -> None:
+    base, new = _saved(tmp_path, "documented_loop"), _saved(tmp_path, "documented_vmap")
+    command = [sys.executable, "-m", "hlogap", "diff", str(base), str(new)]
+    doc = json.loads(
+        subprocess.run([*command, "--format", "json"], capture_output=True, text=True).stdout
+    )
+    # The steps: each side's steady median, measured from its own report's steps.
+    walls = {}
+    for side, path in (("base", base), ("new", new)):
+        steps = json.loads(path.read_text())["steps"]
+        first = json.loads(path.read_text())["summary"]["warmup_steps"]
+        walls[side] = statistics.median(s["wall_us"] for s in steps[first:])
+    steps = doc["steps"]
+    assert steps["base_step_us"] == pytest.approx(walls["base"])
+    assert steps["new_step_us"] == pytest.approx(walls["new"])
+    assert steps["change"] == pytest.approx((walls["new"] - walls["base"]) / walls["base"])
+    assert walls["base"] / walls["new"] > 2  # the vmap is the fix: over 2x faster a step
+    realized = doc["actions_realized"]
+    base_actions = json.loads(base.read_text())["actions"]
+    assert [r["rank"] for r in realized] == [a["rank"] for a in base_actions]
+    loop = realized[0]
+    assert loop["cause"] == "per-example loop" and loop["ops"] == base_actions[0]["ops"]
+    assert loop["promised_step_saving_us"] == base_actions[0]["step_saving_us"]
+    # Realized: the loop's ops' time a step, all gone, no more than the step moved; the
+    # promise within 2x of it.
+    drop = walls["base"] - walls["new"]
+    assert 0 < loop["realized_step_saving_us"] <= drop + 1e-6
+    ratio = loop["promised_step_saving_us"] / loop["realized_step_saving_us"]
+    assert 0.5 <= ratio <= 2.0
+    # The text diff leads with the step, then the promise and what came of it.
+    text = subprocess.run(command, capture_output=True, text=True).stdout.splitlines()
+    assert text[0].startswith("step: ") and "faster" in text[0]
+    assert text[1].startswith("  action 1, per-example loop: promised ")
+
+
+def test_vmap_gets_no_loop_action_and_the_fix_keeps_no_pattern() -> None:
+    vmap = _audit("documented_vmap")
+    assert not any(a.cause == "per-example loop" for a in vmap.actions or [])
+
+
+def test_an_unknown_cause_is_kept_and_diffed(tmp_path: Path) -> None:
+    path = _saved(tmp_path, "documented_loop")
+    doc = json.loads(path.read_text())
+    doc["actions"][0]["cause"] = "a cause from a newer hlogap"
+    doc["actions"][0]["layers"] = 2
+    path.write_text(json.dumps(doc))
+    report = load_report(path)
+    assert report.actions is not None
+    assert report.actions[0].cause == "a cause from a newer hlogap"
+    assert report.actions[0].layers == 2
+    diff = compare(report, report)
+    realized = diff.actions_realized()
+    assert realized[0].action.cause == "a cause from a newer hlogap"
+    assert realized[0].realized_step_saving_us == pytest.approx(0.0, abs=1e-6)
+    out = subprocess.run(
+        [sys.executable, "-m", "hlogap", "diff", str(path), str(path), "--format", "json"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["actions_realized"][0]["cause"] == "a cause from a newer hlogap"
+
+
+def test_device_idle_says_where() -> None:
+    report = _audit("flaws")
+    idle = [a for a in report.actions or [] if a.cause == "device idle"]
+    assert idle
+    for action in idle:
+        assert action.where == "between programs"  # four programs a step, a host sleep first
+        assert action.saving_us > 0 and (action.step_saving_us or 0) > 0  # one device
+        assert "between the previous program's last op (" in action.evidence
+        assert "dispatch" not in action.change or action.where != "inside an execution"

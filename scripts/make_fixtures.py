@@ -873,7 +873,7 @@ def build_documented_two_fns() -> Documented:
 # its vmap share one function name (module `jit_per_example_step`): `diff` compares the two as
 # the same program before and after the fix.
 ATTENTION_LAYERS = 3
-LOOP_BATCH, LOOP_DIM = 64, 512
+LOOP_BATCH, LOOP_DIM = 64, 2048  # 16 MB of weights: read from memory each trip, not cache
 
 
 def build_documented_attention() -> Documented:
@@ -919,7 +919,7 @@ def _per_example_inputs() -> tuple[Any, Any, Any]:
 
 
 def _per_example(vmapped: bool) -> Documented:
-    """The loss of a batch of 64 examples through one [512,512] layer: one example at a time in
+    """The loss of a batch of 64 examples through one [2048,2048] layer: one example at a time in
     a fori_loop (a matrix-vector product on the same weights each trip), or batched with vmap."""
     import jax
     import jax.numpy as jnp

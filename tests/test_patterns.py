@@ -130,10 +130,10 @@ def test_per_example_loop_names_the_loop_and_weights() -> None:
     lines = _hlo_lines("documented_loop")
     loop = next(n for n, line in lines.items() if " while(" in line)
     assert '"known_trip_count":{"n":"64"}' in lines[loop]
-    matvec = next(n for n, line in lines.items() if re.search(r"= f32\[512,1\]\S* dot\(", line))
+    matvec = next(n for n, line in lines.items() if re.search(r"= f32\[2048,1\]\S* dot\(", line))
     assert {loop, matvec} <= {o.name for o in action.ops}
     assert f"{loop} runs 64 trips" in action.evidence
-    assert f"each trip {matvec} multiplies the same weights f32[512,512]" in action.evidence
+    assert f"each trip {matvec} multiplies the same weights f32[2048,2048]" in action.evidence
     assert "jax.vmap" in action.change
 
 

@@ -530,7 +530,9 @@ function renderActions() {
     const ops = a.ops.slice(0, 3).map((o) => o.name).join(", ") + (a.ops.length > 3 ? ` and ${a.ops.length - 3} more` : "");
     const each = a.step_saving_us == null ? "-" : fmtUs(a.step_saving_us);
     const faster = a.step_speedup == null ? "-" : `${a.step_speedup.toFixed(2)}x faster`;
-    for (const [v, num] of [[String(a.rank), true], [fmtUs(a.saving_us), true], [each, true], [faster, true], [a.cause, false], [ops, false], [a.evidence, false], [a.change, false]])
+    const extra = [...(a.layers > 1 ? [`${a.layers} layers`] : []), ...(a.where ? [a.where] : [])];
+    const cause = extra.length ? `${a.cause} (${extra.join(", ")})` : a.cause;
+    for (const [v, num] of [[String(a.rank), true], [fmtUs(a.saving_us), true], [each, true], [faster, true], [cause, false], [ops, false], [a.evidence, false], [a.change, false]])
       tr.appendChild(el("td", num ? {class: "num"} : {}, v));
     table.appendChild(tr);
   }

@@ -13,6 +13,7 @@ from hlogap.render.cells import op_totals_line, step_bound_text, step_shares_tex
 from hlogap.report.compare import MATCH_METHODS, Diff, DiffRow
 from hlogap.report.gate import CheckResult
 from hlogap.report.model import (
+    Action,
     AuditReport,
     StepRow,
     steady_steps,
@@ -121,6 +122,13 @@ def actions_frame(report: AuditReport) -> str:
     )
 
 
+def cause_text(action: Action) -> str:
+    """The cause, with the layers it covers and where a device idle's gaps sit."""
+    extra = [f"{action.layers} layers"] if action.layers > 1 else []
+    extra += [action.where] if action.where else []
+    return action.cause + (f" ({', '.join(extra)})" if extra else "")
+
+
 def action_items(report: AuditReport, top: int) -> tuple[list[ActionItem], list[str]]:
     """The first few actions (all with `top` 0), then a line saying how many were left out."""
     actions = report.actions or []
@@ -136,7 +144,7 @@ def action_items(report: AuditReport, top: int) -> tuple[list[ActionItem], list[
         saves = f"saves {fmt_us(a.saving_us)}{each}" if a.saving_us > 0 else "no step time claimed"
         names = tuple(o.name for o in a.ops[:3])
         items.append(
-            ActionItem(saves, a.cause, names, len(a.ops) - len(names), a.evidence, a.change)
+            ActionItem(saves, cause_text(a), names, len(a.ops) - len(names), a.evidence, a.change)
         )
     more = (
         [f"({len(shown)} of {len(actions)} actions; --top 0 or --format json: all)"]

@@ -476,6 +476,7 @@ def audit(
       hlogap audit gs://bucket/tb --chip tpu-v5p -o report.html
       hlogap audit gs://bucket/pod-run --cluster tcp://scheduler:8786
     """
+    from hlogap.options import AuditOptions
     from hlogap.pipeline import audit as run_audit
     from hlogap.render.base import choose_format, needs_timeline
     from hlogap.report.groups import DEFAULT_DEPTH
@@ -493,9 +494,8 @@ def audit(
 
         check_plot_target(plot)
     with _Progress() as progress:
-        report = run_audit(
-            path,
-            chip,
+        options = AuditOptions(
+            chip=chip,
             run=run,
             host=host,
             device=device,
@@ -505,15 +505,15 @@ def audit(
             jobs=jobs,
             group_by=group_by,
             depth=DEFAULT_DEPTH if depth is None else depth,
-            progress=progress,
             cross_check=cross_check,
             skip_bad_hosts=skip_bad_hosts,
             cluster=cluster,
             model_flops=model_flops,
             timeline=needs_timeline(chosen),
-            what_if=what_if or (),
+            what_if=tuple(what_if or ()),
             all_steps=all_steps,
         )
+        report = run_audit(path, options, progress)
     from hlogap.source import refuse_to_overwrite
 
     read = [*report.files, *([chip] if chip and Path(chip).is_file() else [])]
@@ -562,6 +562,7 @@ def demo(
 
     from hlogap.chips.calibrate import calibrated_chip, calibrated_path, chip_text, measure
     from hlogap.files import write_text
+    from hlogap.options import AuditOptions
     from hlogap.pipeline import audit as run_audit
     from hlogap.render.base import choose_format, needs_timeline
 
@@ -585,7 +586,7 @@ def demo(
                 print(f"hlogap: warning: {exc}; this calibration is not kept", file=sys.stderr)
                 chip = str(Path(scratch) / "cpu.toml")
                 write_text(Path(chip), chip_text(result))
-        report = run_audit(logdir, chip, timeline=needs_timeline(chosen))
+        report = run_audit(logdir, AuditOptions(chip=chip, timeline=needs_timeline(chosen)))
     if target is not None:
         from hlogap.source import refuse_to_overwrite
 
@@ -764,6 +765,7 @@ def memory(
       hlogap memory /tmp/tensorboard --top 10
       hlogap memory run_dir/ --format json | jq '.memory.modules[0].peak_bytes'
     """
+    from hlogap.options import AuditOptions
     from hlogap.pipeline import audit as run_audit
     from hlogap.render.base import MemoryView, choose_format
 
@@ -774,9 +776,8 @@ def memory(
 
         check_output(target)
     with _Progress() as progress:
-        report = run_audit(
-            path, chip, run=run, host=host, device=device, module=module, progress=progress
-        )
+        options = AuditOptions(chip=chip, run=run, host=host, device=device, module=module)
+        report = run_audit(path, options, progress)
     if target is not None:
         from hlogap.source import refuse_to_overwrite
 
@@ -886,6 +887,39 @@ def check(
             "than PCT% over the baseline's (docs/memory.md).",
         ),
     ] = None,
+    run_noise: Annotated[
+        float | None,
+        typer.Option(
+            "--run-noise",
+            metavar="PCT",
+            help="Run-to-run noise no step of one run shows, added to every interval (default "
+            "25 for CPU profiles, 5 for GPU and TPU; docs/ci.md).",
+        ),
+    ] = None,
+    min_hfu: Annotated[
+        float | None,
+        typer.Option(
+            "--min-hfu",
+            metavar="FRAC",
+            help="Fail if PATH's HFU (summary.hfu: FLOP/s over the chip's peak) is below FRAC, "
+            "whatever the baseline says.",
+        ),
+    ] = None,
+    update_baseline: Annotated[
+        str | None,
+        typer.Option(
+            "--update-baseline",
+            metavar="PATH",
+            help="After the verdict, write PATH's report to this file as the new baseline, its "
+            "history the old baseline's plus this change (needs --reason).",
+        ),
+    ] = None,
+    reason: Annotated[
+        str | None,
+        typer.Option(
+            "--reason", metavar="TEXT", help="Why the new baseline (with --update-baseline)."
+        ),
+    ] = None,
     chip: ChipOpt = None,
     run: RunOpt = None,
     host: HostOpt = None,
@@ -894,7 +928,9 @@ def check(
     fmt: DiffFormat = None,
 ) -> None:
     """CI gate: compare PATH with a baseline report; exit 0 within the thresholds, 1 on a
-    regression, 3 when the profile or the baseline is missing or corrupt (all exit codes below).
+    regression (the whole plausible range past a limit), 3 when inconclusive (within the
+    run-to-run noise: one line on stderr) or when the profile or the baseline is missing,
+    corrupt or misconfigured (all exit codes below).
 
     \b
     Examples:
@@ -906,9 +942,23 @@ def check(
     from hlogap.errors import EXIT_REGRESSION
     from hlogap.render.base import choose_format
     from hlogap.report.compare import compare
-    from hlogap.report.gate import parse_peak_limit, resolve_thresholds, run_check
+    from hlogap.report.gate import (
+        EXIT_INCONCLUSIVE,
+        parse_peak_limit,
+        resolve_thresholds,
+        run_check,
+    )
+    from hlogap.report.gate.history import check_reason, last_accepted, read_history
 
     choose_format("check", fmt, None)
+    check_reason(update_baseline, reason)
+    new_baseline = None if update_baseline is None else Path(update_baseline)
+    if new_baseline is not None:
+        from hlogap.files import check_output
+        from hlogap.source import refuse_to_overwrite
+
+        check_output(new_baseline)
+        refuse_to_overwrite(new_baseline, [baseline, path])  # before a minute of reading
     peak_bytes, peak_growth = (
         parse_peak_limit(max_peak_hbm) if max_peak_hbm is not None else (None, None)
     )
@@ -923,6 +973,8 @@ def check(
             "max_idle_regression": max_idle_regression,
             "max_peak_bytes": peak_bytes,
             "max_peak_regression": peak_growth,
+            "min_hfu": min_hfu,
+            "run_noise": run_noise,
         },
         Path.cwd(),
     )
@@ -930,15 +982,32 @@ def check(
         base, new = _load_pair(
             (baseline, "baseline"), (path, "profile"), chip, run, host, device, module
         )
+        read = [*base.files, *new.files, baseline, path]
+        if new_baseline is not None:
+            refuse_to_overwrite(new_baseline, read)
+        history = read_history(base)
         result = run_check(compare(base, new), thresholds)
     except HlogapError as exc:
         if exc.exit_code == EXIT_INPUT:  # CI's summary says why there is no verdict too
             with contextlib.suppress(HlogapError):  # the input error is what to say
                 _step_summary(f"error: {exc}", [baseline, path])
         raise
+    if history:
+        result.notes.append(last_accepted(history))
     _write(result, "check", fmt, None)
-    _step_summary(result, [*base.files, *new.files, baseline, path])
-    if not result.passed:
+    _step_summary(result, read)
+    if new_baseline is not None:
+        from hlogap.files import write_bytes
+        from hlogap.report.gate.history import baseline_bytes, entry
+
+        assert reason is not None  # check_reason
+        record = entry(reason, result.outcome, result.change)
+        write_bytes(new_baseline, baseline_bytes(new, [*history, record]))
+        _wrote(new_baseline)
+    if result.outcome == "inconclusive":
+        print(_escaped(result.undecided_line()), file=sys.stderr)
+        raise typer.Exit(EXIT_INCONCLUSIVE)
+    if result.outcome == "fail":
         raise typer.Exit(EXIT_REGRESSION)
 
 

@@ -166,15 +166,18 @@ def _diff(diff: Diff, top: int) -> list[str]:
     return [*header, "", *_diff_table(rows, multi_module(diff.rows)), *more]
 
 
+_MARKS = {"fail": "**FAIL**", "inconclusive": "*inconclusive*"}
+
+
 def _check(result: CheckResult) -> str:
     diff = result.diff
     rows = result.regressed[:CHECK_ROWS]
     more = more_line(len(rows), len(result.regressed), "--format json lists all")
     notes = check_notes(result)
-    mark = "✅" if result.passed else "❌"
+    mark = {"pass": "✅", "fail": "❌"}.get(result.outcome, "❔")
     lines = [f"### {mark} {_cell(result.verdict())}", "", "| check | result |", "|---|---|"]
     lines += [
-        f"| {c.name} | {'**FAIL**' if c.failed else 'ok'}: {_cell(c.text)} |" for c in result.checks
+        f"| {c.name} | {_MARKS.get(str(c.verdict), 'ok')}: {_cell(c.text)} |" for c in result.checks
     ]
     if rows:
         lines += [

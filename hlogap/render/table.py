@@ -444,7 +444,7 @@ def _check(result: CheckResult, width: int | None) -> str:
     more = more_line(len(rows), len(result.regressed), "--format json lists all")
     notes = check_notes(result)
     lines = [result.verdict()]
-    lines += [f"  {'FAIL' if c.failed else 'ok  '}  {c.text}" for c in result.checks]
+    lines += [f"  {c.mark}  {c.text}" for c in result.checks]
     if not rows:
         return _print([*lines, *notes], width=width or WIDE)
     title = f"ops slower than +{result.thresholds.max_op_regression:g}% per occurrence:"

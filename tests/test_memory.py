@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from hlogap import audit, load_report
-from hlogap.memory.static import MemorySection
-from tests.conftest import AMD_FILES, FIXTURES, SHARED, oracle
+from hlogap.memory.static import GAPS, MemorySection
+from tests.conftest import AMD_FILES, FIXTURES, SHARED, cpu_fixtures, oracle
 
 MEMORY_PROGRAMS = ["mem_donate", "mem_remat", "mem_temp"]
 V6E = SHARED / "tpu-v6e-offload" / "tpu_inference_2.xplane.pb"
@@ -42,14 +42,43 @@ def test_static_memory_is_xlas_memory_analysis(program: str, cpu_chip_file: Path
             - xla["alias_size_in_bytes"]
         )
         assert found.peak_bytes == pytest.approx(expected, rel=0.01)
-        # The buffers held at the peak: the largest first, never more than the peak in all
-        # (with the constants, which XLA leaves out of these sums).
+        # What holds the peak: the largest first, adding up to XLA's peak exactly.
         sizes = [b.bytes for b in found.at_peak]
         assert sizes == sorted(sizes, reverse=True)
-        assert sum(sizes) <= found.peak_bytes + found.constants_bytes
+        assert sum(sizes) == expected
         # The heap simulation of the temporaries peaks at their allocation's size (or just below
         # it: thread-local scalars sit in the allocation but not in the heap).
         assert max(found.live_curve) == pytest.approx(found.temporaries_bytes, rel=0.01)
+
+
+@pytest.mark.parametrize("program", [p.name for p in cpu_fixtures()])
+def test_what_holds_the_peak_adds_up_to_memory_analysis(program: str, cpu_chip_file: Path) -> None:
+    """Every committed fixture's modules: the buffers listed at the peak sum to arguments +
+    outputs + temporaries - aliased of XLA's `memory_analysis()`, to the byte (constants are in
+    neither), a `gaps` entry holding what the temporary allocations hold beyond the buffers
+    live at the heap's peak."""
+    entries = [e for e in oracle(FIXTURES / program)["modules"] if "memory_analysis" in e]
+    if not entries:
+        pytest.skip(f"{program}'s oracle predates memory_analysis()")
+    report = audit(FIXTURES / program, str(cpu_chip_file))
+    assert report.memory is not None
+    for entry in entries:
+        xla = entry["memory_analysis"]
+        (found,) = [
+            m
+            for m in report.memory.modules
+            if (m.module, m.program_id) == (entry["module"], str(entry["program_id"]))
+        ]
+        peak = (
+            xla["argument_size_in_bytes"]
+            + xla["output_size_in_bytes"]
+            + xla["temp_size_in_bytes"]
+            - xla["alias_size_in_bytes"]
+        )
+        assert (found.peak_bytes, sum(b.bytes for b in found.at_peak)) == (peak, peak)
+        assert all(b.kind != "constant" and b.bytes > 0 for b in found.at_peak)
+        temporaries = sum(b.bytes for b in found.at_peak if b.kind in ("temporary", GAPS))
+        assert temporaries == xla["temp_size_in_bytes"]
 
 
 def test_the_large_temporary_is_named(cpu_chip_file: Path) -> None:

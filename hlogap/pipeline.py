@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hlogap.chips import Chip, detect_chip, load_chip
-from hlogap.errors import InputError, UsageError
+from hlogap.errors import InputError
 from hlogap.memory.runtime import allocator_peaks, on_run
 from hlogap.memory.static import memory_section
-from hlogap.report.groups import DEFAULT_DEPTH, GROUP_KEYS, axis_groups, group_rows
+from hlogap.options import AuditOptions
+from hlogap.report.groups import GROUP_KEYS, axis_groups, group_rows
 from hlogap.report.model import (
     SORT_KEYS,
     AuditReport,
@@ -25,10 +26,18 @@ from hlogap.report.model import (
     sort_rows,
     warmup_steps,
 )
+from hlogap.report.steps import op_step_costs, step_rows
 from hlogap.source import ProfileSource, Remote, find_profile, is_url, regular_file
-from hlogap.trace.model import OpKey, Step, merge_steps
+from hlogap.trace.model import Backend, OpKey, Step, merge_steps
 from hlogap.trace.reading import Progress, SkippedHost
-from hlogap.trace.steps import collective_times, module_spans, module_steps, step_totals
+from hlogap.trace.steps import (
+    CollectiveTimes,
+    StepTotals,
+    collective_times,
+    module_spans,
+    module_steps,
+    step_totals,
+)
 from hlogap.trace.summary import (
     RunMerger,
     RunSummary,
@@ -52,9 +61,13 @@ COLLECTIVES_TIMED = 16
 COLLECTIVE_OCCURRENCES = 64
 
 if TYPE_CHECKING:
+    from hlogap.advice.base import Finding
+    from hlogap.bounds.measured import RaisedFigure
     from hlogap.executors.base import HostExecutor
     from hlogap.hlo.index import HloIndex
     from hlogap.hlo.mesh import Mesh
+    from hlogap.memory.static import MemorySection
+    from hlogap.report.hosts import ClockOffsets
     from hlogap.report.model import OpRow
 
 
@@ -97,75 +110,48 @@ def chip_from_trace(run: RunSummary) -> tuple[Chip, ChipSource, str]:
 
 def audit(
     path: str | Path,
-    chip: str | None = None,
-    *,
-    run: str | None = None,
-    host: str | None = None,
-    device: int | None = None,
-    module: str | None = None,
-    hlo_dump: str | Path | None = None,
-    sort: str = "gap",
-    jobs: int | None = None,
-    group_by: str | None = None,
-    depth: int = DEFAULT_DEPTH,
+    options: AuditOptions | None = None,
     progress: Progress | None = None,
-    cross_check: bool = False,
-    skip_bad_hosts: bool = False,
-    cluster: str | None = None,
-    model_flops: float | None = None,
-    timeline: bool = False,
-    what_if: Sequence[str] = (),
-    all_steps: bool = False,
 ) -> AuditReport:
-    """Audit a profile (logdir, run directory or .xplane.pb) and return the report; `progress`
-    hears what is being done (a line at a time). `cluster` (a Dask scheduler address or
-    `local[:N]`) reads and reduces the hosts on a Dask cluster instead of local processes.
-    `model_flops` (the model's FLOPs per step, whole program) gives `summary.mfu`. `timeline`
-    keeps the selected events themselves in `report.timeline` (a timeline export)."""
-    sort_key = next((k for k in SORT_KEYS if k == sort), None)
-    if sort_key is None:
-        raise UsageError(f"unknown sort key '{sort}' (use one of: {', '.join(SORT_KEYS)})")
-    group_key = next((k for k in GROUP_KEYS if k == group_by), None)
-    if group_by is not None and group_key is None:
-        raise UsageError(f"unknown --group-by '{group_by}' (use one of: {', '.join(GROUP_KEYS)})")
-    if depth < 1:
-        raise UsageError(f"--depth must be at least 1, not {depth}")
-    if model_flops is not None and not (model_flops > 0 and math.isfinite(model_flops)):
-        raise UsageError(f"--model-flops must be a positive number, not {model_flops}")
-    selection = Selection(device, module)
-    # xprof's converter counts every event: the rows it is compared with count them too.
-    all_steps = all_steps or cross_check
-    module_pattern(module)  # a bad pattern fails before anything is read
-    dump_dir = Path(hlo_dump) if hlo_dump else None
-    if dump_dir is not None and not dump_dir.is_dir():
-        raise InputError(f"--hlo-dump is not a directory: {dump_dir}")
+    """Audit a profile (logdir, run directory, .xplane.pb or nsys-jax archive) and return the
+    report; `progress` hears what is being done (a line at a time). The options are checked
+    before anything is read; the audit then runs its stages in order: read, chip, steps,
+    frame, cost rows, clocks, memory, advice, step pass, assemble."""
+    options = (options or AuditOptions()).checked()
+    selection = Selection(options.device, options.module)
     # A user's chip is checked before the profile is read: a typo fails at once.
     chosen: tuple[Chip, ChipSource, str] | None = (
-        (load_chip(chip), "user", f"--chip {chip}") if chip else None
+        (load_chip(options.chip), "user", f"--chip {options.chip}") if options.chip else None
     )
-    others = [load_chip(name) for name in what_if]  # a typo fails before reading too
-    source = find_profile(path, run=run, host=host)
+    others = [load_chip(name) for name in options.what_if]  # a typo fails before reading too
+    source = find_profile(path, run=options.run, host=options.host)
     if progress is not None:
         progress(f"reading {len(source.files)} host file(s) of {source.path}")
     from hlogap.executors import open_hosts
 
     with open_hosts(
-        source, cluster=cluster, jobs=jobs, progress=progress, skip_bad_hosts=skip_bad_hosts
+        source,
+        cluster=options.cluster,
+        jobs=options.jobs,
+        progress=progress,
+        skip_bad_hosts=options.skip_bad_hosts,
     ) as hosts:
-        report = _audit_hosts(
-            hosts, selection, source, chosen, dump_dir, progress, timeline, others, all_steps
-        )
+        report = _audit_hosts(hosts, selection, source, chosen, options, others, progress)
+    sort_key = next(k for k in SORT_KEYS if k == options.sort)
     report.ops, report.sort = sort_rows(report.ops, sort_key), sort_key
-    report.model_flops = model_flops
+    report.model_flops = options.model_flops
+    group_key = next((k for k in GROUP_KEYS if k == options.group_by), None)
     if group_key:
         report.group_by = group_key
-        report.groups = group_rows(report.ops, group_key, depth, sort_key, report.exposed_by_axis)
-    if cross_check:
+        report.groups = group_rows(
+            report.ops, group_key, options.depth, sort_key, report.exposed_by_axis
+        )
+    if options.cross_check:
         from hlogap.report.crosscheck import cross_check as run_cross_check
 
         if progress is not None:
             progress("running xprof's converter on a copy of the profile")
-        selected = device is not None or module is not None
+        selected = options.device is not None or options.module is not None
         report.cross_check = run_cross_check(report, selected).to_dict()
     return report
 
@@ -175,27 +161,82 @@ def _audit_hosts(
     selection: Selection,
     source: ProfileSource,
     chosen: tuple[Chip, ChipSource, str] | None,
-    dump_dir: Path | None,
+    options: AuditOptions,
+    what_if: Sequence[Chip],
     progress: Progress | None,
-    timeline: bool = False,
-    what_if: Sequence[Chip] = (),
-    all_steps: bool = False,
 ) -> AuditReport:
-    """Summaries of every host merged in host order, then the ops costed here and the steps
-    summed on the hosts (re-timed with each action's change and each `what_if` chip's
-    bounds)."""
-    # Heavy imports, while forked readers run.
-    from hlogap.advice.actions import changes, findings, point_hints, ranked, step_savings
-    from hlogap.advice.base import Context
-    from hlogap.advice.what_if import ceiling_change
-    from hlogap.advice.what_if import what_if as advise_what_if
-    from hlogap.bounds.measured import raise_to_ops
+    """The audit's stages over the hosts: each host's summary merged in host order, the ops
+    costed here, the steps summed on the hosts (re-timed with each named scenario: an action's
+    change, another chip's bounds, a mesh axis's collectives gone), the report assembled."""
     from hlogap.hlo.index import HloIndex
-    from hlogap.report.analysis import op_costs, op_rows, timed_costs
-    from hlogap.report.hosts import clock_offsets, host_skew
-    from hlogap.report.steps import attribute_waits, op_step_costs, step_rows
-    from hlogap.trace.steps import StepTotals
 
+    run = _read(hosts, selection, source)
+    chip, chip_source, reason = chosen or chip_from_trace(run)
+    if chosen is not None:
+        run.warnings += _other_chip(run, chip)
+    if progress is not None:
+        progress(f"costing {int((run.times.events > 0).sum())} ops against {chip.name}")
+    modules = _modules(hosts, run)
+    steps = _find_steps(hosts, run, selection)
+    framed = _frame(hosts, run, selection, steps, options.all_steps)
+    # One index: the ops' rows and the memory section share each module's decoded HLO.
+    index = HloIndex(modules, Path(options.hlo_dump) if options.hlo_dump else None)
+    rows, chip, raised = _cost_rows(hosts, framed, index, chip, what_if)
+    clocks = _clocks(hosts, selection, framed.run, rows, steps)
+    memory, memory_warnings = _memory(hosts, selection, run, modules, index, chip, steps)
+    scenarios = _scenarios(rows, chip, run.backend, index, memory, what_if)
+    totals = (
+        [
+            host_totals.on_clock(clocks.offsets.of(h))
+            for h, host_totals in enumerate(
+                hosts.each(
+                    step_totals,
+                    selection,
+                    steps.windows,
+                    op_step_costs(rows),
+                    steps.dominant,
+                    list(scenarios.changes.values()),
+                    steps.warmup,
+                )
+            )
+        ]
+        if steps.steps
+        else []
+    )
+    events = (
+        Timeline(
+            run.hosts,
+            hosts.each(host_events, selection),
+            min([run.origin_ps or 0, *(s.start_ps for s in steps.steps)]),
+        )
+        if options.timeline
+        else None
+    )
+    hosts.close()  # the last task is done: the events are freed before the report is built
+    report = AuditReport(
+        steps=step_rows(framed.run, clocks.aligned_steps, totals),
+        path=printable(source.path),
+        run=None if source.run is None else printable(source.run),
+        files=[printable(f) for f in source.files],
+        hosts=source.hosts,
+        backend=run.backend,
+        chip=chip,
+        chip_source=chip_source,
+        chip_reason=reason,
+        devices=framed.run.times.devices,
+        events=int(framed.run.times.events.sum()),
+        ops=rows,
+        warnings=[*run.warnings, *memory_warnings],
+        memory=memory,
+        raised=raised,
+    )
+    report.timeline = events
+    _assemble(report, framed, index, clocks, scenarios, totals, steps.warmup, what_if)
+    return report
+
+
+def _read(hosts: HostExecutor, selection: Selection, source: ProfileSource) -> RunSummary:
+    """Stage read: every host's summary (or why it was skipped) merged in host order."""
     merger = RunMerger()
     skipped: list[SkippedHost] = []
     for summary in hosts.summaries(selection):
@@ -214,17 +255,102 @@ def _audit_hosts(
         )
     if selection.module and not run.times.events.any():  # a typo would pass a CI gate
         raise InputError(_no_module_match(selection.module, {o.key.module for o in run.ops}))
-    the_chip, chip_source, reason = chosen or chip_from_trace(run)
-    if chosen is not None:
-        run.warnings += _other_chip(run, the_chip)
     if selection.device is not None and run.times.devices == 0:
         raise InputError(f"no device {selection.device} in this profile")
-    if progress is not None:
-        progress(f"costing {int((run.times.events > 0).sum())} ops against {the_chip.name}")
-    modules = _modules(hosts, run)
+    return run
+
+
+@dataclass(frozen=True)
+class FoundSteps:
+    """The run's steps on the first host's clock as read (`steps`), and each host's on its
+    own (`host_steps`, the windows the host tasks sum in); the module whose executions are the
+    steps where no annotation gave them (`dominant`); how many lead as warm-up."""
+
+    steps: list[Step]
+    host_steps: list[list[Step]]
+    dominant: str | None
+    warmup: int
+
+    @property
+    def windows(self) -> list[tuple[int, int]]:
+        return [(s.start_ps, s.end_ps) for s in self.steps]
+
+
+def _find_steps(hosts: HostExecutor, run: RunSummary, selection: Selection) -> FoundSteps:
+    """Stage steps: the annotated steps, else each execution of the module that took most
+    device time (never an autotuning candidate's: nsys-jax's measurements)."""
+    steps, host_steps = run.steps, run.host_steps
+    dominant: str | None = None
+    programs = [m for m in run.module_ps if m not in run.autotuning_modules]
+    if not steps and programs:
+        dominant = max(programs, key=lambda m: run.module_ps[m])
+        spans = hosts.each(module_spans, selection, dominant)
+        steps = module_steps([s for on_host in spans for s in on_host.values()])
+        host_steps = [module_steps(list(on_host.values())) for on_host in spans]
+    # The warm-up steps by the summary's rule, from the steps' windows.
+    warmup = warmup_steps([(s.end_ps - s.start_ps) / 1e6 for s in steps])
+    return FoundSteps(steps, host_steps, dominant, warmup)
+
+
+@dataclass(frozen=True)
+class FramedRun:
+    """The run as the op rows count it (`run`: the steady steps' events, or every event),
+    the selection that gives those events, what lay outside the steady steps (ps, [steady,
+    warm-up, autotuning, other]; None without steps) and each module's op time over every
+    event (ps)."""
+
+    run: RunSummary
+    selection: Selection
+    outside: np.ndarray | None
+    module_ps: dict[tuple[str, str], float]
+
+    @property
+    def steady_only(self) -> bool:
+        return self.selection.frame is not None
+
+
+def _frame(
+    hosts: HostExecutor,
+    run: RunSummary,
+    selection: Selection,
+    steps: FoundSteps,
+    all_steps: bool,
+) -> FramedRun:
+    """Stage frame: the op rows in the steady steps' frame (warm-up, autotuning and other
+    work outside the steps set apart), unless every step is asked for or nothing lies
+    outside them: then the run as read."""
+    frame = _step_frame(run, steps.steps, steps.host_steps, steps.warmup)
+    outside = (
+        np.sum(hosts.each(outside_steps, dataclasses.replace(selection, frame=frame)), axis=0)
+        if frame is not None
+        else None
+    )
+    # The mesh of a module that ran only outside the steady steps (a jit__psum before them)
+    # is still the program's.
+    module_ps: dict[tuple[str, str], float] = {}
+    for info, ps in zip(run.ops, run.times.measured_ps.tolist(), strict=True):
+        key = (info.key.module, info.key.program_id)
+        module_ps[key] = module_ps.get(key, 0.0) + ps
+    if outside is None or not outside[0] > 0 or all_steps or not outside[1:].any():
+        return FramedRun(run, selection, outside, module_ps)
+    framed = dataclasses.replace(selection, frame=frame)
+    steady = merge_summaries(hosts.each(summarize_framed, framed))
+    steady.warnings = run.warnings
+    return FramedRun(steady, framed, outside, module_ps)
+
+
+def _cost_rows(
+    hosts: HostExecutor, framed: FramedRun, index: HloIndex, chip: Chip, what_if: Sequence[Chip]
+) -> tuple[list[OpRow], Chip, list[RaisedFigure]]:
+    """Stage cost rows: each op that ran costed once, a calibrated chip raised to what the
+    ops reached, and the ops' rows bounded on the chip (and each `what_if` chip)."""
+    from hlogap.bounds.measured import raise_to_ops
+    from hlogap.report.analysis import op_costs, op_rows, timed_costs
+
+    run = framed.run
 
     def pairs_on_hosts(pairs: list[tuple[OpKey, OpKey]]) -> list[AsyncPairs]:
-        per_host = hosts.each(transfer_pairs, rows_selection, pairs)
+        per_host = hosts.each(transfer_pairs, framed.selection, pairs)
         return [
             AsyncPairs(
                 *(
@@ -242,72 +368,70 @@ def _audit_hosts(
             for k in range(len(pairs))
         ]
 
-    # Steps on the hosts' own clocks (the windows the host tasks sum in), and the same steps
-    # on the first host's clock (what the report says), each host moved by its clock offset.
-    steps = run.steps
-    host_steps = run.host_steps
-    dominant: str | None = None
-    # The program's module, never an autotuning candidate's (nsys-jax's measurements).
-    programs = [m for m in run.module_ps if m not in run.autotuning_modules]
-    if not steps and programs:
-        dominant = max(programs, key=lambda m: run.module_ps[m])
-        spans = hosts.each(module_spans, selection, dominant)
-        steps = module_steps([s for on_host in spans for s in on_host.values()])
-        host_steps = [module_steps(list(on_host.values())) for on_host in spans]
-    windows = [(s.start_ps, s.end_ps) for s in steps]
-    # The ops' idle counts the steady steps, as the summary does: the warm-up steps by the
-    # same rule, from the steps' windows.
-    waits_from = warmup_steps([(end - start) / 1e6 for start, end in windows])
-    # The op rows in the steady steps' frame (warm-up, autotuning and other work outside the
-    # steps set apart), unless every step is asked for: `rows_selection` and the run's op
-    # totals from here on count only the steady steps' events.
-    frame = _step_frame(run, steps, host_steps, waits_from)
-    outside = (
-        np.sum(hosts.each(outside_steps, dataclasses.replace(selection, frame=frame)), axis=0)
-        if frame is not None
-        else None
-    )
-    # Each module's op time over every event: the mesh of a module that ran only outside the
-    # steady steps (a jit__psum before them) is still the program's.
-    module_time: dict[tuple[str, str], float] = {}
-    for info, ps in zip(run.ops, run.times.measured_ps.tolist(), strict=True):
-        key = (info.key.module, info.key.program_id)
-        module_time[key] = module_time.get(key, 0.0) + ps
-    rows_selection = selection
-    if outside is not None and outside[0] > 0 and not all_steps and outside[1:].any():
-        rows_selection = dataclasses.replace(selection, frame=frame)
-        steady = merge_summaries(hosts.each(summarize_framed, rows_selection))
-        steady.warnings = run.warnings
-        run = steady
-    # One index: the ops' rows and the memory section share each module's decoded HLO.
-    index = HloIndex(modules, dump_dir)
-    costed = op_costs(run, index, the_chip)
+    costed = op_costs(run, index, chip)
     # A calibrated chip's figures are what the machine reached once: an op that ran faster
     # measured it better (a calibration taken while the machine was busy reads low).
-    the_chip, raised = raise_to_ops(the_chip, timed_costs(run, costed))
-    rows = op_rows(run, index, the_chip, costed, pairs_on_hosts, what_if)
-    ran = {(o.key.module, o.key.program_id) for o, n in zip(run.ops, run.times.events) if n > 0}
+    chip, raised = raise_to_ops(chip, timed_costs(run, costed))
+    return op_rows(run, index, chip, costed, pairs_on_hosts, what_if), chip, raised
+
+
+@dataclass(frozen=True)
+class Clocks:
+    """The hosts' clock offsets (judged on the busiest collectives' first occurrences, whose
+    starts and ends `arrivals` holds per host) and the steps laid on the first host's clock."""
+
+    offsets: ClockOffsets
+    collectives: list[OpKey]
+    arrivals: list[CollectiveTimes]
+    aligned_steps: list[Step]
+
+
+def _clocks(
+    hosts: HostExecutor,
+    selection: Selection,
+    run: RunSummary,
+    rows: list[OpRow],
+    steps: FoundSteps,
+) -> Clocks:
+    """Stage clocks: each host's offset from the first, and the steps on one clock."""
+    from hlogap.report.hosts import clock_offsets
+
     collectives = _busiest_collectives(rows) if len(run.hosts) > 1 else []
     arrivals = (
         hosts.each(collective_times, selection, collectives, COLLECTIVE_OCCURRENCES)
         if collectives
         else []
     )
-    clocks = clock_offsets(arrivals, [{s.number: s.start_ps for s in h} for h in host_steps])
-    aligned_steps = (
+    offsets = clock_offsets(arrivals, [{s.number: s.start_ps for s in h} for h in steps.host_steps])
+    aligned = (
         merge_steps(
             [
-                Step(s.number, s.source, s.start_ps - clocks.of(h), s.end_ps - clocks.of(h))
-                for h, on_host in enumerate(host_steps)
+                Step(s.number, s.source, s.start_ps - offsets.of(h), s.end_ps - offsets.of(h))
+                for h, on_host in enumerate(steps.host_steps)
                 for s in on_host
             ]
         )
-        if any(clocks.offset_ps)
-        else steps
+        if any(offsets.offset_ps)
+        else steps.steps
     )
-    numbered = [(s.number, s.start_ps, s.end_ps) for s in steps]
+    return Clocks(offsets, collectives, arrivals, aligned)
+
+
+def _memory(
+    hosts: HostExecutor,
+    selection: Selection,
+    run: RunSummary,
+    modules: dict[tuple[str, str], bytes],
+    index: HloIndex,
+    chip: Chip,
+    steps: FoundSteps,
+) -> tuple[MemorySection | None, list[str]]:
+    """Stage memory: each module that ran (in any step or none), its buffers against the
+    device's memory, and the allocators' peaks at run time."""
+    ran = {(o.key.module, o.key.program_id) for o, n in zip(run.ops, run.times.events) if n > 0}
+    numbered = [(s.number, s.start_ps, s.end_ps) for s in steps.steps]
     # Allocator times count from where the steps' `start_us` count: the first op or step.
-    origin_ps = min([run.origin_ps or 0, *(s.start_ps for s in steps)])
+    origin_ps = min([run.origin_ps or 0, *(s.start_ps for s in steps.steps)])
     allocators = [
         on_run(peak, host, offset)
         for peaks, host, offset in zip(
@@ -321,111 +445,120 @@ def _audit_hosts(
     # The device's own memory where the trace says it (an H100 SXM reports 79.6 GiB, not the
     # data sheet's 80 GB), else the chip's.
     on_device = _device_memory(run)
-    memory, memory_warnings = memory_section(
-        modules, ran, on_device or the_chip.hbm_bytes, index, allocators
-    )
+    memory, warnings = memory_section(modules, ran, on_device or chip.hbm_bytes, index, allocators)
     if on_device and memory is not None and memory.capacity_source == "chip":
         memory = dataclasses.replace(memory, capacity_source="device")
-    # What to change: each action's ops shortened, and each other chip's bounds, re-time the
-    # steps in the same pass over the events as the step totals.
-    found = findings(Context(rows, the_chip, run.backend, index, memory))
-    ceilings = [ceiling_change(rows, c.name) for c in what_if]
+    return memory, warnings
+
+
+@dataclass(frozen=True)
+class Scenarios:
+    """What the step pass re-times, by name: each action's change (`action N`), each other
+    chip's bounds (`what-if CHIP`), each mesh axis's collectives gone (`axis NAME`): the
+    fraction of its time each op would take. `found` are the actions' findings, in order."""
+
+    found: list[Finding]
+    changes: dict[str, Mapping[OpKey, float]]
+
+    ACTION, WHAT_IF, AXIS = "action ", "what-if ", "axis "
+
+
+def _scenarios(
+    rows: list[OpRow],
+    chip: Chip,
+    backend: Backend,
+    index: HloIndex,
+    memory: MemorySection | None,
+    what_if: Sequence[Chip],
+) -> Scenarios:
+    """Stage advice: the causes' findings and the changes the step pass re-times."""
+    from hlogap.advice.actions import changes, findings
+    from hlogap.advice.base import Context
+    from hlogap.advice.what_if import ceiling_change
+
+    found = findings(Context(rows, chip, backend, index, memory))
+    named: dict[str, Mapping[OpKey, float]] = {
+        f"{Scenarios.ACTION}{k}": change for k, change in enumerate(changes(found), 1)
+    }
+    for other in what_if:
+        ceiling = ceiling_change(rows, other.name)
+        if ceiling is not None:
+            named[f"{Scenarios.WHAT_IF}{other.name}"] = ceiling
     # Each mesh axis's collectives shrunk to nothing: what that saves is the time they ran
     # alone (exposed), per device and step.
-    by_axis = axis_groups(rows)
-    alone = [dict.fromkeys(keys, 0.0) for keys in by_axis.values()]
-    changed = [*changes(found), *(c for c in ceilings if c is not None), *alone]
-    totals = [
-        host_totals.on_clock(clocks.of(h))
-        for h, host_totals in enumerate(
-            hosts.each(
-                step_totals,
-                selection,
-                windows,
-                op_step_costs(rows),
-                dominant,
-                changed,
-                waits_from,
-            )
-            if steps
-            else []
+    for axis, keys in axis_groups(rows).items():
+        named[f"{Scenarios.AXIS}{axis}"] = dict.fromkeys(keys, 0.0)
+    return Scenarios(found, named)
+
+
+def _assemble(
+    report: AuditReport,
+    framed: FramedRun,
+    index: HloIndex,
+    clocks: Clocks,
+    scenarios: Scenarios,
+    totals: list[StepTotals],
+    warmup: int,
+    what_if: Sequence[Chip],
+) -> None:
+    """Stage assemble: the frame's figures, the hosts, the mesh, the actions and the what-ifs,
+    each scenario's saving read by its name."""
+    from hlogap.advice.actions import findings, point_hints, ranked, step_savings
+    from hlogap.advice.base import Context
+    from hlogap.advice.what_if import what_if as advise_what_if
+    from hlogap.report.hosts import host_skew
+    from hlogap.report.steps import attribute_waits
+
+    rows, steps, chip = report.ops, report.steps, report.chip
+    assert chip is not None, "an audited profile always has a chip"
+    if framed.outside is not None:
+        in_steps, everything = int(framed.outside[:2].sum()), int(framed.outside.sum())
+        report.steps_cover_fraction = in_steps / everything if everything else None
+        report.outside_steps = OutsideSteps(*(float(ps) / 1e6 for ps in framed.outside[1:]))
+        report.ops_frame = "steady steps" if framed.steady_only else "all"
+    report.host_skew = (
+        host_skew(
+            framed.run, rows, steps, totals, clocks.offsets, clocks.collectives, clocks.arrivals
         )
-    ]
-    events = (
-        Timeline(
-            run.hosts,
-            hosts.each(host_events, selection),
-            min([run.origin_ps or 0, *(s.start_ps for s in steps)]),
-        )
-        if timeline
-        else None
+        or None
     )
-    hosts.close()  # the last task is done: the events are freed before the report is built
-    step_table = step_rows(run, aligned_steps, totals)
     stacked = StepTotals.stacked(totals) if totals else None
+    names = list(scenarios.changes)
+    # Wall time each scenario saves, per step (an axis's: its device time, below).
+    saved: dict[str, np.ndarray] = {}
     if stacked is not None:
         attribute_waits(rows, stacked.waits)
-    # Wall time saved for the actions and the other chips (the axes' changes give device time).
-    saved = step_savings(stacked, len(changed) - len(alone)) if stacked is not None else None
-    saved_by_ceiling = iter([] if saved is None else saved[len(found) :])
-    report = AuditReport(
-        steps=step_table,
-        path=printable(source.path),
-        run=None if source.run is None else printable(source.run),
-        files=[printable(f) for f in source.files],
-        hosts=source.hosts,
-        backend=run.backend,
-        chip=the_chip,
-        chip_source=chip_source,
-        chip_reason=reason,
-        devices=run.times.devices,
-        events=int(run.times.events.sum()),
-        ops=rows,
-        warnings=[*run.warnings, *memory_warnings],
-        memory=memory,
-        raised=raised,
-    )
-    if outside is not None:
-        in_steps, everything = int(outside[:2].sum()), int(outside.sum())
-        report.steps_cover_fraction = in_steps / everything if everything else None
-        report.outside_steps = OutsideSteps(*(float(ps) / 1e6 for ps in outside[1:]))
-        report.ops_frame = "steady steps" if rows_selection.frame is not None else "all"
-    report.host_skew = (
-        host_skew(run, rows, step_table, totals, clocks, collectives, arrivals) or None
-    )
-    report.timeline = events
-    if stacked is not None:
-        first = len(changed) - len(alone)
-        exposed = stacked.change_saving_ps[first:].sum(axis=(1, 2)) / 1e6
-        report.exposed_by_axis = dict(zip(by_axis, exposed.tolist(), strict=True))
-    report.mesh = _busiest_mesh(rows, index, module_time)
+        saved = dict(zip(names, step_savings(stacked, len(names)), strict=True))
+        axes = [n for n in names if n.startswith(Scenarios.AXIS)]
+        exposed = [float(stacked.change_saving_ps[names.index(n)].sum()) / 1e6 for n in axes]
+        report.exposed_by_axis = {
+            n.removeprefix(Scenarios.AXIS): us for n, us in zip(axes, exposed, strict=True)
+        }
+    report.mesh = _busiest_mesh(rows, index, framed.module_ps)
     if report.beats_bounds:
         report.warnings.append(
-            f"the ops took less time in all than their bounds on {the_chip.name} (efficiency "
+            f"the ops took less time in all than their bounds on {chip.name} (efficiency "
             f"{report.bound_us / report.measured_us:.0%}): its figures are too low for this "
             "profile; no speedup is claimed"
             if report.measured_us > 0
             else "the ops took no time in all (every event of 0 duration): no speedup is claimed"
         )
     # Causes that read the step pass (the ops' idle before them) claim no re-timed saving.
-    waited = findings(
-        Context(rows, the_chip, run.backend, index, memory, step_table[waits_from:]), True
-    )
+    context = Context(rows, chip, report.backend, index, report.memory, steps[warmup:])
+    found = scenarios.found
+    actions = [f"{Scenarios.ACTION}{k}" for k in range(1, len(found) + 1)]
     report.actions = ranked(
         found,
-        None if saved is None else saved[: len(found)],
-        step_table,
-        waited,
-        steady_only=rows_selection.frame is not None,
+        np.array([saved[n] for n in actions]).reshape(len(actions), len(steps)) if saved else None,
+        steps,
+        findings(context, True),
+        steady_only=framed.steady_only,
     )
     point_hints(rows, report.actions)
     report.what_if = [
-        advise_what_if(
-            rows, chip.name, step_table, next(saved_by_ceiling) if ceiling is not None else None
-        )
-        for chip, ceiling in zip(what_if, ceilings, strict=True)
+        advise_what_if(rows, other.name, steps, saved.get(f"{Scenarios.WHAT_IF}{other.name}"))
+        for other in what_if
     ] or None
-    return report
 
 
 def _step_frame(
@@ -582,9 +715,8 @@ def load_report(
         if not local.is_dir():
             regular_file(local, role)
     if not is_json_report(path):
-        return audit(
-            path, chip, run=run, host=host, device=device, module=module, progress=progress
-        )
+        options = AuditOptions(chip=chip, run=run, host=host, device=device, module=module)
+        return audit(path, options, progress)
     module_re = module_pattern(module)
     report = load_json(path, role)
     if whole:  # before --module's filter, which forgets what the summary counted

@@ -15,6 +15,7 @@ import pytest
 from hlogap import audit, load_report
 from hlogap.chips import load_chip
 from hlogap.hlo.text import parse_module
+from hlogap.options import AuditOptions
 from hlogap.report.model import IDLE_PLACES, AuditReport, OpRow
 from tests.conftest import AMD_FILES, FIXTURES, SHARED, step_row
 
@@ -55,7 +56,7 @@ def _hlo(module: str) -> dict[str, object]:
 
 
 def test_a_skinny_matmul_is_below_the_ridge(tmp_path: Path) -> None:
-    report = audit(FLAWS, str(_chip(tmp_path, PEAK)))
+    report = audit(FLAWS, AuditOptions(chip=str(_chip(tmp_path, PEAK))))
     row = _row(report, "jit_skinny_matmul", "ynn_fusion")
     assert _action_of(report, row) == "below the ridge"
     # From the HLO: x f32[8,1024] x w f32[1024,1024]: 8 rows per weight read; the ridge
@@ -78,7 +79,7 @@ def test_a_skinny_matmul_is_below_the_ridge(tmp_path: Path) -> None:
 
 def test_an_f32_matmul_could_be_bf16(tmp_path: Path) -> None:
     bf16 = 4 * PEAK
-    report = audit(FLAWS, str(_chip(tmp_path, bf16)))
+    report = audit(FLAWS, AuditOptions(chip=str(_chip(tmp_path, bf16))))
     row = _row(report, "jit_f32_matmul", "ynn_fusion")
     assert row.dtype == "f32" and _action_of(report, row) == "dtype"
     action = next(
@@ -94,7 +95,7 @@ def test_an_f32_matmul_could_be_bf16(tmp_path: Path) -> None:
 
 
 def test_a_transpose_between_two_matmuls_names_both(tmp_path: Path) -> None:
-    report = audit(FLAWS, str(_chip(tmp_path, PEAK)))
+    report = audit(FLAWS, AuditOptions(chip=str(_chip(tmp_path, PEAK))))
     row = _row(report, "jit_transpose_between", "copy_bitcast_fusion")
     assert _action_of(report, row) == "layout copy"
     # The producer and the consumer, from the HLO: the fusion's operand and its user.
@@ -109,7 +110,7 @@ def test_a_transpose_between_two_matmuls_names_both(tmp_path: Path) -> None:
 
 
 def test_thousands_of_tiny_ops_are_launch_bound(tmp_path: Path) -> None:
-    report = audit(FLAWS, str(_chip(tmp_path, PEAK)))
+    report = audit(FLAWS, AuditOptions(chip=str(_chip(tmp_path, PEAK))))
     action = next(a for a in report.actions or [] if a.cause == "launch-bound")
     names = {o.name for o in action.ops}
     assert {"wrapped_add", "wrapped_compare"} <= names  # the loop's counter and its test
@@ -163,7 +164,7 @@ def _savings_hold(report: AuditReport) -> None:
 
 def test_cpu_fixtures_savings_hold(tmp_path: Path) -> None:
     for program in ("flaws", "mlp_train", "fori", "sharded_train", "attention"):
-        _savings_hold(audit(FIXTURES / program, str(_chip(tmp_path, 4 * PEAK))))
+        _savings_hold(audit(FIXTURES / program, AuditOptions(chip=str(_chip(tmp_path, 4 * PEAK)))))
 
 
 def test_real_profiles_actions() -> None:
@@ -199,7 +200,7 @@ def test_what_if_another_chip(tmp_path: Path) -> None:
     path = AMD_FILES["mi300x"]
     if not path.is_file():
         pytest.skip(f"{path} absent (../shared not beside the project)")
-    report = audit(path, what_if=["h100-sxm"])
+    report = audit(path, AuditOptions(what_if=["h100-sxm"]))
     (w,) = report.what_if or []
     here, there = load_chip("mi300x"), load_chip("h100-sxm")
     # Every op of this profile is memory-bound on both chips: at the other chip's roof each
@@ -229,7 +230,7 @@ def test_what_if_another_chip(tmp_path: Path) -> None:
 
 def test_actions_are_printed_and_read_back(tmp_path: Path) -> None:
     chip = _chip(tmp_path, PEAK)
-    report = audit(FLAWS, str(chip))
+    report = audit(FLAWS, AuditOptions(chip=str(chip)))
     saved = tmp_path / "r.json"
     saved.write_text(json.dumps(report.to_dict(0)))
     loaded = load_report(saved)
@@ -308,7 +309,7 @@ def test_a_slow_scatter_asks_for_the_flags_its_hlo_lacks(tmp_path: Path) -> None
     """gather_scatter's scatter-add (128 random rows into a 1024-row table) runs far under its
     memory roof; the action names the flags its scatter instruction does not set."""
     fixture = FIXTURES / "gather_scatter"
-    report = audit(fixture, str(_chip(tmp_path, PEAK)))
+    report = audit(fixture, AuditOptions(chip=str(_chip(tmp_path, PEAK))))
     row = _row(report, "jit_gather_scatter", "wrapped_scatter")
     assert row.efficiency is not None and row.efficiency < 0.25
     assert _action_of(report, row) == "slow scatter"

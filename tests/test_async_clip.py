@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from hlogap import audit
+from hlogap.options import AuditOptions
 from hlogap.proto import xplane_pb2
 
 US = 1_000_000  # ps
@@ -80,7 +81,7 @@ def test_a_late_completion_is_cut_at_the_next_execution(
 ) -> None:
     path = tmp_path / "vm.xplane.pb"
     _write(path, marker_at_us=50)
-    report = audit(path, str(cpu_chip_file))
+    report = audit(path, AuditOptions(chip=str(cpu_chip_file)))
     (dot,) = (r for r in report.ops if r.name == "dot.1")
     # Execution 1's dot runs until execution 2 starts (10 us), not to its marker (50.5 us);
     # execution 2's dot until its own marker (22.5 us): 10 + 2.5 us.
@@ -94,7 +95,7 @@ def test_a_late_completion_is_cut_at_the_next_execution(
 def test_a_completion_inside_its_execution_is_kept(tmp_path: Path, cpu_chip_file: Path) -> None:
     path = tmp_path / "vm.xplane.pb"
     _write(path, marker_at_us=5)
-    report = audit(path, str(cpu_chip_file))
+    report = audit(path, AuditOptions(chip=str(cpu_chip_file)))
     (dot,) = (r for r in report.ops if r.name == "dot.1")
     assert dot.measured_us == pytest.approx(5.5 + 2.5)
     assert not any("cut at that start" in w for w in report.warnings)

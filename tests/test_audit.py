@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import hlogap as api
+from hlogap.options import AuditOptions
 from hlogap.render.base import RenderOptions, render
 from tests.conftest import FIXTURES, SAMPLE, SHARED, cpu_fixtures
 from tests.test_timing import _events_by_op
@@ -50,7 +51,9 @@ def _tree(path: Path) -> dict[str, tuple[int, int]]:
 
 
 def test_amd_report_is_the_device_events(amd_file: Path) -> None:
-    report = api.audit(amd_file, all_steps=True)  # every event, as the oracle counts them
+    report = api.audit(
+        amd_file, AuditOptions(all_steps=True)
+    )  # every event, as the oracle counts them
     expected = _events_by_op(amd_file, "/device:GPU:")
     got = {(r.module, r.name): r for r in report.ops}
     assert set(got) == set(expected)
@@ -80,7 +83,7 @@ def test_amd_chip_is_detected_and_no_op_beats_the_roof(amd_file: Path) -> None:
 def test_cpu_report_is_the_thunk_events(program: str, cpu_chip_file: Path) -> None:
     logdir = FIXTURES / program
     # Every event, as the oracle counts them (the steady frame: tests/test_launched_steps.py).
-    report = api.audit(logdir, chip=str(cpu_chip_file), all_steps=True)
+    report = api.audit(logdir, AuditOptions(chip=str(cpu_chip_file), all_steps=True))
     files = sorted(logdir.rglob("*.xplane.pb"))
     expected = _events_by_op(files[-1], "/host:CPU")
     got = {(r.module, r.name): r for r in report.ops}
@@ -140,7 +143,7 @@ def test_other_formats_name_the_top_op(amd_file: Path, fmt: str) -> None:
 
 
 def test_sample_profile_audits(cpu_chip_file: Path) -> None:
-    report = api.audit(SAMPLE, chip=str(cpu_chip_file))
+    report = api.audit(SAMPLE, AuditOptions(chip=str(cpu_chip_file)))
     assert report.ops and report.backend == "cpu"
     assert report.modeled_fraction is not None and report.modeled_fraction > 0.5
 
@@ -158,10 +161,10 @@ def test_hlo_dump_stands_in_for_a_missing_hlo_proto(tmp_path: Path, cpu_chip_fil
     stripped = tmp_path / "vm.xplane.pb"
     stripped.write_bytes(space.SerializeToString())
     chip = str(cpu_chip_file)
-    without = api.audit(stripped, chip=chip)
+    without = api.audit(stripped, AuditOptions(chip=chip))
     assert all(r.bound_by == "unmodeled" for r in without.ops)
-    dumped = api.audit(stripped, chip=chip, hlo_dump=FIXTURES / "mlp" / "dump")
-    reference = {r.name: r for r in api.audit(original, chip=chip).ops}
+    dumped = api.audit(stripped, AuditOptions(chip=chip, hlo_dump=FIXTURES / "mlp" / "dump"))
+    reference = {r.name: r for r in api.audit(original, AuditOptions(chip=chip)).ops}
     assert {r.name for r in dumped.ops} == set(reference)
     for row in dumped.ops:
         assert row.bound_by != "unmodeled", row.name
@@ -172,7 +175,8 @@ def test_hlo_dump_stands_in_for_a_missing_hlo_proto(tmp_path: Path, cpu_chip_fil
 def test_python_api_is_hlogap_audit_and_import_is_light() -> None:
     code = (
         "import sys, hlogap; assert 'numpy' not in sys.modules; "
-        f"r = hlogap.audit({str(next(FIXTURES.glob('mlp')))!r}, chip='h100-sxm'); "
+        f"r = hlogap.audit({str(next(FIXTURES.glob('mlp')))!r}, "
+        "hlogap.AuditOptions(chip='h100-sxm')); "
         "print(r.ops[0].name, r.backend)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -202,7 +206,7 @@ def test_cross_check_agrees_with_xprof_or_says_why(profile: str, tmp_path: Path)
     copy = tmp_path / "profile" / source.name
     copy.parent.mkdir()
     shutil.copy(source, copy)
-    report = api.audit(copy, cross_check=True)
+    report = api.audit(copy, AuditOptions(cross_check=True))
     check = report.cross_check
     assert check is not None and str(check["tool"]).startswith("xprof")
     rows = check["rows"]
@@ -239,7 +243,7 @@ def test_the_slow_host_is_named(tmp_path: Path, cpu_chip_file: Path) -> None:
                     for event in line.events:
                         event.duration_ps = event.duration_ps * 3 // 2
         (run_dir / f"host{h:02d}.xplane.pb").write_bytes(space.SerializeToString())
-    report = api.audit(tmp_path / "tb", str(cpu_chip_file), jobs=1)
+    report = api.audit(tmp_path / "tb", AuditOptions(chip=str(cpu_chip_file), jobs=1))
     skew = report.host_skew
     assert skew is not None and skew["slowest_host"] == "host02"
     # Events 1.5x as long; self time also counts async ops until their `end:` markers, whose
@@ -263,9 +267,11 @@ def test_skip_bad_hosts_audits_the_rest_and_names_the_bad_one(
     from hlogap.errors import InputError
 
     with pytest.raises(InputError, match="host02"):
-        api.audit(tmp_path / "tb", str(cpu_chip_file), jobs=2)
-    report = api.audit(tmp_path / "tb", str(cpu_chip_file), jobs=2, skip_bad_hosts=True)
-    one = api.audit(run_dir / "host00.xplane.pb", str(cpu_chip_file))
+        api.audit(tmp_path / "tb", AuditOptions(chip=str(cpu_chip_file), jobs=2))
+    report = api.audit(
+        tmp_path / "tb", AuditOptions(chip=str(cpu_chip_file), jobs=2, skip_bad_hosts=True)
+    )
+    one = api.audit(run_dir / "host00.xplane.pb", AuditOptions(chip=str(cpu_chip_file)))
     assert report.devices == 3 and report.measured_us == pytest.approx(3 * one.measured_us)
     assert [w for w in report.warnings if w.startswith("skipped host host02:")]
     assert "warning: skipped host host02" in render(report, "table", RenderOptions(top=1))

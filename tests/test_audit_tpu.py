@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from hlogap import audit
+from hlogap.options import AuditOptions
 from tests import tpu_trace as tt
 from tests.conftest import SHARED
 
@@ -30,7 +31,7 @@ def v5p(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tt.Written]:
 
 def test_v5p_chip_ops_and_times(v5p: tuple[Path, tt.Written]) -> None:
     path, written = v5p
-    report = audit(path, all_steps=True)  # every event written
+    report = audit(path, AuditOptions(all_steps=True))  # every event written
     assert report.chip.name == "tpu-v5p" and report.chip_source == "detected"
     got = {(r.program_id, r.name): r for r in report.ops}
     assert set(got) == set(written.ops)
@@ -52,7 +53,7 @@ def test_v5p_no_op_beats_the_roof(v5p: tuple[Path, tt.Written]) -> None:
 def test_small_trace_audits_without_shared_data(tmp_path: Path) -> None:
     path = tmp_path / "small.xplane.pb"
     written = tt.write_tpu_trace(path, tt.small_spec())
-    report = audit(path, chip="tpu-v6e", all_steps=True)  # every event written
+    report = audit(path, AuditOptions(chip="tpu-v6e", all_steps=True))  # every event written
     assert {(r.program_id, r.name) for r in report.ops} == set(written.ops)
     assert report.measured_us == pytest.approx(sum(t.self_ps for t in written.ops.values()) / 1e6)
 

@@ -11,6 +11,7 @@ import pytest
 from hlogap.chips import calibrate as cal
 from hlogap.chips import load_chip
 from hlogap.errors import UsageError
+from hlogap.options import AuditOptions
 from hlogap.report.model import load_json
 
 # A small square: the rate is XLA's at a size the test can afford (2 shared cores).
@@ -125,7 +126,7 @@ def test_cache_resident_ops_stay_under_their_roof(tmp_path: Path) -> None:
     path = tmp_path / "cpu.toml"
     path.write_text(cal.chip_text(result))
     for program, op in CACHE_RESIDENT.items():
-        report = audit(FIXTURES / program, str(path))
+        report = audit(FIXTURES / program, AuditOptions(chip=str(path)))
         (row,) = (r for r in report.ops if r.name == op)
         assert row.bound_by == "memory" and row.bytes < sizes[0] * 4
         assert 0 < (row.efficiency or 0) <= 1.0, (program, op, row.efficiency)
@@ -168,7 +169,7 @@ def test_no_committed_cpu_fixture_op_beats_a_fresh_calibration(tmp_path: Path) -
     result = cal.measure(rounds=3)
     path = tmp_path / "cpu.toml"
     path.write_text(cal.chip_text(result))
-    reports = [audit(program, str(path)) for program in cpu_fixtures()]
+    reports = [audit(program, AuditOptions(chip=str(path))) for program in cpu_fixtures()]
     over = [
         (report.path, row.name, row.efficiency)
         for report in reports
@@ -196,7 +197,7 @@ def test_a_busy_calibration_is_raised_to_the_ops_rates(tmp_path: Path) -> None:
     path.write_text(cal.chip_text(BUSY))
     raised_any = False
     for program in cpu_fixtures():
-        report = audit(program, str(path))
+        report = audit(program, AuditOptions(chip=str(path)))
         assert [(o.name, o.efficiency) for o in report.ops if (o.efficiency or 0) > 1.0] == []
         assert report.chip is not None
         for r in report.raised:
@@ -227,7 +228,7 @@ def test_a_data_sheet_is_never_raised(tmp_path: Path) -> None:
     text = cal.chip_text(BUSY)
     path = tmp_path / "sheet.toml"
     path.write_text(text[: text.index("[calibration]")] + text[text.index("[sources]") :])
-    report = audit(FIXTURES / "mlp", str(path))
+    report = audit(FIXTURES / "mlp", AuditOptions(chip=str(path)))
     assert report.raised == []
     fast = [o for o in report.ops if (o.efficiency or 0) > 1.0]
     assert fast and all(o.hints[0].startswith(FASTER_THAN_ROOF) for o in fast)
@@ -242,7 +243,10 @@ def test_a_diff_of_two_raised_sides_says_why_the_chips_differ(tmp_path: Path) ->
 
     path = tmp_path / "cpu.toml"
     path.write_text(cal.chip_text(BUSY))
-    base, new = audit(FIXTURES / "mlp", str(path)), audit(FIXTURES / "mlp_rerun", str(path))
+    base, new = (
+        audit(FIXTURES / "mlp", AuditOptions(chip=str(path))),
+        audit(FIXTURES / "mlp_rerun", AuditOptions(chip=str(path))),
+    )
     assert base.raised and new.raised
     assert base.chip is not None and new.chip is not None
     if base.chip.peak_flops == new.chip.peak_flops and base.chip.hbm_bw == new.chip.hbm_bw:

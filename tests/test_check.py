@@ -18,6 +18,7 @@ import pytest
 
 from hlogap import audit
 from hlogap.errors import UsageError
+from hlogap.options import AuditOptions
 from hlogap.report.compare import compare
 from hlogap.report.gate import Thresholds, resolve_thresholds, run_check
 from hlogap.report.model import AuditReport, OpRow
@@ -35,7 +36,7 @@ def _gated(report: dict) -> set[str]:
 
 @pytest.fixture
 def mlp_report(cpu_chip_file: Path) -> dict[str, Any]:
-    return audit(MLP, str(cpu_chip_file)).to_dict(0)
+    return audit(MLP, AuditOptions(chip=str(cpu_chip_file))).to_dict(0)
 
 
 def _save(tmp_path: Path, report: dict[str, Any], name: str = "baseline.json") -> Path:
@@ -147,11 +148,15 @@ def test_baseline_that_is_not_utf8_exits_3(cpu_chip_file: Path, tmp_path: Path) 
 def test_longer_baseline_run_is_scaled_per_step(
     mlp_report: dict, cpu_chip_file: Path, tmp_path: Path
 ) -> None:
-    # The baseline profiled twice the steps at the same speed: no regression.
-    baseline = _save(tmp_path, _scaled(mlp_report, occurrences=2))
-    out = _gate(baseline, cpu_chip_file, cwd=tmp_path)
+    # The baseline profiled twice the steps at the same speed: no regression. Without steps in
+    # the baseline (a version-1 report) the totals are scaled by the run-length ratio.
+    longer = _scaled(mlp_report, occurrences=2)
+    longer["schema"] = "hlogap.audit/1"
+    del longer["steps"]
+    out = _gate(_save(tmp_path, longer), cpu_chip_file, cwd=tmp_path)
     assert out.returncode == 0, out.stdout
     assert "x0.5 run length" in out.stdout
+    assert "no steps in BASE: no noise estimate, the fixed limits decide" in out.stdout
 
 
 def test_small_slowdowns_pass_within_the_thresholds(
@@ -217,8 +222,14 @@ def test_json_output_is_pure_json(mlp_report: dict, cpu_chip_file: Path, tmp_pat
     assert {c["name"]: c["failed"] for c in doc["checks"]} == {
         "measured": True,
         "gap": True,
+        "work": False,  # the bound per step did not move
         "ops": True,
     }
+    # One run on both sides (its own report, edited): no noise, each interval the change itself.
+    for c in doc["checks"]:
+        assert c["verdict"] == ("fail" if c["failed"] else "pass")
+        if c["name"] in ("measured", "gap", "work"):
+            assert c["interval"] == [c["value"], c["value"]]
     assert {r["name"] for r in doc["regressed_ops"]} == _gated(mlp_report)
     assert doc["diff"]["schema"] == "hlogap.diff/1"
     assert doc["thresholds"]["max_regression"] == 5.0
@@ -347,9 +358,11 @@ def test_step_time_gate(mlp_report: dict, cpu_chip_file: Path, tmp_path: Path) -
     same = _save(tmp_path, mlp_report)
     assert _gate(same, cpu_chip_file, "--max-step-regression", "5", cwd=tmp_path).returncode == 0
     faster = _save(tmp_path, _steps_scaled(mlp_report, wall=0.5), "fast.json")
-    out = _gate(faster, cpu_chip_file, "--max-step-regression", "50", cwd=tmp_path)
-    assert out.returncode == 1
-    assert "step +100.0% (limit +50%)" in out.stdout.splitlines()[0]
+    # Steps of another run (their walls edited): the interval is the steps' spread, 3 a side,
+    # and the run-to-run allowance; +100% is wholly past 20%.
+    out = _gate(faster, cpu_chip_file, "--max-step-regression", "20", cwd=tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "step +100.0% (" in out.stdout.splitlines()[0]
     assert "median step" in out.stdout
 
 

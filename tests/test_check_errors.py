@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from hlogap import audit
+from hlogap.options import AuditOptions
 from tests.conftest import FIXTURES, run_cli
 
 MLP = FIXTURES / "mlp"
@@ -19,7 +20,7 @@ MLP = FIXTURES / "mlp"
 
 @pytest.fixture
 def mlp_report(cpu_chip_file: Path) -> dict[str, Any]:
-    return audit(MLP, str(cpu_chip_file)).to_dict(0)
+    return audit(MLP, AuditOptions(chip=str(cpu_chip_file))).to_dict(0)
 
 
 def _save(tmp_path: Path, report: dict[str, Any], name: str) -> Path:

@@ -17,6 +17,7 @@ from hlogap.chips import (
 )
 from hlogap.cost.base import widest as widest_type
 from hlogap.errors import UsageError
+from hlogap.options import AuditOptions
 from hlogap.proto import xplane_pb2
 
 CONTRACT_NAMES = [
@@ -433,10 +434,10 @@ def test_a_chip_other_than_the_traces_is_named(amd_file: Path) -> None:
 
     detected = audit(amd_file)
     assert detected.chip is not None and not any("judged against" in w for w in detected.warnings)
-    other = audit(amd_file, "tpu-v6e")
+    other = audit(amd_file, AuditOptions(chip="tpu-v6e"))
     (warning,) = (w for w in other.warnings if "judged against" in w)
     assert f"[{detected.chip.name}]" in warning and "--chip tpu-v6e" in warning
-    same = audit(amd_file, detected.chip.name)
+    same = audit(amd_file, AuditOptions(chip=detected.chip.name))
     assert not any("judged against" in w for w in same.warnings)
 
 

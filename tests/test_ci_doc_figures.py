@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hlogap import audit
+from hlogap.options import AuditOptions
 from hlogap.report.compare import compare
 from tests.conftest import FIXTURES, ROOT
 
@@ -14,7 +15,9 @@ CI_DOC = (ROOT / "docs" / "ci.md").read_text()
 
 
 def test_the_noise_figures_are_the_tools(cpu_chip_file: Path) -> None:
-    first, rerun = (audit(FIXTURES / p, str(cpu_chip_file)) for p in ("mlp", "mlp_rerun"))
+    first, rerun = (
+        audit(FIXTURES / p, AuditOptions(chip=str(cpu_chip_file))) for p in ("mlp", "mlp_rerun")
+    )
     there, back = compare(first, rerun), compare(rerun, first)
     per_op = [r.measured_per_occ_delta_pct for r in there.rows]
     low, high = min(p for p in per_op if p is not None), max(p for p in per_op if p is not None)
@@ -27,7 +30,12 @@ def test_the_noise_figures_are_the_tools(cpu_chip_file: Path) -> None:
 
 
 def test_the_shifted_diff_rows_are_the_tools(cpu_chip_file: Path) -> None:
-    diff = compare(*(audit(FIXTURES / p, str(cpu_chip_file)) for p in ("mlp", "mlp_shifted")))
+    diff = compare(
+        *(
+            audit(FIXTURES / p, AuditOptions(chip=str(cpu_chip_file)))
+            for p in ("mlp", "mlp_shifted")
+        )
+    )
     for row in diff.rows:
         pct = row.measured_per_occ_delta_pct
         match = "-" if row.pair.method == "appeared" else row.pair.method

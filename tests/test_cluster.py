@@ -19,6 +19,7 @@ import pytest
 
 import hlogap
 from hlogap.errors import InputError
+from hlogap.options import AuditOptions
 from tests.conftest import FIXTURES, write_cpu_chip
 
 distributed = pytest.importorskip("distributed")
@@ -76,14 +77,14 @@ def chip(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="module")
 def local_report(pod: Path, chip: str) -> dict[str, object]:
-    return hlogap.audit(pod, chip, jobs=2).to_dict()
+    return hlogap.audit(pod, AuditOptions(chip=chip, jobs=2)).to_dict()
 
 
 def test_cluster_report_equals_the_local_one(
     pod: Path, scheduler: str, local_report: dict[str, object], chip: str
 ) -> None:
     lines: list[str] = []
-    report = hlogap.audit(pod, chip, cluster=scheduler, progress=lines.append)
+    report = hlogap.audit(pod, AuditOptions(chip=chip, cluster=scheduler), progress=lines.append)
     ours = report.to_dict()
     assert ours == local_report
     assert len(report.files) == HOSTS and report.devices == HOSTS
@@ -131,7 +132,7 @@ def test_a_worker_killed_mid_audit_changes_nothing(
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
 
-    report = hlogap.audit(pod, chip, cluster=scheduler, progress=kill_one_worker)
+    report = hlogap.audit(pod, AuditOptions(chip=chip, cluster=scheduler), progress=kill_one_worker)
     assert killed
     assert report.to_dict() == local_report
 
@@ -231,7 +232,7 @@ def test_a_users_workers_drop_only_hlogaps_task_errors_while_it_runs(
         before = client.run(_worker_filters)
         client.run(_capture_worker_log)
         with pytest.raises(InputError, match="host01"):
-            hlogap.audit(logdir, chip, cluster=scheduler)
+            hlogap.audit(logdir, AuditOptions(chip=chip, cluster=scheduler))
         foreign = client.submit(_fails, pure=False)
         with pytest.raises(ValueError):
             foreign.result()
@@ -252,7 +253,7 @@ def test_an_unreachable_scheduler_is_exit_3_in_one_line(
     with pytest.raises(
         InputError, match=f"cannot reach the Dask scheduler at tcp://127.0.0.1:{port}"
     ):
-        hlogap.audit(pod, chip, cluster=f"tcp://127.0.0.1:{port}")
+        hlogap.audit(pod, AuditOptions(chip=chip, cluster=f"tcp://127.0.0.1:{port}"))
 
 
 @pytest.mark.parametrize(
@@ -282,7 +283,7 @@ def test_without_dask_cluster_is_a_usage_error_naming_the_extra(
 
     monkeypatch.setitem(sys.modules, "distributed", None)  # `import distributed` fails
     with pytest.raises(UsageError, match=r"pip install 'hlogap\[dask\]'"):
-        hlogap.audit(pod, chip, cluster="local:2")
+        hlogap.audit(pod, AuditOptions(chip=chip, cluster="local:2"))
 
 
 @pytest.mark.parametrize("address", ["local:0", "local:x", "local:-1"])
@@ -290,4 +291,4 @@ def test_a_bad_local_worker_count_is_a_usage_error(pod: Path, chip: str, address
     from hlogap.errors import UsageError
 
     with pytest.raises(UsageError, match="local:N needs N >= 1"):
-        hlogap.audit(pod, chip, cluster=address)
+        hlogap.audit(pod, AuditOptions(chip=chip, cluster=address))

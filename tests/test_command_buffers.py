@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from hlogap.options import AuditOptions
 from hlogap.pipeline import audit
 from hlogap.proto import xplane_pb2
 from hlogap.report.model import AuditReport, OpRow, load_json
@@ -98,7 +99,7 @@ def _dump(directory: Path, hlo: Path, text: str | None = None) -> Path:
 
 def _audit(tmp_path: Path, module: str, kernels: list[Kernel], hlo: Path) -> AuditReport:
     logdir = _gpu_trace(tmp_path / "logdir", module, kernels)
-    return audit(logdir, "h100-sxm", hlo_dump=_dump(tmp_path / "dump", hlo))
+    return audit(logdir, AuditOptions(chip="h100-sxm", hlo_dump=_dump(tmp_path / "dump", hlo)))
 
 
 def _row(report: AuditReport, name: str) -> OpRow:
@@ -141,7 +142,10 @@ def test_the_split_leaves_the_device_time_totals_as_they_were(tmp_path: Path) ->
     plain_hlo = ONE_BUFFER.read_text().replace("command_buffer", "graph_body")
     logdir = _gpu_trace(tmp_path / "plain" / "logdir", "jit_step", GRAPH_LAUNCHES)
     plain = audit(
-        logdir, "h100-sxm", hlo_dump=_dump(tmp_path / "plain" / "dump", ONE_BUFFER, plain_hlo)
+        logdir,
+        AuditOptions(
+            chip="h100-sxm", hlo_dump=_dump(tmp_path / "plain" / "dump", ONE_BUFFER, plain_hlo)
+        ),
     )
     assert not _row(plain, "call").command_buffer_ops
     events_us = sum(dur for _, _, dur in GRAPH_LAUNCHES)
@@ -240,7 +244,9 @@ def test_nsys_graph_launches_are_split_and_graph_nodes_measured(
                 )
             ]
     archive = _archive(tmp_path, rows)
-    report = audit(archive, "h100-sxm", hlo_dump=_dump(tmp_path / "dump", ONE_BUFFER))
+    report = audit(
+        archive, AuditOptions(chip="h100-sxm", hlo_dump=_dump(tmp_path / "dump", ONE_BUFFER))
+    )
     if per_node:
         assert sorted(r.name for r in report.ops) == ["custom-call.1", "fusion.2", "fusion.3"]
         assert not any(r.estimated or r.command_buffer_ops for r in report.ops)
@@ -262,7 +268,10 @@ def test_what_if_bounds_the_buffer_by_its_ops_on_the_other_chip(tmp_path: Path) 
 
     logdir = _gpu_trace(tmp_path / "logdir", "jit_step", GRAPH_LAUNCHES)
     report = audit(
-        logdir, "h100-sxm", hlo_dump=_dump(tmp_path / "dump", ONE_BUFFER), what_if=["b200"]
+        logdir,
+        AuditOptions(
+            chip="h100-sxm", hlo_dump=_dump(tmp_path / "dump", ONE_BUFFER), what_if=["b200"]
+        ),
     )
     module = parse_module(ONE_BUFFER.read_text())
     body = module.computation("command_buffer")
@@ -286,7 +295,9 @@ def test_group_by_scope_gives_the_buffer_time_to_its_ops_scopes(tmp_path: Path) 
         line = next(ln for ln in text.splitlines() if ln.lstrip().startswith(f"%{name} ="))
         text = text.replace(line, f'{line}, metadata={{op_name="{scope}"}}')
     logdir = _gpu_trace(tmp_path / "logdir", "jit_step", GRAPH_LAUNCHES)
-    report = audit(logdir, "h100-sxm", hlo_dump=_dump(tmp_path / "dump", ONE_BUFFER, text))
+    report = audit(
+        logdir, AuditOptions(chip="h100-sxm", hlo_dump=_dump(tmp_path / "dump", ONE_BUFFER, text))
+    )
     (call,) = report.ops
     by_op = {r.name: r for r in call.command_buffer_ops}
     groups = {g.name: g for g in group_rows(report.ops, "scope", 3, "gap")}
@@ -319,7 +330,9 @@ def test_a_buffer_with_an_unmodeled_op_is_split_equally(tmp_path: Path) -> None:
     no bound (its share of the time is unknown) and the time is split equally."""
     text = ONE_BUFFER.read_text().replace("__cublas$gemm", "some target")
     logdir = _gpu_trace(tmp_path / "logdir", "jit_step", GRAPH_LAUNCHES)
-    report = audit(logdir, "h100-sxm", hlo_dump=_dump(tmp_path / "dump", ONE_BUFFER, text))
+    report = audit(
+        logdir, AuditOptions(chip="h100-sxm", hlo_dump=_dump(tmp_path / "dump", ONE_BUFFER, text))
+    )
     (call,) = report.ops
     assert call.bound_by == "unmodeled" and call.bound_us == 0
     ops = call.command_buffer_ops

@@ -20,6 +20,7 @@ import pytest
 
 from hlogap import audit
 from hlogap.errors import InputError
+from hlogap.options import AuditOptions
 from hlogap.pipeline import load_report
 from hlogap.report.compare import Diff, compare, match_ops, run_ratio
 from hlogap.report.model import AuditReport, OpRow
@@ -81,7 +82,7 @@ def test_mlp_ops_are_matched_to_their_true_counterparts(program: str, cpu_chip_f
 
 def test_saved_report_and_profile_give_the_same_diff(cpu_chip_file: Path, tmp_path: Path) -> None:
     saved = tmp_path / "mlp.json"
-    saved.write_text(json.dumps(audit(MLP, str(cpu_chip_file)).to_dict(0)))
+    saved.write_text(json.dumps(audit(MLP, AuditOptions(chip=str(cpu_chip_file))).to_dict(0)))
     from_json = load_report(saved, "baseline")
     from_profile = _report("mlp", cpu_chip_file)
     assert from_json.kind == "report" and from_profile.kind == "profile"
@@ -97,7 +98,7 @@ def test_report_saved_with_top_keeps_totals_and_warns(cpu_chip_file: Path, tmp_p
     """A report an older hlogap saved with `--top 2` (this version's JSON lists every op): the
     API reads it, totals from its summary, and `compare` warns; `check` and `diff` refuse it
     (tests/test_machine_output.py)."""
-    full = audit(MLP, str(cpu_chip_file))
+    full = audit(MLP, AuditOptions(chip=str(cpu_chip_file)))
     saved = tmp_path / "top2.json"
     saved.write_text(json.dumps(full.to_dict(2)))
     base = load_report(saved, "baseline")
@@ -109,7 +110,7 @@ def test_report_saved_with_top_keeps_totals_and_warns(cpu_chip_file: Path, tmp_p
 
 def test_module_regex_filters_a_saved_report(cpu_chip_file: Path, tmp_path: Path) -> None:
     saved = tmp_path / "mlp.json"
-    saved.write_text(json.dumps(audit(MLP, str(cpu_chip_file)).to_dict(0)))
+    saved.write_text(json.dumps(audit(MLP, AuditOptions(chip=str(cpu_chip_file))).to_dict(0)))
     assert load_report(saved, "baseline", module="^jit_mlp$").total_ops == 4
     # A pattern that matches nothing is a typo to report, not an empty baseline to pass.
     with pytest.raises(InputError, match="no op matches --module 'no_such_module'"):
@@ -147,7 +148,7 @@ def test_missing_input_names_its_role(tmp_path: Path) -> None:
 
 def test_json_content_without_json_suffix_is_a_report(cpu_chip_file: Path, tmp_path: Path) -> None:
     saved = tmp_path / "baseline.report"
-    saved.write_text(json.dumps(audit(MLP, str(cpu_chip_file)).to_dict(0)))
+    saved.write_text(json.dumps(audit(MLP, AuditOptions(chip=str(cpu_chip_file))).to_dict(0)))
     assert load_report(saved, "baseline").kind == "report"
 
 

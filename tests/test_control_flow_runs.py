@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from hlogap import audit
+from hlogap.options import AuditOptions
 from hlogap.report.analysis import runs_per_occurrence
 from hlogap.report.model import AuditReport, OpRow
 from tests.conftest import FIXTURES, SHARED, write_cpu_chip
@@ -36,7 +37,7 @@ def oracle() -> dict[str, Any]:
 @functools.cache
 def report(tmp: Path) -> AuditReport:
     # Every step, step 0 (which compiles) too: the oracle counts every run id's events.
-    return audit(PROGRAM, chip=str(write_cpu_chip(tmp)), all_steps=True)
+    return audit(PROGRAM, AuditOptions(chip=str(write_cpu_chip(tmp)), all_steps=True))
 
 
 @pytest.fixture(scope="module")

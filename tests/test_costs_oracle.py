@@ -21,6 +21,7 @@ from hlogap.cost import OpCost, cost_computation, cost_instruction, cost_module
 from hlogap.hlo.decode import decode_hlo_proto
 from hlogap.hlo.ir import Computation, Instruction, Module
 from hlogap.hlo.text import parse_instruction, parse_module
+from hlogap.options import AuditOptions
 from hlogap.proto import xplane_pb2
 from tests.conftest import AMD, FIXTURES, SHARED, cpu_fixtures, oracle
 
@@ -550,7 +551,7 @@ COST_MODEL_PROGRAMS = sorted(
 
 @pytest.mark.parametrize("program", COST_MODEL_PROGRAMS)
 def test_fixture_audits_with_nothing_unmodeled(program: str, cpu_chip_file: Path) -> None:
-    report = audit(FIXTURES / program, chip=str(cpu_chip_file))
+    report = audit(FIXTURES / program, AuditOptions(chip=str(cpu_chip_file)))
     assert report.ops
     assert [(r.name, r.hints[:1]) for r in report.ops if r.bound_by == "unmodeled"] == []
     assert report.modeled_fraction == pytest.approx(1.0)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from hlogap.options import AuditOptions
 from hlogap.proto import xplane_pb2
 from hlogap.trace import xspace
 from tests.conftest import AMD_FILES, FIXTURES, SAMPLE, run_cli
@@ -295,8 +296,8 @@ def test_module_without_usable_hlo_keeps_its_time(
 ) -> None:
     from hlogap import audit
 
-    broken = audit(_strip_metadata_stat(tmp_path, replace), chip=str(cpu_chip_file))
-    intact = audit(SAMPLE_FILE, chip=str(cpu_chip_file))
+    broken = audit(_strip_metadata_stat(tmp_path, replace), AuditOptions(chip=str(cpu_chip_file)))
+    intact = audit(SAMPLE_FILE, AuditOptions(chip=str(cpu_chip_file)))
     assert broken.measured_us == pytest.approx(intact.measured_us)
     assert {r.name for r in broken.ops} == {r.name for r in intact.ops}
     assert all(r.bound_by == "unmodeled" for r in broken.ops)

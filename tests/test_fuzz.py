@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from hlogap import audit
 from hlogap.errors import HlogapError
+from hlogap.options import AuditOptions
 from hlogap.trace.reading import read_trace
 from hlogap.trace.summary import time_ops
 from tests import tpu_trace
@@ -91,7 +92,7 @@ def test_audit_gives_clean_error_or_valid_report(
     path = tmp_path / "fuzz.xplane.pb"
     path.write_bytes(data)
     try:
-        report = audit(path, chip=str(cpu_chip_file), jobs=1)
+        report = audit(path, AuditOptions(chip=str(cpu_chip_file), jobs=1))
     except HlogapError:
         return
     assert report.ops

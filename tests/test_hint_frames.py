@@ -13,6 +13,7 @@ from hlogap import audit
 from hlogap.bounds.instruction import bound_instruction
 from hlogap.chips import load_chip
 from hlogap.hlo.text import parse_module
+from hlogap.options import AuditOptions
 from hlogap.units import fmt_si, fmt_us
 from tests.conftest import FIXTURES, SHARED
 
@@ -42,7 +43,7 @@ def test_a_matmul_compute_bound_from_cache_gets_no_ridge_advice(tmp_path: Path) 
         f"cache_bw = [[{nbytes * 2}, {cache_bw}]]\n"
     )
     assert intensity < PEAK / HBM  # below the ridge at the memory's own rate
-    report = audit(FLAWS, str(chip))
+    report = audit(FLAWS, AuditOptions(chip=str(chip)))
     row = next(r for r in report.ops if r.module == "jit_skinny_matmul" and r.flops)
     assert row.bound_by == "compute"
     assert row.t_compute_us == pytest.approx(flops / PEAK * 1e6, rel=1e-6)
@@ -69,7 +70,7 @@ def test_the_ridge_hint_uses_the_cache_rate_its_bound_used(tmp_path: Path) -> No
         f'name = "slowcache"\n[peak_flops]\nf32 = {PEAK}\n[memory]\nhbm_bw = {HBM}\n'
         f"cache_bw = [[{nbytes * 2}, {cache_bw}]]\n"
     )
-    report = audit(FLAWS, str(chip))
+    report = audit(FLAWS, AuditOptions(chip=str(chip)))
     row = next(r for r in report.ops if r.module == "jit_skinny_matmul" and r.flops)
     assert row.bound_by == "memory"
     ridge = PEAK / cache_bw

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from hlogap import audit, load_report
+from hlogap.options import AuditOptions
 from hlogap.render.base import RenderOptions, render
 from hlogap.report.model import warmup_of
 from tests.conftest import FIXTURES, oracle
@@ -39,7 +40,7 @@ def chip(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_steps_end_with_the_device_work_they_launched(program: str, chip: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a numpy warning here once reached users' stderr
-        report = audit(FIXTURES / program, str(chip))
+        report = audit(FIXTURES / program, AuditOptions(chip=str(chip)))
     expected = list(oracle(FIXTURES / program)["trace_steps"])
     assert [s.step for s in report.steps] == [s["step_num"] for s in expected]
     origin = expected[0]["annotation_start_us"]
@@ -72,7 +73,7 @@ def test_steps_end_with_the_device_work_they_launched(program: str, chip: Path) 
 
 @pytest.mark.parametrize("program", DOCUMENTED)
 def test_op_rows_count_the_steady_steps(program: str, chip: Path) -> None:
-    report = audit(FIXTURES / program, str(chip))
+    report = audit(FIXTURES / program, AuditOptions(chip=str(chip)))
     assert report.ops_frame == "steady steps"
     warmup = warmup_of(report.steps)
     steady, early = report.steps[warmup:], report.steps[:warmup]
@@ -88,7 +89,7 @@ def test_op_rows_count_the_steady_steps(program: str, chip: Path) -> None:
     devices = oracle(FIXTURES / program)["devices"]
     assert {r.occurrences // devices for r in report.ops if r.opcode != "while"} == {runs}
     # --all-steps: every event of the trace, as it holds them.
-    everything = audit(FIXTURES / program, str(chip), all_steps=True)
+    everything = audit(FIXTURES / program, AuditOptions(chip=str(chip), all_steps=True))
     assert everything.ops_frame == "all"
     files = sorted((FIXTURES / program).rglob("*.xplane.pb"))
     events = _events_by_op(files[-1], "/host:CPU")
@@ -101,7 +102,7 @@ def test_op_rows_count_the_steady_steps(program: str, chip: Path) -> None:
 
 
 def test_the_header_says_the_frame(chip: Path) -> None:
-    report = audit(FIXTURES / "documented_step", str(chip))
+    report = audit(FIXTURES / "documented_step", AuditOptions(chip=str(chip)))
     text = render(report, "table", RenderOptions(top=5))
     assert "annotation+device" in text
     assert "ops: the steady steps only; left out, device time: warm-up steps" in text
@@ -115,7 +116,7 @@ def test_the_header_says_the_frame(chip: Path) -> None:
 
 
 def test_the_frame_survives_a_saved_report(chip: Path, tmp_path: Path) -> None:
-    report = audit(FIXTURES / "documented_two_fns", str(chip))
+    report = audit(FIXTURES / "documented_two_fns", AuditOptions(chip=str(chip)))
     saved = tmp_path / "r.json"
     saved.write_text(render(report, "json", RenderOptions()))
     loaded = load_report(saved)
@@ -127,7 +128,7 @@ def test_the_frame_survives_a_saved_report(chip: Path, tmp_path: Path) -> None:
 def test_a_profile_blocked_inside_its_annotations_keeps_them(chip: Path) -> None:
     # make_fixtures' older programs block inside the annotation: their steps stay as annotated,
     # and with the warm-up outside the trace nothing is left out of the op rows.
-    report = audit(FIXTURES / "mlp", str(chip))
+    report = audit(FIXTURES / "mlp", AuditOptions(chip=str(chip)))
     assert {s.source for s in report.steps} == {"annotation"}
     assert report.ops_frame == "all" or report.outside_steps is not None
 
@@ -146,7 +147,7 @@ def test_a_pod_with_a_warm_up_step_counts_the_steady_steps(chip: Path, tmp_path:
             for line in plane.lines:
                 line.timestamp_ns += host * 13_001  # ns: each host's clock ahead of the last
         (run / f"host{host}.xplane.pb").write_bytes(space.SerializeToString())
-    report = audit(tmp_path / "tb", str(chip))
+    report = audit(tmp_path / "tb", AuditOptions(chip=str(chip)))
     assert report.devices == 32 and len(report.hosts) == 4
     warmup = warmup_of(report.steps)
     assert warmup >= 1
@@ -158,7 +159,7 @@ def test_a_pod_with_a_warm_up_step_counts_the_steady_steps(chip: Path, tmp_path:
         sum(s.measured_us for s in report.steps[:warmup]), rel=1e-9
     )
     # Each host holds a quarter of every op's steady time: identical hosts, none the slowest.
-    single = audit(FIXTURES / "documented_sharded", str(chip))
+    single = audit(FIXTURES / "documented_sharded", AuditOptions(chip=str(chip)))
     assert report.measured_us == pytest.approx(4 * single.measured_us, rel=1e-9)
     by_name = {(r.module, r.name): r for r in single.ops}
     for row in report.ops:
@@ -169,7 +170,11 @@ def test_steps_that_cover_little_of_the_work_say_so(chip: Path, tmp_path: Path) 
     from hlogap.render.text import frame_lines
 
     doc = json.loads(
-        render(audit(FIXTURES / "documented_step", str(chip)), "json", RenderOptions())
+        render(
+            audit(FIXTURES / "documented_step", AuditOptions(chip=str(chip))),
+            "json",
+            RenderOptions(),
+        )
     )
     doc["summary"]["steps_cover_fraction"] = 0.42
     doc["summary"]["outside_steps"]["other_us"] = 1e6

@@ -35,7 +35,7 @@ STAGES = [
     {"report"},
     {"advice"},  # what to change and what it saves: reads the report model, shown by renderers
     {"render"},
-    {"pipeline", "cli", "__init__", "__main__"},  # the API and the command line
+    {"options", "pipeline", "cli", "__init__", "__main__"},  # the API and the command line
 ]
 
 

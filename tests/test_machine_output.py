@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from hlogap import audit
+from hlogap.options import AuditOptions
 from tests.conftest import FIXTURES, browse, headless_chromium, run_cli, write_cpu_chip
 
 TRAIN = FIXTURES / "sharded_train"
@@ -46,7 +47,7 @@ def _json(capsys: pytest.CaptureFixture[str], chip: Path, *extra: str) -> dict[s
 def _old_report(chip: Path, path: Path, module: str | None = None) -> int:
     """What an older hlogap wrote for `audit --format json` (`--top 20`'s default): 20 ops listed,
     the summary counting all. Returns how many ops the summary counts."""
-    data = audit(TRAIN, str(chip), module=module).to_dict(20)
+    data = audit(TRAIN, AuditOptions(chip=str(chip), module=module)).to_dict(20)
     path.write_text(json.dumps(data))
     summary = data["summary"]
     assert isinstance(summary, dict)

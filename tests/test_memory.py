@@ -13,6 +13,7 @@ import pytest
 
 from hlogap import audit, load_report
 from hlogap.memory.static import GAPS, MemorySection
+from hlogap.options import AuditOptions
 from tests.conftest import AMD_FILES, FIXTURES, SHARED, cpu_fixtures, oracle
 
 MEMORY_PROGRAMS = ["mem_donate", "mem_remat", "mem_temp"]
@@ -21,7 +22,7 @@ V6E = SHARED / "tpu-v6e-offload" / "tpu_inference_2.xplane.pb"
 
 @pytest.mark.parametrize("program", MEMORY_PROGRAMS)
 def test_static_memory_is_xlas_memory_analysis(program: str, cpu_chip_file: Path) -> None:
-    report = audit(FIXTURES / program, str(cpu_chip_file))
+    report = audit(FIXTURES / program, AuditOptions(chip=str(cpu_chip_file)))
     assert report.memory is not None
     for entry in oracle(FIXTURES / program)["modules"]:
         xla = entry["memory_analysis"]
@@ -60,7 +61,7 @@ def test_what_holds_the_peak_adds_up_to_memory_analysis(program: str, cpu_chip_f
     entries = [e for e in oracle(FIXTURES / program)["modules"] if "memory_analysis" in e]
     if not entries:
         pytest.skip(f"{program}'s oracle predates memory_analysis()")
-    report = audit(FIXTURES / program, str(cpu_chip_file))
+    report = audit(FIXTURES / program, AuditOptions(chip=str(cpu_chip_file)))
     assert report.memory is not None
     for entry in entries:
         xla = entry["memory_analysis"]
@@ -82,7 +83,7 @@ def test_what_holds_the_peak_adds_up_to_memory_analysis(program: str, cpu_chip_f
 
 
 def test_the_large_temporary_is_named(cpu_chip_file: Path) -> None:
-    report = audit(FIXTURES / "mem_temp", str(cpu_chip_file))
+    report = audit(FIXTURES / "mem_temp", AuditOptions(chip=str(cpu_chip_file)))
     assert report.memory is not None
     (module,) = report.memory.modules
     top = module.at_peak[0]
@@ -92,8 +93,8 @@ def test_the_large_temporary_is_named(cpu_chip_file: Path) -> None:
 
 
 def test_donated_parameters_are_aliased(cpu_chip_file: Path) -> None:
-    donated = audit(FIXTURES / "mem_donate", str(cpu_chip_file)).memory
-    kept = audit(FIXTURES / "mlp_train", str(cpu_chip_file)).memory
+    donated = audit(FIXTURES / "mem_donate", AuditOptions(chip=str(cpu_chip_file))).memory
+    kept = audit(FIXTURES / "mlp_train", AuditOptions(chip=str(cpu_chip_file))).memory
     assert donated is not None and kept is not None
     # The same training step, with and without donating the parameters (4.2 MB of them).
     params = 2 * 512 * 1024 * 4 + 1024 * 4 + 512 * 4
@@ -120,7 +121,7 @@ def test_host_memory_is_not_device_memory() -> None:
 
 
 def test_memory_survives_a_saved_report_and_prints(cpu_chip_file: Path, tmp_path: Path) -> None:
-    report = audit(FIXTURES / "mem_donate", str(cpu_chip_file))
+    report = audit(FIXTURES / "mem_donate", AuditOptions(chip=str(cpu_chip_file)))
     saved = tmp_path / "r.json"
     saved.write_text(json.dumps(report.to_dict(0)))
     loaded = load_report(saved)
@@ -146,7 +147,7 @@ def test_memory_survives_a_saved_report_and_prints(cpu_chip_file: Path, tmp_path
 def test_check_gates_the_memory_peak(cpu_chip_file: Path, tmp_path: Path) -> None:
     """`check --max-peak-hbm`: a byte limit on NEW's static peak, or a growth limit over BASE's;
     a side without memory fails closed."""
-    report = audit(FIXTURES / "mlp_train", str(cpu_chip_file)).to_dict(0)
+    report = audit(FIXTURES / "mlp_train", AuditOptions(chip=str(cpu_chip_file))).to_dict(0)
     peak = report["memory"]["modules"][0]["peak_bytes"]  # type: ignore[index]
 
     def check(baseline: dict[str, object], limit: str) -> subprocess.CompletedProcess[str]:
@@ -179,8 +180,8 @@ def test_diff_names_what_donation_changed(cpu_chip_file: Path) -> None:
     that appeared at the peak."""
     from hlogap.report.compare import compare
 
-    kept = audit(FIXTURES / "mem_kept", str(cpu_chip_file))
-    donated = audit(FIXTURES / "mem_donate", str(cpu_chip_file))
+    kept = audit(FIXTURES / "mem_kept", AuditOptions(chip=str(cpu_chip_file)))
+    donated = audit(FIXTURES / "mem_donate", AuditOptions(chip=str(cpu_chip_file)))
     params = 2 * 512 * 1024 * 4 + 1024 * 4 + 512 * 4
     (forward,) = compare(kept, donated).memory
     assert forward.base_peak_bytes > forward.new_peak_bytes
@@ -215,7 +216,7 @@ def test_a_calibrated_cpu_has_the_machines_ram(tmp_path: Path) -> None:
     chip = load_chip(str(path))
     assert chip.hbm_bytes == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     assert "RAM" in chip.sources["memory.hbm_bytes"]
-    report = audit(FIXTURES / "mem_temp", str(path))
+    report = audit(FIXTURES / "mem_temp", AuditOptions(chip=str(path)))
     assert report.memory is not None and report.memory.headroom_bytes is not None
     assert report.memory.headroom_bytes == chip.hbm_bytes - report.memory.modules[0].peak_bytes
 
@@ -315,7 +316,7 @@ def test_device_selection_keeps_its_allocator() -> None:
     path = AMD_FILES["mi300x"]
     if not path.is_file():
         pytest.skip(f"{path} absent (../shared not beside the project)")
-    memory = audit(path, device=3).memory
+    memory = audit(path, AuditOptions(device=3)).memory
     assert memory is not None and memory.allocators is not None
     assert [a.name for a in memory.allocators] == ["GPU_3_bfc"]
 
@@ -348,7 +349,7 @@ def test_allocators_survive_a_saved_report_and_print(tmp_path: Path) -> None:
 
 
 def test_a_profile_without_allocator_events_says_so(cpu_chip_file: Path) -> None:
-    report = audit(FIXTURES / "mem_donate", str(cpu_chip_file))
+    report = audit(FIXTURES / "mem_donate", AuditOptions(chip=str(cpu_chip_file)))
     assert report.memory is not None and report.memory.allocators is None
     assert report.memory.capacity_source == "chip"
     assert any("no allocator events" in w for w in report.warnings)
@@ -365,7 +366,7 @@ def test_the_batch_the_headroom_fits(program: str, tmp_path: Path) -> None:
         'name = "small"\n[peak_flops]\nf32 = 1.0e11\n'
         f"[memory]\nhbm_bw = 2.0e10\nhbm_bytes = {capacity}\n"
     )
-    report = audit(FIXTURES / program, str(chip))
+    report = audit(FIXTURES / program, AuditOptions(chip=str(chip)))
     memory = report.memory
     assert memory is not None and memory.peak is not None
     xla = next(

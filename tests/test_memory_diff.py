@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from hlogap import audit
+from hlogap.options import AuditOptions
 from tests.conftest import FIXTURES, run_cli, write_cpu_chip
 
 ARG = {"instruction": "Arg_1.2.0", "shape": "s32[]", "kind": "parameter", "bytes": 4}
@@ -26,7 +27,7 @@ def twice(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """mem_donate's report with its module compiled a second time (a small program, other
     buffers at its peak), as a run that jitted it for two shapes would have."""
     chip = write_cpu_chip(tmp_path_factory.mktemp("chip"))
-    report = audit(FIXTURES / "mem_donate", str(chip)).to_dict(0)
+    report = audit(FIXTURES / "mem_donate", AuditOptions(chip=str(chip))).to_dict(0)
     first = report["memory"]["modules"][0]
     second = {
         **copy.deepcopy(first),

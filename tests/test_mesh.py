@@ -14,6 +14,7 @@ import pytest
 from hlogap import audit, load_report
 from hlogap.hlo.mesh import Mesh, module_mesh
 from hlogap.hlo.text import parse_module
+from hlogap.options import AuditOptions
 from hlogap.report.groups import NOT_ON_AXES
 from tests.conftest import AMD_FILES, FIXTURES, ROOT, SHARED
 
@@ -100,7 +101,7 @@ def _stride(device_ids: list[list[int]], axis: int) -> int:
 def test_the_mesh_and_global_shapes_are_what_the_program_declared(
     declared: dict[str, object], cpu_chip_file: Path
 ) -> None:
-    report = audit(FIXTURES / "sharded_train", str(cpu_chip_file))
+    report = audit(FIXTURES / "sharded_train", AuditOptions(chip=str(cpu_chip_file)))
     mesh = report.mesh
     assert mesh is not None and mesh.devices == 8
     sizes = declared["axes"]
@@ -152,7 +153,9 @@ def test_the_mesh_and_global_shapes_are_what_the_program_declared(
 
 
 def test_mesh_header_group_by_axis_and_readback(cpu_chip_file: Path, tmp_path: Path) -> None:
-    report = audit(FIXTURES / "sharded_train", str(cpu_chip_file), group_by="axis")
+    report = audit(
+        FIXTURES / "sharded_train", AuditOptions(chip=str(cpu_chip_file), group_by="axis")
+    )
     assert report.groups is not None
     names = {g.name for g in report.groups}
     assert NOT_ON_AXES in names and "axis_0" in names
@@ -185,7 +188,7 @@ def test_real_profiles_say_their_mesh() -> None:
     # The psum module's all-reduce: 8 devices of its device groups, over one named axis.
     assert tpu.mesh is not None and tpu.mesh.module == "jit__psum"
     # The psum ran before the steps (outside the steady frame): its rows are in --all-steps.
-    every = audit(V6E, all_steps=True).ops
+    every = audit(V6E, AuditOptions(all_steps=True)).ops
     collectives = [r for r in every if r.category.startswith("all-") or "all-reduce" in r.name]
     assert collectives and all(r.mesh_axes for r in collectives)
     # Its groups span 8 device ids; this host's profile holds 4 devices: said, not hidden.
@@ -211,7 +214,9 @@ def test_each_axis_says_how_long_its_collectives_ran_alone(cpu_chip_file: Path) 
     axis's collectives shrunk to nothing in the step pass). XLA:CPU runs one op at a time per
     device, so every collective runs alone: the axes' times add up to the steps' own exposed
     collective time, and each is its ops' measured time within the steps."""
-    report = audit(FIXTURES / "sharded_train", str(cpu_chip_file), group_by="axis")
+    report = audit(
+        FIXTURES / "sharded_train", AuditOptions(chip=str(cpu_chip_file), group_by="axis")
+    )
     assert report.groups is not None and report.exposed_by_axis is not None
     axes = [g for g in report.groups if g.name != NOT_ON_AXES]
     assert axes and all(g.exposed_us is not None for g in axes)

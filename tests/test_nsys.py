@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from hlogap.options import AuditOptions
 from hlogap.pipeline import audit
 from tests.conftest import SHARED, run_cli
 
@@ -85,7 +86,7 @@ def report_all() -> dict:
     """Every event, the warm-up step's too, as the parquet oracle counts them."""
     if not ARCHIVE.is_file():
         pytest.skip(f"{ARCHIVE} absent (../shared not beside the project)")
-    return audit(ARCHIVE, all_steps=True).to_dict(top=0)
+    return audit(ARCHIVE, AuditOptions(all_steps=True)).to_dict(top=0)
 
 
 @needs_archive
@@ -317,7 +318,7 @@ def test_unpacked_archive_and_a_directory_of_archives(tmp_path: Path) -> None:
     (runs / "notes.zip").write_bytes(b"not an archive of the run")
     source = find_profile(runs)
     assert source.hosts == ["rank0", "rank1"]
-    report = audit(runs, "h100-sxm").to_dict(top=0)
+    report = audit(runs, AuditOptions(chip="h100-sxm")).to_dict(top=0)
     assert report["ops"][0]["occurrences"] == 2
     assert report["ops"][0]["measured_us"] == pytest.approx(0.2)
     assert any("no optimized HLO dump" in w for w in report["warnings"])

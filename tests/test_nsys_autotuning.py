@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from hlogap.options import AuditOptions
 from tests.test_nsys import ARCHIVE, TRAIN_STEP, _archive, _module, _range, needs_archive
 
 pq = pytest.importorskip("pyarrow.parquet")
@@ -142,12 +143,12 @@ def test_the_audit_leaves_the_candidates_out_of_its_op_rows(tmp_path: Path) -> N
             _module(100 + 10 * k, at, 5),
             _range(101 + 10 * k, "TSL:Thunk:#hlo_op=fusion.1#", at, 60, 100 + 10 * k, 5),
         ]
-    report = audit(_archive(tmp_path, rows), chip="h100-sxm")
+    report = audit(_archive(tmp_path, rows), AuditOptions(chip="h100-sxm"))
     assert {r.module for r in report.ops} == {"jit_f"}
     assert len(report.steps) == 4 and {s.source for s in report.steps} == {"module"}
     assert report.ops_frame == "steady steps"
     assert report.outside_steps is not None
     assert report.outside_steps.autotuning_us == pytest.approx(0.4)
     assert report.measured_us == pytest.approx(4 * 0.06)
-    everything = audit(_archive(tmp_path, rows), chip="h100-sxm", all_steps=True)
+    everything = audit(_archive(tmp_path, rows), AuditOptions(chip="h100-sxm", all_steps=True))
     assert {r.module for r in everything.ops} == {"jit_f", fusion}

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hlogap import audit
+from hlogap.options import AuditOptions
 from hlogap.render.base import RenderOptions, render
 from hlogap.render.table import middle
 from hlogap.report.compare import compare
@@ -24,7 +25,7 @@ PALLAS = SHARED / "tpu-v6e-pallas"
 def _saved(tmp_path: Path, chip: Path, rename: str = "") -> Path:
     """The MLP fixture's report saved as JSON; with `rename`, every op renamed (as XLA does
     between two compilations) and 30% slower."""
-    data = audit(FIXTURES / "mlp", chip=str(chip)).to_dict(0)
+    data = audit(FIXTURES / "mlp", AuditOptions(chip=str(chip))).to_dict(0)
     if rename:
         for op in data["ops"]:  # type: ignore[union-attr]
             op["name"] += rename
@@ -132,7 +133,7 @@ def test_room_for_the_batch_is_rounded(capsys: pytest.CaptureFixture[str]) -> No
 def test_html_counts_one_op_in_the_singular(tmp_path: Path, cpu_chip_file: Path) -> None:
     headless_chromium()  # skips here, before the page is made, where there is none
     page = tmp_path / "report.html"
-    report = audit(FIXTURES / "mlp", chip=str(cpu_chip_file))
+    report = audit(FIXTURES / "mlp", AuditOptions(chip=str(cpu_chip_file)))
     report.ops = report.ops[:1]  # the page holds every op whatever --top says: keep one
     page.write_text(render(report, "html", RenderOptions()))
     dom = browse(page).stdout

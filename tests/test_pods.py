@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import hlogap
+from hlogap.options import AuditOptions
 from hlogap.trace.model import TraceData
 from tests.conftest import FIXTURES, write_cpu_chip
 
@@ -97,7 +98,7 @@ def scheduler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def local_report(pod: Path, chip: str) -> dict[str, object]:
-    return hlogap.audit(pod, chip, jobs=2).to_dict()
+    return hlogap.audit(pod, AuditOptions(chip=chip, jobs=2)).to_dict()
 
 
 def _traces_held(dask_worker: object) -> int:
@@ -117,7 +118,7 @@ def test_a_64_host_cluster_audit_equals_the_local_one_and_workers_hold_no_events
             with distributed.Client(scheduler) as client:
                 held.append(client.run(_traces_held))
 
-    report = hlogap.audit(pod, chip, cluster=scheduler, progress=after_reading)
+    report = hlogap.audit(pod, AuditOptions(chip=chip, cluster=scheduler), progress=after_reading)
     assert report.to_dict() == local_report
     assert held and len(held[0]) == 2 and set(held[0].values()) == {0}
 
@@ -172,7 +173,7 @@ def test_the_host_that_arrives_last_at_collectives_is_named(tmp_path: Path, chip
     from hlogap.hlo.opcodes import COLLECTIVE_OPCODES
 
     fixture = FIXTURES / "sharded_train"
-    alone = hlogap.audit(fixture, chip, hlo_dump=fixture / "dump")
+    alone = hlogap.audit(fixture, AuditOptions(chip=chip, hlo_dump=fixture / "dump"))
     collectives = {
         o.name for o in alone.ops if o.opcode.removesuffix("-done") in COLLECTIVE_OPCODES
     }
@@ -182,7 +183,9 @@ def test_the_host_that_arrives_last_at_collectives_is_named(tmp_path: Path, chip
     for h in range(4):
         late = collectives if h == 2 else set()
         (run / f"host{h:02d}.xplane.pb").write_bytes(_late_at_collectives(source, h, late))
-    report = hlogap.audit(tmp_path / "tb", chip, hlo_dump=fixture / "dump", jobs=2)
+    report = hlogap.audit(
+        tmp_path / "tb", AuditOptions(chip=chip, hlo_dump=fixture / "dump", jobs=2)
+    )
     hosts = report.host_skew
     assert hosts is not None
     offsets = hosts["clock_offset_us"]
@@ -236,7 +239,7 @@ def test_identical_hosts_name_no_slowest(tmp_path: Path) -> None:
     run.mkdir(parents=True)
     for h in range(3):
         shutil.copy(source, run / f"worker-{h:02d}.xplane.pb")
-    report = hlogap.audit(tmp_path / "pod", str(write_cpu_chip(tmp_path)))
+    report = hlogap.audit(tmp_path / "pod", AuditOptions(chip=str(write_cpu_chip(tmp_path))))
     assert report.host_skew is not None and report.host_skew["over_median_pct"] == 0.0
     header = "\n".join(header_lines(report))
     assert "hosts alike: none spends 1% more time in ops than the median host" in header

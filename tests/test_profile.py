@@ -11,6 +11,7 @@ import pytest
 
 from hlogap import audit
 from hlogap.errors import InputError
+from hlogap.options import AuditOptions
 from hlogap.source import find_profile
 from tests.conftest import SAMPLE
 
@@ -46,8 +47,8 @@ def test_run_directory_and_single_file(tmp_path: Path) -> None:
 
 def test_every_host_of_a_run_is_audited(tmp_path: Path, cpu_chip_file: Path) -> None:
     logdir = _logdir(tmp_path, {"r1": ["h1", "h2"]})
-    one = audit(logdir, chip=str(cpu_chip_file), host="h1", jobs=1)
-    both = audit(logdir, chip=str(cpu_chip_file), jobs=2)
+    one = audit(logdir, AuditOptions(chip=str(cpu_chip_file), host="h1", jobs=1))
+    both = audit(logdir, AuditOptions(chip=str(cpu_chip_file), jobs=2))
     assert both.hosts == ["h1", "h2"]
     assert both.measured_us == pytest.approx(2 * one.measured_us)
     assert both.devices == 2 * one.devices
@@ -61,8 +62,8 @@ def test_remote_logdir_through_fsspec(cpu_chip_file: Path) -> None:
     fs.pipe("/bucket/logs/plugins/profile/2026_11_01_00_00_00/old.xplane.pb", b"junk")
     source = find_profile("memory://bucket/logs")
     assert source.run == "2026_11_22_04_58_39" and source.hosts == ["vm"]
-    remote = audit("memory://bucket/logs", chip=str(cpu_chip_file), jobs=1)
-    local = audit(SAMPLE_FILE, chip=str(cpu_chip_file))
+    remote = audit("memory://bucket/logs", AuditOptions(chip=str(cpu_chip_file), jobs=1))
+    local = audit(SAMPLE_FILE, AuditOptions(chip=str(cpu_chip_file)))
     assert remote.measured_us == pytest.approx(local.measured_us)
     fs.pipe("/bucket/other/notes.txt", b"no profile here")
     with pytest.raises(InputError, match="no profile found"):
@@ -79,7 +80,7 @@ def test_urls_on_the_command_line(
 
     fs = fsspec.filesystem("memory")
     fs.pipe("/cli/logs/plugins/profile/2026_11_22_04_58_39/vm.xplane.pb", SAMPLE_FILE.read_bytes())
-    local = audit(SAMPLE_FILE, chip=str(cpu_chip_file))
+    local = audit(SAMPLE_FILE, AuditOptions(chip=str(cpu_chip_file)))
     for url in ("memory://cli/logs", SAMPLE_FILE.resolve().as_uri()):
         code, out, err = run_cli(
             ["audit", url, "--chip", str(cpu_chip_file), "--format", "json", "--jobs", "1"], capsys

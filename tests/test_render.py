@@ -13,6 +13,7 @@ import pytest
 from hlogap import audit
 from hlogap.chips import builtin_chips
 from hlogap.errors import UsageError
+from hlogap.options import AuditOptions
 from hlogap.render.base import ChipList, RenderOptions, choose_format, formats, render, renderers
 from tests.conftest import FIXTURES, SHARED, browse, headless_chromium
 from tests.test_errors import run_cli
@@ -63,7 +64,7 @@ def test_format_given_wins_and_an_unsupported_one_is_a_usage_error() -> None:
 
 
 def test_each_format_holds_the_same_ops(cpu_chip_file: Path) -> None:
-    report = audit(MLP, str(cpu_chip_file))
+    report = audit(MLP, AuditOptions(chip=str(cpu_chip_file)))
     names = [r.name for r in report.ops]
     options = RenderOptions(top=0)
     doc = json.loads(render(report, "json", options))
@@ -102,7 +103,7 @@ def test_json_is_the_report_with_non_finite_numbers_as_null(
 
     import numpy as np
 
-    report = audit(MLP, str(cpu_chip_file))
+    report = audit(MLP, AuditOptions(chip=str(cpu_chip_file)))
     data = report.to_dict(0)
     data["summary"]["probe"] = [math.nan, math.inf, np.float64(1.5), np.int64(7), -0.0, 1e-05]
     monkeypatch.setattr(
@@ -123,7 +124,7 @@ def test_chips_as_json_lists_every_chip() -> None:
 
 
 def test_tables_have_no_trailing_spaces(cpu_chip_file: Path) -> None:
-    report = audit(MLP, str(cpu_chip_file))
+    report = audit(MLP, AuditOptions(chip=str(cpu_chip_file)))
     for text in (
         render(report, "table", RenderOptions(top=0, steps=True)),
         render(ChipList(builtin_chips()), "table", RenderOptions()),
@@ -163,7 +164,7 @@ def test_diff_and_check_follow_the_terminal_width(cpu_chip_file: Path) -> None:
     from hlogap.report.compare import compare
     from hlogap.report.gate import Thresholds, run_check
 
-    report = audit(MLP, str(cpu_chip_file))
+    report = audit(MLP, AuditOptions(chip=str(cpu_chip_file)))
     diff = compare(report, report)
     for document in (diff, run_check(diff, Thresholds())):
         for width in (90, 160):
@@ -198,7 +199,7 @@ def test_html_report_runs_in_a_headless_browser(tmp_path: Path, cpu_chip_file: P
     from hlogap import audit
     from hlogap.render.base import RenderOptions, render
 
-    report = audit(FIXTURES / "mlp_train", chip=str(cpu_chip_file))
+    report = audit(FIXTURES / "mlp_train", AuditOptions(chip=str(cpu_chip_file)))
     page = tmp_path / "report.html"
     page.write_text(render(report, "html", RenderOptions(top=0)))
     dom = browse(page, "--enable-logging=stderr")
@@ -232,7 +233,7 @@ def test_table_cells_are_literal_text(cpu_chip_file: Path, width: int | None) ->
     from hlogap.report.compare import compare
     from hlogap.report.gate import Thresholds, run_check
 
-    report = audit(MLP, str(cpu_chip_file), group_by="scope")
+    report = audit(MLP, AuditOptions(chip=str(cpu_chip_file), group_by="scope"))
     for op, name in zip(report.ops, MARKUP_NAMES, strict=False):
         op.name = name
     report.groups = [replace(g, name=n) for g, n in zip(report.groups, MARKUP_NAMES, strict=False)]
@@ -271,7 +272,7 @@ def test_markdown_has_the_actions_its_rows_name(cpu_chip_file: Path) -> None:
     # The op rows' hints say "action 1: exposed collective"; the Markdown listed no actions.
     from hlogap.render.text import action_lines
 
-    report = audit(FIXTURES / "sharded_train", str(cpu_chip_file))
+    report = audit(FIXTURES / "sharded_train", AuditOptions(chip=str(cpu_chip_file)))
     assert report.actions and any("(action 1: " in h for r in report.ops for h in r.hints)
     md = render(report, "md", RenderOptions(top=0))
     section = md[md.index("### What to change") :]

@@ -11,6 +11,7 @@ import pytest
 
 from hlogap import audit
 from hlogap.chips import load_chip
+from hlogap.options import AuditOptions
 from hlogap.render.text import header_lines, memory_lines, what_if_lines
 from hlogap.units import fmt_si, fmt_us
 from tests.conftest import AMD_FILES, FIXTURES, SHARED
@@ -26,7 +27,7 @@ def test_the_header_gives_each_peak_with_its_type(tmp_path: Path) -> None:
     chip.write_text(
         'name = "two"\n[peak_flops]\nf32 = 1.5e11\nbf16 = 1.26e11\n[memory]\nhbm_bw = 2e10\n'
     )
-    report = audit(FLAWS, str(chip))
+    report = audit(FLAWS, AuditOptions(chip=str(chip)))
     # The ops' time is in f32 work; what else there is (a pred compare) runs at bf16 here.
     time = {"f32": 0.0, "bf16": 0.0}
     for r in report.ops:
@@ -60,7 +61,7 @@ def test_what_if_reads_faster_and_slower_the_right_way_round() -> None:
     path = AMD_FILES["mi300x"]
     if not path.is_file():
         pytest.skip(f"{path} absent")
-    report = audit(path, what_if=["h100-sxm", "tpu-v6e"])
+    report = audit(path, AuditOptions(what_if=["h100-sxm", "tpu-v6e"]))
     here = load_chip("mi300x")
     measured = sum(r.measured_us for r in report.ops)
     faster, slower = report.what_if or []

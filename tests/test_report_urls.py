@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hlogap import audit
+from hlogap.options import AuditOptions
 from hlogap.pipeline import is_json_report, load_report
 from tests.conftest import FIXTURES, run_cli
 
@@ -22,7 +23,7 @@ MLP = FIXTURES / "mlp"
 @pytest.fixture
 def saved(cpu_chip_file: Path, tmp_path: Path) -> Path:
     path = tmp_path / "base.json"
-    path.write_text(json.dumps(audit(MLP, str(cpu_chip_file)).to_dict(0)))
+    path.write_text(json.dumps(audit(MLP, AuditOptions(chip=str(cpu_chip_file))).to_dict(0)))
     return path
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from hlogap import audit
+from hlogap.options import AuditOptions
 from hlogap.render.base import RenderOptions, render
 from hlogap.render.cells import op_labels
 from hlogap.render.text import header_lines
@@ -28,7 +29,9 @@ PALLAS = SHARED / "tpu-v6e-pallas"
 def mlp(tmp_path_factory: pytest.TempPathFactory) -> AuditReport:
     from tests.conftest import write_cpu_chip
 
-    return audit(FIXTURES / "mlp", chip=str(write_cpu_chip(tmp_path_factory.mktemp("chip"))))
+    return audit(
+        FIXTURES / "mlp", AuditOptions(chip=str(write_cpu_chip(tmp_path_factory.mktemp("chip"))))
+    )
 
 
 def _unmodeled(report: AuditReport, names: set[str] | None = None) -> AuditReport:

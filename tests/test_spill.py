@@ -22,6 +22,7 @@ import hlogap
 from hlogap.errors import InputError
 from hlogap.executors import open_hosts
 from hlogap.executors.spill import SPILL_PREFIX
+from hlogap.options import AuditOptions
 from hlogap.source import find_profile
 from hlogap.trace import reading
 from hlogap.trace.model import TraceData
@@ -141,9 +142,9 @@ def test_a_pod_audit_holds_no_host_events_once_summarized(pod: Path, temp_dir: P
             held.append(_traces_held())
 
     before = _traces_held()
-    report = hlogap.audit(pod, chip, jobs=2, progress=after_reading)
+    report = hlogap.audit(pod, AuditOptions(chip=chip, jobs=2), progress=after_reading)
     assert held == [before]
-    assert report.to_dict() == hlogap.audit(pod, chip, jobs=1).to_dict()
+    assert report.to_dict() == hlogap.audit(pod, AuditOptions(chip=chip, jobs=1)).to_dict()
     assert _spills(temp_dir) == []
 
 
@@ -151,7 +152,7 @@ def test_hosts_whose_columns_cannot_be_written_are_read_again(
     pod: Path, temp_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     chip = str(write_cpu_chip(temp_dir.parent))
-    expected = hlogap.audit(pod, chip, jobs=2).to_dict()
+    expected = hlogap.audit(pod, AuditOptions(chip=chip, jobs=2)).to_dict()
     written: list[Path] = []
 
     def disk_full(trace: TraceData, directory: Path) -> None:
@@ -161,7 +162,7 @@ def test_hosts_whose_columns_cannot_be_written_are_read_again(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr("hlogap.executors.spill.write_columns", disk_full)
-    assert hlogap.audit(pod, chip, jobs=1).to_dict() == expected
+    assert hlogap.audit(pod, AuditOptions(chip=chip, jobs=1)).to_dict() == expected
     assert len(written) == HOSTS and not any(d.exists() for d in written)
 
 
@@ -208,5 +209,5 @@ def test_a_bad_host_or_an_interrupt_leaves_no_spill_and_no_reader(
         os.link(f, bad / f.name)
     (bad / "host99.xplane.pb").write_bytes(hosts[0].read_bytes()[:3000])
     with pytest.raises(InputError, match="host99"):
-        hlogap.audit(bad.parents[2], chip, jobs=2)
+        hlogap.audit(bad.parents[2], AuditOptions(chip=chip, jobs=2))
     assert _spills(temp_dir) == [] and not reading._READERS

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from hlogap import audit
+from hlogap.options import AuditOptions
 from hlogap.proto import xplane_pb2
 from hlogap.report.model import AuditReport, steady_steps, steps_summary
 from hlogap.trace.model import TraceData
@@ -164,7 +165,7 @@ def test_step_speedup_never_exceeds_the_op_time_speedup(
     if not path.exists():
         pytest.skip(f"{path} absent (../shared not beside the project)")
     cpu = path.is_relative_to(FIXTURES) or path == SAMPLE
-    report = audit(path, str(cpu_chip_file) if cpu else None)
+    report = audit(path, AuditOptions(chip=str(cpu_chip_file) if cpu else None))
     summary = report.summary_dict()
     step_speedup, speedup = summary["step_speedup"], summary["speedup"]
     assert isinstance(step_speedup, float) and isinstance(speedup, float)
@@ -272,7 +273,9 @@ def test_utilisation_shares_and_sort(cpu_chip_file: Path, tmp_path: Path) -> Non
     """HFU is the ops' FLOPs over the steps' wall time, devices and the peak; MFU takes the
     user's model FLOPs; shares add up in the rows' order; `--sort efficiency` starts with the
     least efficient op."""
-    report = audit(FIXTURES / "mlp", str(cpu_chip_file), model_flops=2e8, sort="efficiency")
+    report = audit(
+        FIXTURES / "mlp", AuditOptions(chip=str(cpu_chip_file), model_flops=2e8, sort="efficiency")
+    )
     # Every op of the mlp fixture runs inside a step: the steps' FLOPs are the ops' own.
     flops = sum(r.flops * r.occurrences for r in report.ops)
     assert sum(s.flops for s in report.steps) == pytest.approx(flops)
@@ -306,7 +309,7 @@ def test_a_saved_report_keeps_the_devices_and_a_version_2_one_still_reads(
 
     from hlogap import load_report
 
-    report = audit(FIXTURES / "sharded_train", str(cpu_chip_file))
+    report = audit(FIXTURES / "sharded_train", AuditOptions(chip=str(cpu_chip_file)))
     saved = tmp_path / "r.json"
     saved.write_text(json.dumps(report.to_dict(0)))
     loaded = load_report(saved)
@@ -337,7 +340,7 @@ def test_model_flops_must_be_positive(cpu_chip_file: Path) -> None:
     from hlogap.errors import UsageError
 
     with pytest.raises(UsageError, match="--model-flops"):
-        audit(FIXTURES / "mlp", str(cpu_chip_file), model_flops=-1.0)
+        audit(FIXTURES / "mlp", AuditOptions(chip=str(cpu_chip_file), model_flops=-1.0))
 
 
 def test_json_written_a_block_of_steps_at_a_time_is_the_report(
@@ -350,7 +353,7 @@ def test_json_written_a_block_of_steps_at_a_time_is_the_report(
     from hlogap.render import json as json_renderer
     from hlogap.render.base import RenderOptions
 
-    report = audit(FIXTURES / "sharded_train", str(cpu_chip_file))
+    report = audit(FIXTURES / "sharded_train", AuditOptions(chip=str(cpu_chip_file)))
     expected = json.loads(json.dumps(report.to_dict(0)))
     for per_chunk in (1, 2, 1000):
         monkeypatch.setattr(json_renderer, "STEPS_PER_CHUNK", per_chunk)
@@ -431,7 +434,7 @@ def test_hfu_names_the_peak_it_is_over(cpu_chip_file: Path) -> None:
     from hlogap.chips import load_chip
     from hlogap.render.text import step_lines
 
-    report = audit(FIXTURES / "mlp", str(cpu_chip_file))
+    report = audit(FIXTURES / "mlp", AuditOptions(chip=str(cpu_chip_file)))
     assert "HFU" in "\n".join(step_lines(report))
     assert any(line.endswith("of the f32 peak") for line in step_lines(report))
     report.chip = load_chip("tpu-v6e")
@@ -448,7 +451,7 @@ def test_a_chip_too_slow_for_the_profile_claims_no_speedup(tmp_path: Path) -> No
     chip.write_text(
         'name = "slow"\n[peak_flops]\nf32 = 2e10\nbf16 = 2e10\n[memory]\nhbm_bw = 2e9\n'
     )
-    report = audit(FIXTURES / "flaws", str(chip))
+    report = audit(FIXTURES / "flaws", AuditOptions(chip=str(chip)))
     assert report.bound_us > report.measured_us and report.beats_bounds
     assert report.speedup is None and report.step_speedup is None
     assert any("its figures are too low for this profile" in w for w in report.warnings)

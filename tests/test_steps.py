@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from hlogap import audit, load_report
+from hlogap.options import AuditOptions
 from hlogap.proto import xplane_pb2
 from hlogap.report.model import warmup_of
 from hlogap.trace.steps import _covered
@@ -50,7 +51,7 @@ def _union_in(intervals: list[tuple[int, int]], lo: int, hi: int) -> int:
 
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_annotated_steps_are_the_annotations(program: str, cpu_chip_file: Path) -> None:
-    report = audit(FIXTURES / program, str(cpu_chip_file))
+    report = audit(FIXTURES / program, AuditOptions(chip=str(cpu_chip_file)))
     path = next((FIXTURES / program).rglob("*.xplane.pb"))
     spans = _annotations(path)
     assert len(report.steps) == len(spans) == oracle(FIXTURES / program)["steps"]
@@ -95,7 +96,7 @@ def cpu_op_events(path: Path) -> dict[int, list[tuple[int, int, tuple[str, str]]
 def test_busy_time_is_the_union_of_op_events(cpu_chip_file: Path) -> None:
     # sharded_train: 8 devices whose ops overlap on XLA:CPU's thread pool.
     path = next((FIXTURES / "sharded_train").rglob("*.xplane.pb"))
-    report = audit(path, str(cpu_chip_file))
+    report = audit(path, AuditOptions(chip=str(cpu_chip_file)))
     by_device = {
         device: [(start, end) for start, end, _ in events]
         for device, events in cpu_op_events(path).items()
@@ -111,7 +112,7 @@ def test_busy_time_is_the_union_of_op_events(cpu_chip_file: Path) -> None:
 
 
 def test_steps_survive_a_saved_report(cpu_chip_file: Path, tmp_path: Path) -> None:
-    report = audit(FIXTURES / "mlp", str(cpu_chip_file))
+    report = audit(FIXTURES / "mlp", AuditOptions(chip=str(cpu_chip_file)))
     saved = tmp_path / "mlp.json"
     saved.write_text(json.dumps(report.to_dict(0)))
     loaded = load_report(saved)
@@ -149,7 +150,7 @@ def test_group_by_scope_rolls_ops_up_by_layer(cpu_chip_file: Path) -> None:
     from hlogap.report.groups import scope_parts
 
     path = FIXTURES / "sharded_train"
-    report = audit(path, str(cpu_chip_file), group_by="scope", depth=2)
+    report = audit(path, AuditOptions(chip=str(cpu_chip_file), group_by="scope", depth=2))
     assert report.group_by == "scope"
     # Every op falls in the group of its op path's first two components; totals are kept.
     members: dict[str, list[str]] = defaultdict(list)
@@ -161,7 +162,7 @@ def test_group_by_scope_rolls_ops_up_by_layer(cpu_chip_file: Path) -> None:
     assert [g.gap_us for g in report.groups] == sorted(
         (g.gap_us for g in report.groups), reverse=True
     )
-    by_module = audit(path, str(cpu_chip_file), group_by="module")
+    by_module = audit(path, AuditOptions(chip=str(cpu_chip_file), group_by="module"))
     assert {g.name for g in by_module.groups} == {"jit_train_step", "jit_ring_exchange"}
     doc = by_module.to_dict()
     assert doc["group_by"] == "module" and len(doc["groups"]) == 2

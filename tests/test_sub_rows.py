@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from hlogap.options import AuditOptions
 from hlogap.pipeline import audit
 from hlogap.render.base import RenderOptions, render
 from hlogap.render.cells import SHOWN_SUB_ROWS, SUB_ROWS_NOTE
@@ -35,7 +36,7 @@ def profile(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def report(profile: tuple[Path, Path]) -> AuditReport:
     logdir, dump = profile
-    return audit(logdir, "h100-sxm", hlo_dump=dump)
+    return audit(logdir, AuditOptions(chip="h100-sxm", hlo_dump=dump))
 
 
 def _table(report: AuditReport, **options: object) -> list[str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hlogap.options import AuditOptions
 from tests.conftest import FIXTURES
 
 CAPTURES = Path(__file__).parent / "terminal"
@@ -86,7 +87,7 @@ def test_progress_shows_on_a_terminal_after_a_second(
     monkeypatch.setattr(cli._Progress, "DELAY_S", 0.0)  # as if every step took a second
     with cli._Progress() as progress:
         assert progress is not None
-        audit(tmp_path / "tb", str(cpu_chip_file), jobs=1, progress=progress)
+        audit(tmp_path / "tb", AuditOptions(chip=str(cpu_chip_file), jobs=1), progress=progress)
     shown = terminal.getvalue()
     assert "hlogap: reading 3 host file(s)" in shown
     assert "read host 3 of 3 (h2)" in shown and "costing" in shown

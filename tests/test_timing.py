@@ -11,6 +11,7 @@ import pytest
 
 from hlogap import audit
 from hlogap.errors import InputError
+from hlogap.options import AuditOptions
 from hlogap.proto import xplane_pb2
 from hlogap.trace.columnar import ABSENT
 from hlogap.trace.model import (
@@ -255,11 +256,11 @@ def test_module_filter_counts_only_that_modules_events(cpu_chip_file: Path) -> N
     by_op = _events_by_op(path, "/host:CPU")
     ring = sum(len(v) for (module, _), v in by_op.items() if module == "jit_ring_exchange")
     assert 0 < ring < sum(len(v) for v in by_op.values())
-    report = audit(path, str(cpu_chip_file), module="^jit_ring_exchange$")
+    report = audit(path, AuditOptions(chip=str(cpu_chip_file), module="^jit_ring_exchange$"))
     assert {r.module for r in report.ops} == {"jit_ring_exchange"}
     assert report.events == ring == sum(r.events for r in report.ops)
     with pytest.raises(InputError, match="no op matches --module"):  # a typo, not an empty run
-        audit(path, str(cpu_chip_file), module="^no_such_module$")
+        audit(path, AuditOptions(chip=str(cpu_chip_file), module="^no_such_module$"))
 
 
 def _runs_by_op(path: Path) -> dict[tuple[str, str], set[tuple[int, int]]]:
@@ -427,9 +428,9 @@ def test_passes_a_block_at_a_time_equal_one_pass(
     from hlogap.trace import timing
 
     path = FIXTURES / program
-    whole = audit(path, chip=str(cpu_chip_file), jobs=1).to_dict()
+    whole = audit(path, AuditOptions(chip=str(cpu_chip_file), jobs=1)).to_dict()
     monkeypatch.setattr(timing, "BLOCK_ROWS", 7)
-    blocked = audit(path, chip=str(cpu_chip_file), jobs=1).to_dict()
+    blocked = audit(path, AuditOptions(chip=str(cpu_chip_file), jobs=1)).to_dict()
     assert blocked["steps"] and _same(blocked, whole)
     assert [s["measured_us"] for s in blocked["steps"]] == [
         s["measured_us"] for s in whole["steps"]

@@ -14,6 +14,7 @@ import pytest
 
 from hlogap import audit
 from hlogap.errors import InputError
+from hlogap.options import AuditOptions
 from hlogap.proto import xplane_pb2
 from tests import tpu_trace as tt
 from tests.conftest import SHARED
@@ -96,7 +97,7 @@ def test_hosts_of_different_chips_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="different chips") as exc:
         audit(run)
     assert "tpu-v6e on host-a" in str(exc.value) and "tpu-v5p on host-b" in str(exc.value)
-    assert audit(run, host="host-a").chip.name == "tpu-v6e"  # one chip's hosts apart
+    assert audit(run, AuditOptions(host="host-a")).chip.name == "tpu-v6e"  # one chip's hosts apart
 
 
 def test_real_amd_hosts_of_two_chips(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from hlogap import audit
+from hlogap.options import AuditOptions
 from hlogap.render.base import RenderOptions, render
 from hlogap.report.compare import compare
 from hlogap.report.model import AuditReport, OpRow
@@ -78,7 +79,7 @@ def test_diff_calls_an_op_slower_per_run_but_lighter_in_total_mixed() -> None:
 
 
 def test_html_says_what_efficiency_is_and_heads_numbers_right(cpu_chip_file: Path) -> None:
-    page = render(audit(TRAIN, str(cpu_chip_file)), "html", RenderOptions(top=0))
+    page = render(audit(TRAIN, AuditOptions(chip=str(cpu_chip_file))), "html", RenderOptions(top=0))
     assert "of its bound)" not in page and "its bound over its time" in page
     # Ops without an op_name are grouped as hlogap's groups name them ("(unknown)"), by the
     # report's own group rows (tests/test_row_cells.py), never "(no op_name)".
@@ -95,7 +96,7 @@ def test_header_says_the_devices_span_not_their_busy_time(cpu_chip_file: Path) -
     from hlogap.render.text import step_lines
     from hlogap.report.model import steps_summary
 
-    report = audit(TRAIN, str(cpu_chip_file))
+    report = audit(TRAIN, AuditOptions(chip=str(cpu_chip_file)))
     summary = steps_summary(report.steps)
     span, busy = summary["device_span_fraction"], summary["busy_us"]
     assert isinstance(span, float) and isinstance(busy, float)

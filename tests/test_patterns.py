@@ -20,6 +20,7 @@ import pytest
 
 from hlogap import audit, load_report
 from hlogap.hlo.text import parse_module
+from hlogap.options import AuditOptions
 from hlogap.report.compare import compare
 from hlogap.report.model import AuditReport
 from tests.conftest import FIXTURES, write_cpu_chip
@@ -50,7 +51,7 @@ def _chip() -> str:
 
 @cache
 def _audit(program: str) -> AuditReport:
-    return audit(FIXTURES / program, _chip())
+    return audit(FIXTURES / program, AuditOptions(chip=_chip()))
 
 
 def _hlo_lines(program: str) -> dict[str, str]:

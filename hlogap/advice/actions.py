@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -58,30 +58,45 @@ def _only(f: Finding, ops: tuple[OpRow, ...]) -> Finding:
     return dataclasses.replace(f, ops=ops, op_saving_us=f.op_saving_us * min(share, 1.0))
 
 
+SAME = "; the same on "  # where a merged finding's evidence names its other ops
+
+
 def repeated(found: Sequence[Finding]) -> list[Finding]:
-    """Findings of one cause on ops of the same structure (the same fingerprints: one layer's
-    ops and another's) as one finding with their summed saving, `layers` the count, in the
-    place of the largest."""
-    groups: dict[tuple[object, ...], list[Finding]] = {}
-    order: list[tuple[object, ...]] = []
-    for k, f in enumerate(found):
+    """In one program: findings of one cause on ops of the same structure (the same
+    fingerprints: one layer's ops and another's), then findings of one cause whose evidence and
+    change read the same (one batch advice for a layer's several matmuls), as one finding
+    with their summed saving, `layers` their count, in the place of the largest."""
+
+    def program(f: Finding) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted({(r.module, r.program_id) for r in f.ops}))
+
+    def structure(k: int, f: Finding) -> tuple[object, ...]:
         prints = tuple(r.fingerprint for r in f.ops)
-        key: tuple[object, ...] = (
-            (f.cause, f.where, prints) if all(prints) and f.claimed_us is None else (k,)
-        )
-        if key not in groups:
-            order.append(key)
-        groups.setdefault(key, []).append(f)
+        if not all(prints) or f.claimed_us is not None:
+            return (k,)
+        return (f.cause, f.where, program(f), prints)
+
+    def advice(k: int, f: Finding) -> tuple[object, ...]:
+        if f.claimed_us is not None:
+            return (k,)
+        return (f.cause, f.where, program(f), f.change, f.evidence.split(SAME)[0])
+
+    merged = _merge(_merge(found, structure), advice)
+    return sorted(merged, key=lambda f: -(f.claimed_us or f.op_saving_us))
+
+
+def _merge(
+    found: Sequence[Finding], key_of: Callable[[int, Finding], tuple[object, ...]]
+) -> list[Finding]:
+    groups: dict[tuple[object, ...], list[Finding]] = {}
+    for k, f in enumerate(found):
+        groups.setdefault(key_of(k, f), []).append(f)
     out = []
-    for key in order:
-        group = groups[key]
+    for group in groups.values():
         first = group[0]
-        if len(group) == 1:
-            out.append(first)
-            continue
         ops = tuple(r for f in group for r in f.ops)
-        if len({_key(r) for r in ops}) < len(ops):  # the same ops twice: not repeated layers
-            out.extend(group)
+        if len(group) == 1 or len({_key(r) for r in ops}) < len(ops):
+            out.extend(group)  # one finding, or the same ops twice: not repeated layers
             continue
         others = ", ".join(r.name for f in group[1:4] for r in f.ops[:1])
         more = f" and {len(group) - 4} more" if len(group) > 4 else ""
@@ -90,18 +105,19 @@ def repeated(found: Sequence[Finding]) -> list[Finding]:
             if all(f.op_savings is not None for f in group)
             else None
         )
+        layers = sum(f.layers for f in group)
         out.append(
             dataclasses.replace(
                 first,
                 ops=ops,
                 op_saving_us=sum(f.op_saving_us for f in group),
                 op_savings=savings,
-                layers=sum(f.layers for f in group),
-                evidence=f"{first.evidence}; the same on {len(group) - 1} more op(s) of "
-                f"the same structure (repeated layers: {others}{more})",
+                layers=layers,
+                evidence=f"{first.evidence.split(SAME)[0]}{SAME}{len(ops) - len(first.ops)} "
+                f"more op(s), {layers} in all (repeated layers: {others}{more})",
             )
         )
-    return sorted(out, key=lambda f: -(f.claimed_us or f.op_saving_us))
+    return out
 
 
 def changes(found: Sequence[Finding]) -> list[dict[OpKey, float]]:

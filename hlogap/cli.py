@@ -776,7 +776,9 @@ def memory(
 
         check_output(target)
     with _Progress() as progress:
-        options = AuditOptions(chip=chip, run=run, host=host, device=device, module=module)
+        options = AuditOptions(
+            chip=chip, run=run, host=host, device=device, module=module, advice=False
+        )
         report = run_audit(path, options, progress)
     if target is not None:
         from hlogap.source import refuse_to_overwrite

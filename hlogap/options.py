@@ -36,6 +36,9 @@ class AuditOptions:
     # Every op event in the op rows, not only the steady steps'. xprof's converter counts every
     # event: `cross_check` implies it.
     all_steps: bool = False
+    # Run the advice stage (actions, what-ifs, the mesh axes' exposed time): `hlogap memory`
+    # reads none of it.
+    advice: bool = True
 
     def checked(self) -> AuditOptions:
         """The options, each value checked (UsageError / InputError, one line each), with what

@@ -184,7 +184,9 @@ def _audit_hosts(
     rows, chip, raised = _cost_rows(hosts, framed, index, chip, what_if)
     clocks = _clocks(hosts, selection, framed.run, rows, steps)
     memory, memory_warnings = _memory(hosts, selection, run, modules, index, chip, steps)
-    scenarios = _scenarios(rows, chip, run.backend, index, memory, what_if)
+    scenarios = (
+        _scenarios(rows, chip, run.backend, index, memory, what_if) if options.advice else None
+    )
     totals = (
         [
             host_totals.on_clock(clocks.offsets.of(h))
@@ -195,7 +197,7 @@ def _audit_hosts(
                     steps.windows,
                     op_step_costs(rows),
                     steps.dominant,
-                    list(scenarios.changes.values()),
+                    list(scenarios.changes.values()) if scenarios else [],
                     steps.warmup,
                 )
             )
@@ -496,7 +498,7 @@ def _assemble(
     framed: FramedRun,
     index: HloIndex,
     clocks: Clocks,
-    scenarios: Scenarios,
+    scenarios: Scenarios | None,
     totals: list[StepTotals],
     warmup: int,
     what_if: Sequence[Chip],
@@ -523,7 +525,7 @@ def _assemble(
         or None
     )
     stacked = StepTotals.stacked(totals) if totals else None
-    names = list(scenarios.changes)
+    names = list(scenarios.changes) if scenarios else []
     # Wall time each scenario saves, per step (an axis's: its device time, below).
     saved: dict[str, np.ndarray] = {}
     if stacked is not None:
@@ -543,6 +545,8 @@ def _assemble(
             if report.measured_us > 0
             else "the ops took no time in all (every event of 0 duration): no speedup is claimed"
         )
+    if scenarios is None:  # the advice stage was not asked for (`hlogap memory`)
+        return
     # Causes that read the step pass (the ops' idle before them) claim no re-timed saving.
     context = Context(rows, chip, report.backend, index, report.memory, steps[warmup:])
     found = scenarios.found

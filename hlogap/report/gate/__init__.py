@@ -285,8 +285,8 @@ def _short(check: Check) -> str:
 
 
 def _range(check: Check) -> str:
-    """` (lo..hi)`: the check's plausible range, where it has one."""
-    if check.interval is None:
+    """` (lo..hi)`: the check's plausible range, where it has one (not a single point)."""
+    if check.interval is None or check.interval[0] == check.interval[1]:
         return ""
     return f" ({_fmt_interval(*check.interval)})"
 
@@ -831,7 +831,7 @@ def _op_checks(diff: Diff, gated: list[DiffRow], t: Thresholds) -> list[OpCheck]
 def _same_run(diff: Diff) -> bool:
     """Both sides hold one run's steps (a report checked against itself, or an edited copy):
     nothing moved between them but what was edited."""
-    a, b = diff.base.steps, diff.new.steps
+    a, b = steady_steps(diff.base.steps), steady_steps(diff.new.steps)
     return (
         bool(a)
         and len(a) == len(b)

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hlogap.bounds.roofline import bound_op
-from hlogap.chips import Chip
+from hlogap.chips import Chip, dtype_key
 from hlogap.cost import OpCost
 from hlogap.hlo.opcodes import AsyncRole
 from hlogap.units import fmt_si
@@ -98,16 +98,16 @@ def raise_to_ops(chip: Chip, timed: Iterable[TimedCost]) -> tuple[Chip, list[Rai
         if bound.t_compute_s > op.seconds:
             factor = bound.t_compute_s / op.seconds
             if cost.matrix_flops:
-                key = chip.matrix_key(cost.matrix_dtype or "bf16")
-                need(f"peak_flops.{key}", chip.peak_flops[key] * factor, op)
+                key = own_matrix_key(chip, cost.matrix_dtype or "bf16")
+                need(f"peak_flops.{key}", _figure(chip, f"peak_flops.{key}") * factor, op)
             if cost.vector_flops:
                 dtype = cost.vector_dtype or "f32"
-                vector = chip.vector_key(dtype)
-                if vector is None:
-                    key = chip.matrix_key(dtype)
-                    need(f"peak_flops.{key}", chip.peak_flops[key] * factor, op)
+                if chip.vector_key(dtype) is None:
+                    key = own_matrix_key(chip, dtype)
+                    need(f"peak_flops.{key}", _figure(chip, f"peak_flops.{key}") * factor, op)
                 else:
-                    need(f"vector_flops.{vector}", chip.vector_flops[vector] * factor, op)
+                    key = dtype_key(dtype)
+                    need(f"vector_flops.{key}", _figure(chip, f"vector_flops.{key}") * factor, op)
         if bound.t_memory_s > op.seconds:
             fits = [size for size, _ in chip.cache_bw if cost.hbm_bytes <= size]
             figure = f"memory.cache_bw.{int(min(fits))}" if fits else "memory.hbm_bw"
@@ -124,6 +124,15 @@ def raise_to_ops(chip: Chip, timed: Iterable[TimedCost]) -> tuple[Chip, list[Rai
     return _with(chip, raised), raised
 
 
+def own_matrix_key(chip: Chip, dtype: str) -> str:
+    """The `peak_flops` key an op of ``dtype`` may raise: the one its bound takes where that is
+    its own type's (f32 taking tf32 is), else its own type's, added to the chip: a bf16 dot
+    bounded by the f32 peak of a chip with no bf16 figure raises a bf16 figure, never the f32
+    peak every f32 dot is bounded by."""
+    key, own = chip.matrix_key(dtype), dtype_key(dtype)
+    return key if key == own or (own, key) == ("f32", "tf32") else own
+
+
 def _drop_covered_levels(chip: Chip, wanted: dict[str, tuple[float, TimedCost]]) -> None:
     """Drop the raises of cache levels that a larger level's rate (or the memory's) already
     covers: an op's roof is the fastest level its bytes fit, larger ones included, so a level
@@ -138,10 +147,11 @@ def _drop_covered_levels(chip: Chip, wanted: dict[str, tuple[float, TimedCost]])
 
 def _figure(chip: Chip, figure: str) -> float:
     table, _, key = figure.partition(".")
+    # A type the chip has no figure for is bounded by the figure it falls back to.
     if table == "peak_flops":
-        return chip.peak_flops[key]
+        return chip.peak_flops.get(key) or chip.matrix_peak(key)
     if table == "vector_flops":
-        return chip.vector_flops[key]
+        return chip.vector_flops.get(key) or chip.vector_peak(key)
     if figure == "interconnect.bw":
         return chip.interconnect_bw or 0.0
     if figure == "memory.hbm_bw":

@@ -52,6 +52,17 @@ MATMUL_SIZES = (512, 1024, 2048)
 # each (bf16, f16 through the CPU's own units where it has them, else converted to f32; s8 x s8
 # into s32), so each gets the rate XLA itself reaches.
 DTYPES = ("f32", "bf16", "f16", "int8")
+# How XLA:CPU may run a dot of each type: the result type each is timed with (None: the
+# operands'). A bf16 x bf16 -> bf16 dot is converted to f32 around an f32 dot, while
+# bf16 x bf16 -> f32 (mixed precision's accumulation) runs on the CPU's bf16 units where it
+# has them (AVX512-BF16, AMX): 9.7e10 against 3.1e11 FLOP/s on one EPYC. The peak is the
+# fastest way XLA runs the type, as a program's dots of it can run.
+RESULT_TYPES: dict[str, tuple[str | None, ...]] = {
+    "f32": (None,),
+    "bf16": (None, "f32"),
+    "f16": (None, "f32"),
+    "int8": ("s32",),
+}
 # /proc/cpuinfo flags that say which units a CPU has for each type (x86; others list none).
 ISA_FLAGS = (
     "avx2",
@@ -94,6 +105,9 @@ class Calibration:
     engine: str = "xla"
     isa: tuple[str, ...] = ()
     cache_bw: tuple[tuple[int, float], ...] = ()
+    # Each round's best FLOP/s per type, in round order (the chip file keeps them: what the
+    # spread is of).
+    flops_rounds: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
     @property
     def noisy(self) -> bool:
@@ -112,40 +126,61 @@ def _numpy_dot_rate(dtype: str, size: int, repeats: int) -> float:
     return 2.0 * size**3 / _best_of(np.matmul, (a, b), repeats)
 
 
-def _xla_dot_rate() -> DotRate | None:
-    """A function timing XLA:CPU's own dot of a type and size; None without JAX."""
-    try:
-        import jax
-        import jax.numpy as jnp
-    except ImportError:
-        return None
+def xla_dots(dtype: str) -> list[Callable[..., object]]:
+    """The dots calibration times for a type (jitted, one per `RESULT_TYPES` entry): XLA's own
+    `lax.dot` of two operands of the type, with each result type XLA may run it with."""
+    import jax
+    import jax.numpy as jnp
+
+    def dot(result: str | None) -> Callable[..., object]:
+        wide = None if result is None else jnp.dtype({"f32": "float32", "s32": "int32"}[result])
+
+        def run(a: jax.Array, b: jax.Array) -> jax.Array:
+            return jax.lax.dot(a, b, preferred_element_type=wide)
+
+        return jax.jit(run)
+
+    return [dot(result) for result in RESULT_TYPES[dtype]]
+
+
+def xla_operands(dtype: str, size: int) -> tuple[object, object]:
+    """Two square operands of a type on the CPU device."""
+    import jax
+    import jax.numpy as jnp
+
     types = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16, "int8": jnp.int8}
     cpu = jax.devices("cpu")[0]
-    # One compiled dot and its operands per (type, size), made on first use: rounds reuse them.
-    runs: dict[tuple[str, int], Callable[[], object]] = {}
+    a = jax.device_put(jnp.ones((size, size), types[dtype]), cpu)
+    return a, jax.device_put(jnp.ones((size, size), types[dtype]), cpu)
 
-    def make(dtype: str, size: int) -> Callable[[], object]:
-        element = types[dtype]
-        wide = jnp.int32 if dtype == "int8" else None  # s8 x s8 accumulates in s32, as XLA does
 
-        def dot(a: jax.Array, b: jax.Array) -> jax.Array:
-            return jnp.matmul(a, b, preferred_element_type=wide)
+def _xla_dot_rate() -> DotRate | None:
+    """A function timing XLA:CPU's own dots of a type and size (`xla_dots`: the fastest way XLA
+    runs the type); None without JAX."""
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        return None
+    # The compiled dots and their operands per (type, size), made on first use: rounds reuse them.
+    runs: dict[tuple[str, int], list[Callable[[], object]]] = {}
 
-        run = jax.jit(dot)
-        a = jax.device_put(jnp.ones((size, size), element), cpu)
-        b = jax.device_put(jnp.ones((size, size), element), cpu)
-        run(a, b).block_until_ready()  # compile, warm up the thread pool
+    def make(dtype: str, size: int) -> list[Callable[[], object]]:
+        a, b = xla_operands(dtype, size)
+        timed: list[Callable[[], object]] = []
+        for run in xla_dots(dtype):
+            run(a, b).block_until_ready()  # type: ignore[attr-defined]  # compile, warm up
 
-        def once() -> object:
-            return run(a, b).block_until_ready()
+            def once(run: Callable[..., object] = run) -> object:
+                return run(a, b).block_until_ready()  # type: ignore[attr-defined]
 
-        return once
+            timed.append(once)
+        return timed
 
     def rate(dtype: str, size: int, repeats: int) -> float:
-        once = runs.get((dtype, size))
-        if once is None:
-            once = runs[(dtype, size)] = make(dtype, size)
-        return 2.0 * size**3 / _best_of(once, (), repeats)
+        timed = runs.get((dtype, size))
+        if timed is None:
+            timed = runs[(dtype, size)] = make(dtype, size)
+        return 2.0 * size**3 / min(_best_of(once, (), repeats) for once in timed)
 
     return rate
 
@@ -248,7 +283,7 @@ def measure(rounds: int = ROUNDS, repeats: int = 1) -> Calibration:
         (dot_peaks(rate, dtypes, MATMUL_SIZES, repeats), stream_bandwidths(stream, repeats))
         for _ in range(rounds)
     ]
-    flops = {d: max(r[0][d] for r in results) for d in dtypes}
+    flops = {d: max(r[0][d] for r in results) for d in dtypes}  # the best round's, per type
     worst = {d: min(r[0][d] for r in results) for d in dtypes}
     sizes = sorted(results[0][1])
     copies = {n: [r[1][n] for r in results] for n in sizes}
@@ -261,6 +296,7 @@ def measure(rounds: int = ROUNDS, repeats: int = 1) -> Calibration:
         "xla" if xla is not None else "numpy",
         isa_flags(),
         tuple((n, max(copies[n])) for n in sizes[:-1]),
+        tuple((d, tuple(r[0][d] for r in results)) for d in dtypes),
     )
 
 
@@ -281,6 +317,12 @@ def _unit(dtype: str, isa: tuple[str, ...]) -> str:
     if found:
         return found[0].upper().replace("_", "-")
     return f"no {dtype} unit ({'/'.join(UNITS[dtype])} absent): XLA:CPU converts"
+
+
+def _results(dtype: str) -> str:
+    """The result types a type's dots were timed with, as a chip file's source says them."""
+    named = [r or dtype for r in RESULT_TYPES.get(dtype, (None,))]
+    return "" if named == [dtype] else f" -> {' or '.join(named)} (the faster)"
 
 
 def chip_text(c: Calibration) -> str:
@@ -305,10 +347,10 @@ def chip_text(c: Calibration) -> str:
         else ""
     )
     if c.engine == "xla":
-        how = "XLA:CPU (jax.jit) dot"
+        how = "XLA:CPU (jax.jit) lax.dot"
         peak_sources = "".join(
-            f'"peak_flops.{d}" = "measured: {how}, {d}, best over 512/1024/2048 squares, this '
-            f'machine ({_unit(d, c.isa)})"\n'
+            f'"peak_flops.{d}" = "measured: {how}, {d}{_results(d)}, best over 512/1024/2048 '
+            f'squares and {ROUNDS} rounds, this machine ({_unit(d, c.isa)})"\n'
             for d in c.flops
         )
     else:
@@ -317,6 +359,16 @@ def chip_text(c: Calibration) -> str:
             'this machine (JAX not importable: other types take the f32 figure)"\n'
         )
     isa = ", ".join(f'"{f}"' for f in c.isa)
+    rounds = "".join(f"{d} = [{', '.join(f'{f:.4g}' for f in per)}]\n" for d, per in c.flops_rounds)
+    spreads = "".join(
+        f"{d} = {(max(per) - min(per)) / max(per):.3f}\n" for d, per in c.flops_rounds if max(per)
+    )
+    by_round = (
+        f"\n[calibration.flops_rounds]\n# Each round's best dot FLOP/s per type, in order: the "
+        f"peak is the best round's.\n{rounds}\n[calibration.flops_spread_by_type]\n{spreads}"
+        if c.flops_rounds
+        else ""
+    )
     return f"""# Written by `hlogap calibrate` on {time.strftime("%Y-%m-%d %H:%M:%S")}.
 name = "cpu"
 vendor = "cpu"
@@ -336,7 +388,8 @@ flops_spread = {c.flops_spread:.3f}
 memory_spread = {c.bandwidth_spread:.3f}
 engine = "{c.engine}"
 isa = [{isa}]
-
+rounds = {len(c.flops_rounds[0][1]) if c.flops_rounds else ROUNDS}
+{by_round}
 [sources]
 {peak_sources}"memory.hbm_bw" = "measured: {stream} moving {largest} MiB (read + write), here"
 {cache_source}"interconnect.bw" = "XLA:CPU devices of one process exchange data through memory"

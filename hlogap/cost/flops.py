@@ -21,7 +21,7 @@ from hlogap.cost.base import (
 )
 from hlogap.cost.custom_calls import custom_call
 from hlogap.cost.matmul import at, conv_flops, dot_flops, matmul_dtype
-from hlogap.hlo.ir import Computation, Instruction, Window
+from hlogap.hlo.ir import Computation, Instruction, Shape, Window
 from hlogap.hlo.opcodes import ELEMENTWISE, TRANSCENDENTAL, collective_kind
 
 _APPLYING = frozenset({"reduce", "reduce-window", "map", "scatter", "select-and-scatter", "sort"})
@@ -79,9 +79,37 @@ def _matrix_op(inst: Instruction, ix: ModuleIndex | None, w: Work) -> None:
         w.unmodeled = f"operand shapes of {inst.opcode} '{inst.name}' are unknown"
     elif inst.opcode != "convolution":
         contracting = inst.dot_dims.lhs_contracting if inst.dot_dims else ()
-        w.add_matrix(dot_flops(lhs, inst.shape, contracting), matmul_dtype(shapes))
+        w.add_matrix(dot_flops(lhs, inst.shape, contracting), matmul_dtype(_read_as(inst, ix)))
     else:
-        w.add_matrix(conv_flops(inst, lhs, rhs, inst.shape), matmul_dtype(shapes))
+        w.add_matrix(conv_flops(inst, lhs, rhs, inst.shape), matmul_dtype(_read_as(inst, ix)))
+
+
+def _read_as(inst: Instruction, ix: ModuleIndex | None) -> list[Shape | None]:
+    """A dot's (or convolution's) operand shapes as the op reads them: an operand its fusion
+    widens from the fusion's own input (`convert` of a bf16 parameter to f32, fused into the
+    dot's op) is read, and run, as the narrower type (XLA:CPU's YNNPACK fusions run such a dot
+    on the CPU's bf16 units): the dot's peak is the input's type's."""
+    shapes = operand_shapes(inst, ix)
+    home = ix.comp_of.get(id(inst)) if ix is not None else None
+    if ix is None or home is None or home.is_entry:  # the entry's converts are ops of their own
+        return shapes
+    read = list(shapes)
+    for i, shape in enumerate(shapes[:2]):
+        widen = ix.producer(inst, i)
+        if shape is None or widen is None or widen.opcode != "convert":
+            continue
+        source = ix.producer(widen, 0)
+        narrow = operand_shapes(widen, ix)[0] if widen.operands else None
+        if (
+            source is not None
+            and source.opcode == "parameter"
+            and narrow is not None
+            and narrow.element_type.startswith(("f", "bf"))
+            and shape.element_type.startswith("f")
+            and 0 < narrow.element_bits < shape.element_bits
+        ):
+            read[i] = narrow
+    return read
 
 
 def _fusion(inst: Instruction, ix: ModuleIndex | None, w: Work) -> None:

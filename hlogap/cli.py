@@ -1000,7 +1000,8 @@ def check(
     _step_summary(result, read)
     if new_baseline is not None:
         from hlogap.files import write_bytes
-        from hlogap.report.gate.history import baseline_bytes, entry
+        from hlogap.render.json import baseline_bytes
+        from hlogap.report.gate.history import entry
 
         assert reason is not None  # check_reason
         record = entry(reason, result.outcome, result.change)

@@ -11,6 +11,7 @@ import orjson
 
 from hlogap.render.base import Document, DocumentKind, MemoryView, RenderOptions, register
 from hlogap.report.compare import Diff
+from hlogap.report.gate.history import HistoryEntry
 from hlogap.report.model import AuditReport
 
 # orjson writes NaN/inf as null (JSON has neither), so every consumer can parse the output, and
@@ -66,3 +67,11 @@ STEPS_PER_CHUNK = 2000
 
 
 register(JsonRenderer())
+
+
+def baseline_bytes(report: AuditReport, history: list[HistoryEntry]) -> bytes:
+    """The report as `audit --format json` writes it, with `history` added (`check
+    --update-baseline`)."""
+    data = orjson.loads(JsonRenderer().render_bytes(report, RenderOptions()))
+    data["history"] = history
+    return orjson.dumps(data, option=OPTIONS, default=str) + b"\n"

@@ -12,8 +12,6 @@ import json
 import math
 from pathlib import Path
 
-import orjson
-
 from hlogap.errors import InputError, UsageError
 from hlogap.report.model import AuditReport
 from hlogap.source import is_url, read_remote
@@ -77,13 +75,3 @@ def entry(reason: str, verdict: str, change: float | None) -> HistoryEntry:
         "verdict": verdict,
         "change": change if change is not None and math.isfinite(change) else None,
     }
-
-
-def baseline_bytes(report: AuditReport, history: list[HistoryEntry]) -> bytes:
-    """The report as `audit --format json` writes it, with `history` added."""
-    from hlogap.render.base import RenderOptions
-    from hlogap.render.json import OPTIONS, JsonRenderer
-
-    data = orjson.loads(JsonRenderer().render_bytes(report, RenderOptions()))
-    data["history"] = history
-    return orjson.dumps(data, option=OPTIONS, default=str) + b"\n"

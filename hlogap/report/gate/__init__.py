@@ -570,12 +570,15 @@ def _decide(
     exact: bool = False,
 ) -> tuple[Verdict, tuple[float, float] | None, str, str]:
     """The verdict on a change `point` (in the check's unit) whose noise is `est` (on its own
-    scale: `to_value` maps the scale to the unit, `from_value` back): fail when the whole
-    interval is past `limit`, pass when none of it is, else inconclusive. `between` (on the
-    scale) is the run-to-run noise no step shows, added to the steps' half-width in
-    quadrature. Without a spread on either side, the fixed limit decides; `exact` (both sides
-    one run: a report against itself or an edited copy) has no noise at all. Returns (verdict,
-    interval, the interval in words, the inconclusive line)."""
+    scale: `to_value` maps the scale to the unit, `from_value` back): pass when none of the
+    steps' interval is past `limit`; fail when all of it is, even widened by `between` (on the
+    scale: the run-to-run noise no step shows, added to the steps' half-width in quadrature);
+    else inconclusive. The allowance only keeps noise from failing a run: an unchanged run
+    whose steps agree passes (with it in the pass rule too, a change of 0 would never pass a
+    limit as small as the allowance). Without a spread on either side, the fixed limit
+    decides; `exact` (both sides one run: a report against itself or an edited copy) has no
+    noise at all. Returns (verdict, the steps' interval, the interval in words, the
+    inconclusive line)."""
     if exact:
         said = "one run on both sides: no noise"
         return ("fail" if _over(point, limit) else "pass"), (point, point), said, ""
@@ -583,23 +586,32 @@ def _decide(
     if steps_half is None or not math.isfinite(steps_half):
         said = f"no noise estimate ({_steps_said(est)}): the fixed limit decides"
         return ("fail" if _over(point, limit) else "pass"), None, said, ""
-    half = math.hypot(steps_half, between)
-    lo, hi = to_value(est.center - half), to_value(est.center + half)
+    lo, hi = to_value(est.center - steps_half), to_value(est.center + steps_half)
+    widened = to_value(est.center - math.hypot(steps_half, between))
     said = f"{_fmt_interval(lo, hi, unit)}, {_steps_said(est)}"
-    if not lo <= hi:  # NaN: fail closed
+    if not lo <= hi or not widened <= lo:  # NaN: fail closed
         return "fail", None, said, ""
-    if _over(lo, limit):
+    if _over(widened, limit):
         return "fail", (lo, hi), said, ""
     if hi <= limit:
         return "pass", (lo, hi), said, ""
     margin = abs(est.center - from_value(limit))
-    room = math.sqrt(margin * margin - between * between) if margin > between else 0.0
+    # Below the limit more steps narrow the interval under it; above, a fail also needs the
+    # change past the run-to-run allowance.
+    below = est.center < from_value(limit)
+    room = (
+        margin
+        if below
+        else math.sqrt(margin * margin - between * between)
+        if margin > between
+        else 0.0
+    )
     steps = est.steps_to_decide(room, confidence)
     about = (
         f"about {steps} steps a side would decide it"
         if steps is not None and steps <= 100_000
         else "more steps would not decide it: the change sits on the limit"
-        if not between or margin <= 0
+        if not between or margin <= 0 or below
         else "more steps would not decide it: the change is within the run-to-run allowance "
         "(--run-noise) of the limit"
     )

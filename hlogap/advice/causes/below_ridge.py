@@ -49,9 +49,8 @@ def below_ridge(ctx: Context) -> Iterator[Finding]:
                 (row,),
                 saving,
                 f"{where}; {fmt_si(m.activation_bytes, 'B')} of its {fmt_si(m.bytes, 'B')} per "
-                f"run are activations (inputs and outputs), its weight only "
-                f"{fmt_si(m.weight_bytes, 'B')}: no batch lifts it past "
-                f"{m.flops / max(m.activation_bytes, 1.0):.0f} FLOP/B",
+                f"run are activations (inputs and outputs), {m.weight_text}: no batch lifts it "
+                f"past {m.flops / max(m.activation_bytes, 1.0):.0f} FLOP/B",
                 _fuse(ctx, row),
             )
             continue

@@ -91,8 +91,8 @@ def test_check_names_every_threshold_in_force(
     assert line.endswith(
         "max-step-regression 3%, max-idle-regression 2 points, max-peak-hbm 16 GB"
     ), line
-    code, out, _ = run_cli([*args[:4], "--max-peak-hbm", "10%"], capsys)
-    assert "min-op-share 1%, max-peak-hbm 10%\n" in out
+    code, out, _ = run_cli([*args[:6], "--max-peak-hbm", "10%"], capsys)
+    assert "min-op-share 1%, run-noise 25%, max-peak-hbm 10%\n" in out
 
 
 @pytest.mark.parametrize("group_by", ["scope", "category", "source"])

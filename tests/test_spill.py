@@ -179,7 +179,7 @@ def interrupt(line):
         raise KeyboardInterrupt
 
 try:
-    hlogap.audit(sys.argv[1], sys.argv[2], jobs=2, progress=interrupt)
+    hlogap.audit(sys.argv[1], hlogap.AuditOptions(chip=sys.argv[2], jobs=2), interrupt)
 except KeyboardInterrupt:
     sys.exit(0 if not reading._READERS else 5)
 sys.exit(6)

@@ -10,9 +10,9 @@ import zipfile
 import pytest
 
 from hlogap.advice.matrix import weight_of
+from hlogap.cost.roles import roles
 from hlogap.hlo.decode import decode_hlo_proto
 from hlogap.hlo.ir import Instruction, Module, Shape
-from hlogap.hlo.roles import roles
 from hlogap.hlo.text import parse_module
 from tests.conftest import FIXTURES, SHARED
 

@@ -1,5 +1,5 @@
 """Matmul-like ops (dots, convolutions, GEMM and convolution library calls, fusions of them):
-their weight and activation bytes, the weight decided from the program (`hlogap.hlo.roles`):
+their weight and activation bytes, the weight decided from the program (`hlogap.cost.roles`):
 an operand carried across steps, or the output where it is a carried weight's gradient."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from hlogap.advice.base import Context
 from hlogap.cost.base import index_of
+from hlogap.cost.roles import roles
 from hlogap.hlo.ir import Instruction, Module, Shape
-from hlogap.hlo.roles import roles
 from hlogap.report.model import OpRow
 from hlogap.units import fmt_si
 

@@ -222,7 +222,9 @@ def roles(module: Module) -> Roles | None:
     if hit is not None and hit[0]() is module:
         return hit[1]
     found = _roles(module)
-    _ROLES[key] = (weakref.ref(module, lambda _: _ROLES.pop(key, None)), found)
+    # The table is bound now: at interpreter exit the module's globals may be gone first.
+    table = _ROLES
+    _ROLES[key] = (weakref.ref(module, lambda _: table.pop(key, None)), found)
     return found
 
 

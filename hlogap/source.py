@@ -204,9 +204,10 @@ def host_of(path: str | Path) -> str:
 
 
 def is_nsys_archive(path: str | Path) -> bool:
-    """A local `.zip` file, or a directory holding `nvtx_gpu_proj_trace/`."""
+    """A `.zip` file (local, or a URL's), or a directory holding `nvtx_gpu_proj_trace/`."""
     if is_url(path):
-        return False
+        # A chained URL's first part names the file.
+        return str(path).split("::", 1)[0].lower().endswith(".zip")
     local = Path(path)
     if local.is_dir():
         return (local / NSYS_TRACE_FILE).parent.is_dir()

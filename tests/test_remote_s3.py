@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, write_cpu_chip
+from tests.conftest import FIXTURES, SHARED, write_cpu_chip
 
 boto3 = pytest.importorskip("boto3")
 pytest.importorskip("s3fs")
@@ -237,3 +237,30 @@ def test_a_missing_backend_names_its_extra(url: str, hint: str) -> None:
     )
     line = _one_line_error(result)
     assert f"pip install '{hint}'" in line
+
+
+def test_an_nsys_jax_archive_in_s3_audits_as_the_local_one(
+    s3_env: dict[str, str], tmp_path: Path
+) -> None:
+    """An nsys-jax zip named by a URL is read through s3fs (its members fetched as they are
+    read), as the local path is: it was called 'not an XSpace'."""
+    archive = SHARED / "nvidia-h100-nsys-jax" / "maxtext_fsdp4_test_data.zip"
+    if not archive.is_file():
+        pytest.skip(f"{archive} absent (../shared not beside the project)")
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=s3_env["AWS_ENDPOINT_URL"],
+        region_name="us-east-1",
+        aws_access_key_id=s3_env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=s3_env["AWS_SECRET_ACCESS_KEY"],
+    )
+    s3.put_object(Bucket=BUCKET, Key="nsys/rank0.zip", Body=archive.read_bytes())
+    local = _hlogap(["audit", str(archive), "-f", "json"], s3_env)
+    assert local.returncode == 0, local.stderr
+    remote = _hlogap(["audit", f"s3://{BUCKET}/nsys/rank0.zip", "-f", "json"], s3_env)
+    assert remote.returncode == 0, remote.stderr
+    got, want = json.loads(remote.stdout), json.loads(local.stdout)
+    for key in ("measured_us", "bound_us", "ops", "devices", "step_us"):
+        assert got["summary"][key] == pytest.approx(want["summary"][key])
+    ops = [(o["module"], o["name"], o["measured_us"]) for o in got["ops"]]
+    assert ops == [(o["module"], o["name"], o["measured_us"]) for o in want["ops"]]

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from hlogap.errors import InputError
-from hlogap.source import NSYS_TRACE_FILE
+from hlogap.source import NSYS_TRACE_FILE, Remote, is_url
 from hlogap.trace.model import MAX_TIME_PS, OpKey, Step, TraceBuilder, TraceData
 
 THREAD_METADATA = "thread-metadata.parquet"
@@ -78,27 +78,42 @@ MAX_NESTING = 256
 class _Archive:
     """The members of a zip or of an unpacked directory, by their path inside the archive."""
 
-    def __init__(self, path: Path, zipped: zipfile.ZipFile | None) -> None:
+    def __init__(self, path: str | Path, zipped: zipfile.ZipFile | None) -> None:
         self.path = path
         self._zip = zipped
         if zipped is not None:
             self.names = [i.filename for i in zipped.infolist() if not i.is_dir()]
         else:
             self.names = [
-                p.relative_to(path).as_posix() for p in sorted(path.rglob("*")) if p.is_file()
+                p.relative_to(path).as_posix() for p in sorted(Path(path).rglob("*")) if p.is_file()
             ]
 
     def read(self, name: str) -> bytes:
         try:
             if self._zip is not None:
                 return self._zip.read(name)
-            return (self.path / name).read_bytes()
+            return (Path(self.path) / name).read_bytes()
         except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
             raise InputError(f"cannot read {name} in {self.path}: {exc}") from exc
 
 
 @contextmanager
-def _open(path: Path) -> Iterator[_Archive]:
+def _open(path: str | Path) -> Iterator[_Archive]:
+    """A local zip or unpacked directory, or a zip a URL names (read through fsspec, its
+    members fetched as they are read)."""
+    if is_url(path):
+        remote = Remote(str(path))
+        with remote.call("open", remote.path, "rb", timed=False) as f:
+            try:
+                zipped = zipfile.ZipFile(f)
+            except zipfile.BadZipFile as exc:
+                raise InputError(f"corrupt nsys-jax archive (not a zip file): {path}") from exc
+            except OSError as exc:
+                raise InputError(f"cannot read {path}: {exc}") from exc
+            with zipped:
+                yield _Archive(str(path), zipped)
+        return
+    path = Path(path)
     if path.is_dir():
         yield _Archive(path, None)
         return
@@ -118,7 +133,7 @@ def read_archive(path: str | Path, host: str) -> TraceData:
         import pyarrow.parquet  # noqa: F401  (checked before the archive is opened)
     except ImportError as exc:
         raise InputError(NEEDS_PYARROW) from exc
-    archive_path = Path(path)
+    archive_path = path if is_url(path) else Path(path)
     with _open(archive_path) as archive:
         traces = [n for n in archive.names if _is_trace_member(n)]
         if not traces:

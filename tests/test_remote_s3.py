@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -130,6 +131,17 @@ def _hlogap(
     )
 
 
+def _s3(env: dict[str, str]) -> Any:
+    """A boto3 client of the server, as the shell's user."""
+    return boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        region_name="us-east-1",
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+    )
+
+
 def _same_report(remote: dict[str, object], local: dict[str, object]) -> None:
     assert remote["source"]["hosts"] == list(HOSTS)  # type: ignore[index]
     assert remote["source"]["run"] == RUN  # type: ignore[index]
@@ -174,13 +186,7 @@ def test_a_baseline_kept_in_s3_is_read_as_a_saved_report(
     report, read through s3fs, never audited as a profile."""
     local = _hlogap(["audit", str(local_run), "--chip", str(chip), "-f", "json"], s3_env)
     assert local.returncode == 0, local.stderr
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=s3_env["AWS_ENDPOINT_URL"],
-        region_name="us-east-1",
-        aws_access_key_id=s3_env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=s3_env["AWS_SECRET_ACCESS_KEY"],
-    )
+    s3 = _s3(s3_env)
     s3.put_object(Bucket=BUCKET, Key="baselines/main.json", Body=local.stdout.encode())
     url = f"s3://{BUCKET}/baselines/main.json"
     gate = _hlogap(["check", str(local_run), "--baseline", url, "--chip", str(chip)], s3_env)
@@ -247,13 +253,7 @@ def test_an_nsys_jax_archive_in_s3_audits_as_the_local_one(
     archive = SHARED / "nvidia-h100-nsys-jax" / "maxtext_fsdp4_test_data.zip"
     if not archive.is_file():
         pytest.skip(f"{archive} absent (../shared not beside the project)")
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=s3_env["AWS_ENDPOINT_URL"],
-        region_name="us-east-1",
-        aws_access_key_id=s3_env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=s3_env["AWS_SECRET_ACCESS_KEY"],
-    )
+    s3 = _s3(s3_env)
     s3.put_object(Bucket=BUCKET, Key="nsys/rank0.zip", Body=archive.read_bytes())
     local = _hlogap(["audit", str(archive), "-f", "json"], s3_env)
     assert local.returncode == 0, local.stderr

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -103,28 +103,25 @@ def _open(path: str | Path) -> Iterator[_Archive]:
     members fetched as they are read)."""
     if is_url(path):
         remote = Remote(str(path))
-        with remote.call("open", remote.path, "rb", timed=False) as f:
-            try:
-                zipped = zipfile.ZipFile(f)
-            except zipfile.BadZipFile as exc:
-                raise InputError(f"corrupt nsys-jax archive (not a zip file): {path}") from exc
-            except OSError as exc:
-                raise InputError(f"cannot read {path}: {exc}") from exc
-            with zipped:
-                yield _Archive(str(path), zipped)
+        with remote.call("open", remote.path, "rb", timed=False) as f, _zip(f, path) as zipped:
+            yield _Archive(str(path), zipped)
         return
     path = Path(path)
     if path.is_dir():
         yield _Archive(path, None)
         return
+    with _zip(path, path) as zipped:
+        yield _Archive(path, zipped)
+
+
+def _zip(file: Path | BinaryIO, path: str | Path) -> zipfile.ZipFile:
+    """The zip a file holds (`path` names it in errors)."""
     try:
-        zipped = zipfile.ZipFile(path)
+        return zipfile.ZipFile(file)
     except zipfile.BadZipFile as exc:
         raise InputError(f"corrupt nsys-jax archive (not a zip file): {path}") from exc
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    with zipped:
-        yield _Archive(path, zipped)
 
 
 def read_archive(path: str | Path, host: str) -> TraceData:

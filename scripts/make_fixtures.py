@@ -1058,7 +1058,65 @@ def op_events(trace_json: Path) -> dict[str, dict[str, dict[str, int]]]:
     return counts
 
 
+# The gate_* programs (issue 45: `hlogap check`'s noise-aware verdicts): one SGD step of an MLP
+# profiled the documented way, GATE_STEPS steps (step 0 compiling). gate_run1..3 are the same
+# program in three separate processes (noise only); gate_more is it with a 1.3125x wider hidden
+# layer (1344 for 1024: about 30% more FLOPs and weight bytes per step); gate_short runs 3 steps.
+# All share one function name (module `jit_gate_step`), so `check` and `diff` pair their ops.
+GATE_STEPS, GATE_SHORT_STEPS = 10, 3
+GATE_HIDDEN, GATE_MORE_HIDDEN = 1024, 1344
+
+
+def _gate(hidden: int) -> Documented:
+    """One SGD step of a 512 -> hidden -> 512 GELU MLP on a batch of 128."""
+    import jax
+    import numpy as np
+
+    def train_step(params: Any, batch: Any) -> Any:
+        loss, grads = jax.value_and_grad(_mlp_loss)(params, batch)
+        return _sgd(params, grads), loss
+
+    rng = _rng()
+    params = (
+        _f32(rng, 512, hidden, scale=0.04),
+        jax.device_put(np.zeros(hidden, np.float32)),
+        _f32(rng, hidden, 512, scale=0.03),
+        jax.device_put(np.zeros(512, np.float32)),
+    )
+    batch = (_f32(rng, 128, 512), _f32(rng, 128, 512))
+
+    def step(jitted: Sequence[Callable[..., Any]], state: Any) -> Any:
+        (train,) = jitted
+        params, _ = state
+        return train(params, batch)  # (params, loss)
+
+    return Documented([_named(train_step, "gate_step")], (params, None), step)
+
+
+def build_gate() -> Documented:
+    return _gate(GATE_HIDDEN)
+
+
+def build_gate_more() -> Documented:
+    return _gate(GATE_MORE_HIDDEN)
+
+
+# Steps of the documented_* programs that do not run DOCUMENTED_STEPS.
+DOCUMENTED_STEP_COUNTS = {
+    "gate_run1": GATE_STEPS,
+    "gate_run2": GATE_STEPS,
+    "gate_run3": GATE_STEPS,
+    "gate_more": GATE_STEPS,
+    "gate_short": GATE_SHORT_STEPS,
+}
+
+
 DOCUMENTED: dict[str, Callable[[], Documented]] = {
+    "gate_run1": build_gate,
+    "gate_run2": build_gate,
+    "gate_run3": build_gate,
+    "gate_more": build_gate_more,
+    "gate_short": build_gate,
     "documented_step": build_documented_step,
     "documented_sharded": build_documented_sharded,
     "documented_two_fns": build_documented_two_fns,
@@ -1284,15 +1342,16 @@ def run_documented(name: str, out_root: Path) -> None:
     options.session_id = RUN_NAME
     options.python_tracer_level = 0  # the one change from the defaults: see the module doc
     state = program.state
+    n_steps = DOCUMENTED_STEP_COUNTS.get(name, DOCUMENTED_STEPS)
     with jax.profiler.trace(str(target), profiler_options=options):
-        for step in range(DOCUMENTED_STEPS):
+        for step in range(n_steps):
             with jax.profiler.StepTraceAnnotation("train", step_num=step):
                 state = program.step(calls, state)
             jax.block_until_ready(state)
 
     (xplane,) = target.glob("plugins/profile/*/*.xplane.pb")
     (trace_json,) = target.glob("plugins/profile/*/*.trace.json.gz")
-    steps_oracle = trace_oracle(trace_json, xplane)
+    steps_oracle = trace_oracle(trace_json, xplane, n_steps)
     if name in DOCUMENTED_PARTS:
         steps_oracle["op_events"] = op_events(trace_json)
     trace_json.unlink()
@@ -1300,7 +1359,7 @@ def run_documented(name: str, out_root: Path) -> None:
     # Same arguments as in the trace: jax's caches hand back the executable the trace ran
     # (checked: its program_id is the one the trace's metadata plane names).
     compiled = [fn.lower(*last_args[i]).compile() for i, fn in enumerate(jitted)]
-    entries = module_entries(name, compiled, target, DOCUMENTED_STEPS)
+    entries = module_entries(name, compiled, target, n_steps)
     in_trace = metadata_modules(xplane)
     want = {f"{e['module']}({e['program_id']})" for e in entries}
     if in_trace != want:
@@ -1310,8 +1369,8 @@ def run_documented(name: str, out_root: Path) -> None:
         "program": name,
         "jax_version": jax.__version__,
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
-        "iterations": DOCUMENTED_STEPS,
-        "steps": DOCUMENTED_STEPS,  # StepTraceAnnotation steps, one per iteration
+        "iterations": n_steps,
+        "steps": n_steps,  # StepTraceAnnotation steps, one per iteration
         "host_gap_s": 0.0,
         "devices": len(jax.devices()),
         "xplane": xplane.relative_to(target).as_posix(),
@@ -1500,7 +1559,7 @@ def _r(us: float) -> float:
     return round(us, 3)
 
 
-def trace_oracle(trace_json: Path, xplane: Path) -> dict[str, Any]:
+def trace_oracle(trace_json: Path, xplane: Path, n_steps: int = DOCUMENTED_STEPS) -> dict[str, Any]:
     """``trace_steps``, ``trace_runs``, ``thunk_us_total``/``thunk_us_top_level`` and
     ``clock_check`` of a documented_* trace (the module doc says what they mean)."""
     data = json.loads(gzip.decompress(trace_json.read_bytes()))
@@ -1511,7 +1570,7 @@ def trace_oracle(trace_json: Path, xplane: Path) -> dict[str, Any]:
         if "step_num" in e.get("args", {})
     )
     host_tids = {tid for *_, tid in annotations}
-    if len(host_tids) != 1 or [a[0] for a in annotations] != list(range(DOCUMENTED_STEPS)):
+    if len(host_tids) != 1 or [a[0] for a in annotations] != list(range(n_steps)):
         raise RuntimeError(f"unexpected step annotations: {annotations}")
     (host_tid,) = host_tids
     thunks = [

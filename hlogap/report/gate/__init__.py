@@ -751,6 +751,12 @@ class StepChange:
         half = math.hypot(self.est.half() or 0.0, _log(_noise(t)))
         return math.expm1(self.est.center + half) * self.base_us * max(self.devices, 1)
 
+    def growth_lo_us(self, t: Thresholds) -> float:
+        """Device time the step surely grew by: the bottom of its interval widened by the
+        run-to-run noise (negative where the step may not have grown at all)."""
+        half = math.hypot(self.est.half() or 0.0, _log(_noise(t)))
+        return math.expm1(self.est.center - half) * self.base_us * max(self.devices, 1)
+
 
 def step_change(diff: Diff) -> StepChange | None:
     """The steady median step before -> after and its noise; None unless both sides have
@@ -836,6 +842,22 @@ def _op_checks(diff: Diff, gated: list[DiffRow], t: Thresholds) -> list[OpCheck]
             between=between,
             exact=exact,
         )
+        # A fail also needs the step to show it: the step surely grew by at least the op's
+        # allowed growth (its time per step times the limit). On a shared CPU an op's time
+        # moves 2-10x between processes (a loop fusion waiting on a busy core in one run, not
+        # in the next) while the step does not: that is the run, not the program.
+        allowed = b_occ * row.base.occurrences / frames[0] * t.max_op_regression / 100.0
+        if verdict == "fail" and step is not None and not exact and interval is not None:
+            surely = step.growth_lo_us(t)
+            if not surely > allowed:
+                verdict = "inconclusive"
+                line = (
+                    f"{row.name} (per occurrence) changed {change:+.1f}% "
+                    f"({_fmt_interval(*interval)}, {_steps_said(step.est)}): within run-to-run "
+                    "noise; more steps would not decide it: the step did not surely grow with "
+                    f"it (by {fmt_us(max(surely, 0.0))} a step at least, {fmt_us(allowed)} "
+                    "needed: the op's time may be waiting or another run's scheduling)"
+                )
         out.append(OpCheck(row, change, verdict, interval, undecided=line))
     return out
 

@@ -874,11 +874,16 @@ def build_documented_two_fns() -> Documented:
 # the same program before and after the fix.
 ATTENTION_LAYERS = 3
 LOOP_BATCH, LOOP_DIM = 64, 2048  # 16 MB of weights: read from memory each trip, not cache
+# Tokens a block of documented_logits_chunked: [16, 32768] logits, 2 MB; 16 rows a weight read,
+# over the 12 the CPU chip's f32 ridge asks (at 8 hlogap put the output matmul below the ridge).
+LOGITS_CHUNK = 16
 
 
-def build_documented_attention() -> Documented:
+def build_documented_attention(fused: bool = False) -> Documented:
     """A 3-layer attention block written out: softmax(QK^T / sqrt(d)) V with its [b,h,s,s]
-    scores in memory between the two batched dots (no fused kernel)."""
+    scores in memory between the two batched dots (no fused kernel). `fused`: the same model
+    through jax.nn.dot_product_attention (documented_attention_fused, the same function name:
+    `diff` pairs the two)."""
     import jax
     import jax.numpy as jnp
 
@@ -887,6 +892,11 @@ def build_documented_attention() -> Documented:
 
     def layer(x: Any, wqkv: Any, wo: Any) -> Any:
         qkv = (x @ wqkv).reshape(batch, seq, 3, heads, head_dim)
+        if fused:
+            # [batch, seq, heads, head_dim] each, the layout dot_product_attention takes.
+            q, k, v = (qkv[:, :, i] for i in range(3))
+            out = jax.nn.dot_product_attention(q, k, v)
+            return x + out.reshape(batch, seq, width) @ wo
         q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
         scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / jnp.sqrt(jnp.float32(head_dim))
         out = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
@@ -955,16 +965,31 @@ def build_documented_vmap() -> Documented:
     return _per_example(vmapped=True)
 
 
-def build_documented_logits() -> Documented:
+def build_documented_logits(chunked: bool = False) -> Documented:
     """A language model's output layer and cross-entropy, one SGD step: [128 tokens, 32768
-    vocab] logits written to memory and read by the log-softmax (and its gradient)."""
+    vocab] logits written to memory and read by the log-softmax (and its gradient). `chunked`:
+    the same loss over blocks of LOGITS_CHUNK tokens in a lax.map, each block's logits made,
+    reduced and (in the gradient) remade under jax.checkpoint, so no [128, 32768] tensor exists
+    (documented_logits_chunked, the same function name: `diff` pairs the two)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     tokens, width, vocab = 128, 64, 32768
 
+    def block_loss(w: Any, block: Any) -> Any:
+        h, labels = block
+        logp = jax.nn.log_softmax(h @ w, axis=-1)
+        return -jnp.sum(jnp.take_along_axis(logp, labels[:, None], axis=-1))
+
     def loss_fn(w: Any, h: Any, labels: Any) -> Any:
+        if chunked:
+            blocks = (
+                h.reshape(tokens // LOGITS_CHUNK, LOGITS_CHUNK, width),
+                labels.reshape(tokens // LOGITS_CHUNK, LOGITS_CHUNK),
+            )
+            per_block = jax.lax.map(jax.checkpoint(lambda b: block_loss(w, b)), blocks)
+            return jnp.sum(per_block) / tokens
         logits = h @ w
         logp = jax.nn.log_softmax(logits, axis=-1)
         return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=-1))
@@ -1125,6 +1150,8 @@ DOCUMENTED: dict[str, Callable[[], Documented]] = {
     "documented_loop": build_documented_loop,
     "documented_vmap": build_documented_vmap,
     "documented_logits": build_documented_logits,
+    "documented_attention_fused": lambda: build_documented_attention(fused=True),
+    "documented_logits_chunked": lambda: build_documented_logits(chunked=True),
 }
 
 

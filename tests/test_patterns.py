@@ -15,6 +15,7 @@ import subprocess
 import sys
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,6 +35,10 @@ EXPECTED = {
     "documented_logits": {"materialized logits"},
     "documented_loop": {"per-example loop"},
     "documented_vmap": set(),
+    # XLA:CPU's jax.nn.dot_product_attention is the composed (XLA) implementation: its HLO
+    # writes the same [2,4,256,256] scores; unfused still (test_fused_attention_on_cpu_...).
+    "documented_attention_fused": {"unfused attention"},
+    "documented_logits_chunked": set(),  # [16, 32768] logits a trip of a lax.map: chunked
     "fori": set(),  # a loop over a [32,128] state: a matrix product each trip, no batch walk
     "scan": set(),
     "mlp_train": set(),
@@ -184,6 +189,67 @@ def test_diff_of_the_loop_against_its_vmap(tmp_path: Path) -> None:
     text = subprocess.run(command, capture_output=True, text=True).stdout.splitlines()
     assert text[0].startswith("step: ") and "faster" in text[0]
     assert text[1].startswith("  action 1, per-example loop: promised ")
+
+
+def _pair(tmp_path: Path, flawed: str, fixed: str) -> tuple[Any, Any, dict[str, float]]:
+    """`diff`'s JSON of the flawed program against its fix, the flawed report's rank-1 action,
+    and each side's steady median step (from its own report's steps)."""
+    base, new = _saved(tmp_path, flawed), _saved(tmp_path, fixed)
+    command = [sys.executable, "-m", "hlogap", "diff", str(base), str(new), "--format", "json"]
+    doc = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+    walls = {}
+    for side, path in (("base", base), ("new", new)):
+        saved = json.loads(path.read_text())
+        first = saved["summary"]["warmup_steps"]
+        walls[side] = statistics.median(s["wall_us"] for s in saved["steps"][first:])
+    assert doc["steps"]["base_step_us"] == pytest.approx(walls["base"])
+    assert doc["steps"]["new_step_us"] == pytest.approx(walls["new"])
+    return doc, json.loads(base.read_text())["actions"][0], walls
+
+
+def test_chunked_logits_realize_the_promise(tmp_path: Path) -> None:
+    """documented_logits against the same loss over 8 blocks of 16 tokens (a lax.map under
+    jax.checkpoint): the chunked step is faster, the materialized-logits promise is within 2x
+    of what it realized (its ops' time a step, no more than the step moved), and the chunked
+    program's [16, 32768] blocks, made one a trip of a loop holding only the loss's products,
+    are no materialized logits."""
+    doc, action, walls = _pair(tmp_path, "documented_logits", "documented_logits_chunked")
+    assert action["cause"] == "materialized logits"
+    realized = doc["actions_realized"][0]
+    assert realized["cause"] == "materialized logits"
+    assert realized["promised_step_saving_us"] == action["step_saving_us"]
+    drop = walls["base"] - walls["new"]
+    assert drop > 0
+    assert 0 < realized["realized_step_saving_us"] <= drop + 1e-6
+    ratio = realized["promised_step_saving_us"] / realized["realized_step_saving_us"]
+    assert 0.5 <= ratio <= 2.0
+    chunked = _audit("documented_logits_chunked")
+    assert not any(a.cause == "materialized logits" for a in chunked.actions or [])
+    # The chunked program does hold [16, 32768] logits, inside its loops.
+    text = next((FIXTURES / "documented_logits_chunked").glob("*.hlo.txt")).read_text()
+    assert "f32[16,32768]" in text and "f32[128,32768]" not in text
+
+
+def test_fused_attention_on_cpu_is_the_unfused_program(tmp_path: Path) -> None:
+    """jax.nn.dot_product_attention on XLA:CPU (implementation None: 'xla', the only one CPU
+    has; 'cudnn' is NVIDIA's) lowers to the same composition: each layer's QK^T fusion writes
+    the [2,4,256,256] scores (scaled, max-subtracted and exponentiated inside it), reductions
+    read them and the PV product multiplies them. XLA:CPU cannot express the fix, so the pair
+    cannot check the promise: the cause fires on both (rank 1, the 3 layers), and the 'fixed'
+    step realizes none of it."""
+    fused = _audit("documented_attention_fused")
+    assert fused.actions is not None
+    action = fused.actions[0]
+    assert action.cause == "unfused attention" and action.layers == 3
+    assert "f32[2,4,256,256]" in action.evidence
+    lines = _hlo_lines("documented_attention_fused")
+    scores = [n for n in (o.name for o in action.ops) if "256,256]" in lines.get(n, "")]
+    assert len(scores) >= 3
+    doc, promised, _ = _pair(tmp_path, "documented_attention", "documented_attention_fused")
+    assert promised["cause"] == "unfused attention"
+    realized = doc["actions_realized"][0]
+    # No faster: whatever moved is noise, not the promise (a fused kernel's saving).
+    assert realized["realized_step_saving_us"] < 0.5 * realized["promised_step_saving_us"]
 
 
 def test_vmap_gets_no_loop_action_and_the_fix_keeps_no_pattern() -> None:

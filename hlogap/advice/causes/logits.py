@@ -2,7 +2,13 @@
 matmul, written to memory and read by a softmax / cross-entropy (a reduction over the vocab and
 an exponential), and the tensors of its size the loss and its gradient make from it. A chunked
 (or fused) cross-entropy never holds them: the saving is each op's time over its bound without
-their bytes (its FLOPs and efficiency kept)."""
+their bytes (its FLOPs and efficiency kept).
+
+Logits made inside a loop whose every product reads or writes the vocab dimension (the output
+matmul, and in the gradient its two products, nothing else of the model) are a chunked loss
+already: each trip holds one block of tokens' logits, which is the change this cause asks for.
+A loop that also holds other products (a microbatch loop around the whole model) is no chunk:
+its logits are a microbatch's, still materialized."""
 
 from __future__ import annotations
 
@@ -40,6 +46,37 @@ def _logits(ops: ModuleOps, inst: Instruction) -> Instruction | None:
     return dot
 
 
+def _chunk_loop(ops: ModuleOps, inst: Instruction, vocab: int) -> Instruction | None:
+    """The while loop whose body makes the logits one block of tokens a trip (a chunked loss:
+    every product in the body reads or writes the vocab dimension), else None."""
+    comp = ops.home(inst)
+    if comp is None or comp.is_entry:
+        return None
+    loop = next(
+        (
+            i
+            for c in ops.module.computations
+            for i in c.instructions
+            if i.opcode == "while" and i.attrs.get("body", "").lstrip("%") == comp.name
+        ),
+        None,
+    )
+    if loop is None:
+        return None
+    dots = [d for i in comp.instructions if (d := inner_dot(ops.module, i)) is not None]
+    if all(
+        any(
+            vocab in s.dims
+            for shape in (d.shape, *d.operand_shapes)
+            if shape is not None
+            for s in shape.leaves()
+        )
+        for d in dots
+    ):
+        return loop
+    return None
+
+
 def _component(ops: ModuleOps, start: Instruction, elements: int) -> list[Instruction]:
     """The ops joined to `start` by tensors of `elements` elements or more (either way), and
     the ops that read such a tensor (a reduction, the gradient's matmul), not followed on."""
@@ -72,6 +109,8 @@ def materialized_logits(ctx: Context) -> Iterator[Finding]:
                 if dot is None:
                     continue
                 elements = dot.shape.num_elements
+                if _chunk_loop(ops, inst, dot.shape.dims[-1]) is not None:
+                    continue
                 insts = [i for i in _component(ops, inst, elements) if id(i) not in taken]
                 inner = set().union(*(opcodes(ops.module, i) for i in insts))
                 if "exponential" not in inner or "reduce" not in inner:

@@ -459,6 +459,57 @@ class _Dot:
     rhs: list[DimAxes]
     sources: list[_Dot | None]  # the dots whose results its operands are
 
+    def pairs(self) -> list[tuple[int, int]]:
+        """The (lhs, rhs) dims a dot pairs: batch and contracting."""
+        dims = self.inst.dot_dims
+        if self.inst.opcode != "dot" or dims is None:
+            return []
+        return [
+            *zip(dims.lhs_batch, dims.rhs_batch, strict=False),
+            *zip(dims.lhs_contracting, dims.rhs_contracting, strict=False),
+        ]
+
+    def sync(self) -> None:
+        """A dot's paired dims are split alike on both sides (its local sizes agree, and a
+        local product pairs elements on the same devices): one side's known split is the
+        other's."""
+        for a, b in self.pairs():
+            if 0 <= a < len(self.lhs) and 0 <= b < len(self.rhs):
+                if self.lhs[a] is None:
+                    self.lhs[a] = self.rhs[b]
+                elif self.rhs[b] is None:
+                    self.rhs[b] = self.lhs[a]
+
+    def declare_result(self, result: Dims) -> None:
+        """The program names the result's sharding: the operand dims that became each result
+        dim are split so, where unknown."""
+        dims = self.inst.dot_dims
+        if self.inst.opcode != "dot" or dims is None:
+            return
+        lhs_free, rhs_free = _free_dims(self)
+        sides: list[list[tuple[list[DimAxes], int]]] = [
+            [(self.lhs, a), (self.rhs, b)]
+            for a, b in zip(dims.lhs_batch, dims.rhs_batch, strict=False)
+        ]
+        sides += [[(self.lhs, d)] for d in lhs_free] + [[(self.rhs, d)] for d in rhs_free]
+        for axes, targets in zip(result, sides, strict=False):
+            for side, d in targets:
+                if axes is not None and 0 <= d < len(side) and side[d] is None:
+                    side[d] = axes
+
+
+# (dot, True): a value is that dot's result, dims as the dot made them; (dot, False): its
+# result moved (reshaped, transposed), the partial sums all the same; None: no dot's.
+_Made = tuple[_Dot, bool] | None
+# Ops whose sharding attribute names their result but whose work is still carried through
+# (the dots inside a fusion, a dot's own operands).
+_CARRIED_THROUGH = frozenset({"custom-call", "dot", "convolution", "fusion", "call"})
+# Ops whose dims of unchanged size keep their split (a slice, pad or concatenation along one
+# dim leaves the others as they were); a dim whose size changes is unknown.
+_SAME_SIZE_KEEPS = frozenset(
+    {"slice", "dynamic-slice", "pad", "concatenate", "dynamic-update-slice", "reverse"}
+)
+
 
 class _Propagation:
     """Carries shardings through the module's computations in program order."""
@@ -480,12 +531,26 @@ class _Propagation:
         # The dot whose result each value is (through ops that keep shardings), per value.
         self.made_by: dict[int, _Dot] = {}
         self.seen: set[str] = set()
+        # A module with manual shardings (shard_map) holds code as the user wrote it per
+        # device, whose partial sums may leave it as they are: nothing is concluded from
+        # where they are summed.
+        self.manual = any(
+            "manual" in inst.attrs.get("sharding", "")
+            for comp in module.computations
+            for inst in comp.instructions
+        )
 
     def run(self) -> None:
         entry = self.module.entry_computation
         if entry is None:
             return
         self._computation(entry, {}, {}, None)
+        for dot in self.dots:
+            dot.sync()
+        if not self.manual:
+            reached = _Reach(self.module)
+            for dot in self.dots:
+                self._unsummed(dot, reached)
         for dot in self.dots:
             view = self._view(dot)
             if view is not None:
@@ -495,15 +560,15 @@ class _Propagation:
         self,
         comp: Computation,
         params: dict[int, Value],
-        param_dots: dict[int, _Dot | None],
+        param_dots: dict[int, _Made],
         owner: str | None,
-    ) -> tuple[Value, _Dot | None]:
+    ) -> tuple[Value, _Made]:
         """The root's value and the dot that made it, given the parameters' values."""
         if len(self.seen) > 10_000:  # a call graph this deep is not a program: stop carrying
             return None, None
         self.seen.add(comp.name)
         env: dict[str, Value] = {}
-        made: dict[str, _Dot] = {}
+        made: dict[str, tuple[_Dot, bool]] = {}
         for inst in comp.instructions:
             value, dot = self._instruction(inst, env, made, params, param_dots, owner)
             env[inst.name] = value
@@ -518,17 +583,20 @@ class _Propagation:
         self,
         inst: Instruction,
         env: dict[str, Value],
-        made: dict[str, _Dot],
+        made: dict[str, tuple[_Dot, bool]],
         params: dict[int, Value],
-        param_dots: dict[int, _Dot | None],
+        param_dots: dict[int, _Made],
         owner: str | None,
-    ) -> tuple[Value, _Dot | None]:
+    ) -> tuple[Value, _Made]:
+        """An instruction's value, and the dot whose result it is: (dot, True) through ops that
+        keep its dims, (dot, False) through ops that move them (its partial sums all the same)."""
         ops = [env.get(o) for o in inst.operands]
         first = ops[0] if ops else None
         from_first = made.get(inst.operands[0]) if inst.operands else None
+        moved = (from_first[0], False) if from_first else None
         op = inst.opcode
         tiling = self.tiles.get(id(inst))
-        if tiling is not None and op != "custom-call":
+        if tiling is not None and op not in _CARRIED_THROUGH:
             return _value_of(self.mesh, tiling), None
         if op == "parameter":
             number = inst.parameter_number or 0
@@ -542,16 +610,24 @@ class _Propagation:
             return None, None
         if op == "tuple":
             return list(ops), None
-        if op in _KEEPS_SHARDING or (op in ("bitcast", "reshape") and _same_dims(inst)):
+        if op in ("bitcast", "reshape") and not _same_dims(inst, physical=op == "bitcast"):
+            return _reshaped(first, inst, physical=op == "bitcast"), moved
+        if op in _KEEPS_SHARDING or op in ("bitcast", "reshape"):
             value = next((v for v in ops if _rank(v) == inst.shape.rank), None)
             if op.startswith("all-reduce"):
-                self._partial_sums(inst, from_first)
+                self._partial_sums(inst, from_first[0] if from_first else None)
                 return value, None
             return value, from_first if value is first else None
         if op == "transpose" and isinstance(first, tuple) and inst.dimensions is not None:
             if sorted(inst.dimensions) == list(range(len(first))):
-                return tuple(first[d] for d in inst.dimensions), None
+                return tuple(first[d] for d in inst.dimensions), moved
             return None, None
+        if op == "reduce" and isinstance(first, tuple) and not inst.shape.is_tuple:
+            gone = set(inst.dimensions or ())
+            kept = tuple(a for d, a in enumerate(first) if d not in gone)
+            return (kept if len(kept) == inst.shape.rank else None), None
+        if op in _SAME_SIZE_KEEPS and isinstance(first, tuple):
+            return _same_size_dims(first, inst), None
         if op == "broadcast" and isinstance(first, tuple) and inst.dimensions is not None:
             out: list[DimAxes] = [() for _ in inst.shape.dims]
             for j, d in enumerate(inst.dimensions):
@@ -562,14 +638,24 @@ class _Propagation:
             return self._regathered(inst, first), None
         if op in ("dot", "convolution") or (op == "custom-call" and inst.conv_dims):
             sources = [made.get(o) for o in inst.operands[:2]]
-            value, dot = self._dot(inst, ops, sources, owner or inst.name)
-            return ([value] if inst.shape.is_tuple else value), dot
+            exact = [m[0] if m and m[1] else None for m in sources]
+            value, product = self._dot(inst, ops, exact, owner or inst.name, tiling)
+            its = (product, True) if product else None
+            return ([value] if inst.shape.is_tuple else value), its
         if op in ("fusion", "call") and inst.called:
             called = self.module.computation(inst.called[0])
+            declared = _value_of(self.mesh, tiling) if tiling is not None else None
             if called is None or (called.name in self.seen and op == "call"):
-                return None, None
+                return declared, None
             dots = {k: made.get(o) for k, o in enumerate(inst.operands)}
-            return self._computation(called, dict(enumerate(ops)), dots, owner or inst.name)
+            value, dot = self._computation(called, dict(enumerate(ops)), dots, owner or inst.name)
+            if isinstance(declared, tuple):  # what the program says of the result
+                if dot is not None and dot[1]:
+                    dot[0].declare_result(declared)
+                return declared, dot
+            return value, dot
+        if tiling is not None:
+            return _value_of(self.mesh, tiling), None
         return None, None
 
     def _regathered(self, inst: Instruction, value: Dims) -> Dims:
@@ -594,7 +680,12 @@ class _Propagation:
         return next((k for k, a in enumerate(self.mesh.axes) if a.name == axis), 0)
 
     def _dot(
-        self, inst: Instruction, ops: list[Value], sources: list[_Dot | None], owner: str
+        self,
+        inst: Instruction,
+        ops: list[Value],
+        sources: list[_Dot | None],
+        owner: str,
+        tiling: _Tiling | None = None,
     ) -> tuple[Value, _Dot | None]:
         lhs, rhs = ([*ops, None, None])[:2]
         shapes = inst.operand_shapes
@@ -604,8 +695,39 @@ class _Propagation:
         left = list(lhs) if isinstance(lhs, tuple) else unknown[: shapes[0].rank]
         right = list(rhs) if isinstance(rhs, tuple) else unknown[: shapes[1].rank]
         dot = _Dot(inst, owner, left, right, sources)
+        dot.sync()
+        declared = _value_of(self.mesh, tiling) if tiling is not None else None
+        if isinstance(declared, tuple):
+            dot.declare_result(declared)
+            dot.sync()
         self.dots.append(dot)
-        return _result_dims(dot), dot
+        return (declared if isinstance(declared, tuple) else _result_dims(dot)), dot
+
+    def _unsummed(self, dot: _Dot, reached: _Reach) -> None:
+        """A dot's contracting dim split over some axes makes partial sums, which the program
+        must sum over those axes (a collective over them) before it uses or returns them. The
+        axes a contracting dim can be split over are thus those of the collectives its result
+        reaches, less the axes that split the operands' other dims (an axis splits one dim of
+        an array); where none is left, it is not split."""
+        dims = dot.inst.dot_dims
+        if dot.inst.opcode != "dot" or dims is None:
+            return
+        pairs = [
+            (a, b)
+            for a, b in zip(dims.lhs_contracting, dims.rhs_contracting, strict=False)
+            if 0 <= a < len(dot.lhs) and 0 <= b < len(dot.rhs)
+        ]
+        if not any(dot.lhs[a] is None for a, _ in pairs):
+            return
+        axes = reached.collective_axes(dot.inst, self.groups, self.mesh)
+        if axes is None:
+            return  # it reaches a collective whose devices are not read
+        used = {x for side in (dot.lhs, dot.rhs) for dim in side for x in dim or ()}
+        if axes - {_whole(x) for x in used}:
+            return
+        for a, b in pairs:
+            if dot.lhs[a] is None:
+                dot.lhs[a] = dot.rhs[b] = ()
 
     def _partial_sums(self, reduce: Instruction, dot: _Dot | None) -> None:
         """An all-reduce of a dot's result: the dot summed partial products, its contracting
@@ -713,9 +835,190 @@ def _global(shape: Shape, dims: Sequence[DimAxes], mesh: Mesh) -> str:
     return f"{shape.element_type}[{','.join(parts)}]"
 
 
-def _same_dims(inst: Instruction) -> bool:
+def _same_dims(inst: Instruction, physical: bool = False) -> bool:
+    """The operand's dims are the result's (`physical`: in the same memory order too, as a
+    bitcast reinterprets memory)."""
     shapes = inst.operand_shapes
-    return bool(shapes) and shapes[0] is not None and shapes[0].dims == inst.shape.dims
+    if not shapes or shapes[0] is None or shapes[0].dims != inst.shape.dims:
+        return False
+    return not physical or _major_first(shapes[0]) == _major_first(inst.shape)
+
+
+def _major_first(shape: Shape) -> list[int]:
+    """A shape's dims in memory order, major first (its layout's minor_to_major reversed)."""
+    order = list(shape.layout.minor_to_major) if shape.layout else []
+    if sorted(order) != list(range(shape.rank)):
+        return list(range(shape.rank))
+    return order[::-1]
+
+
+def _reshaped(value: Value, inst: Instruction, physical: bool) -> Dims | None:
+    """A reshape's (or a bitcast's, in memory order) dims from its operand's. Dims map in
+    groups of equal size (XLA merged [2,32] into 64, split 128 into [4,32]). Each device holds
+    one block of the group: a merge is split as its one split dim when the dims before it are
+    1 locally and those after it unsplit (else the block is not one run of the merged dim:
+    unknown); a split dim's axes go to its major part when that part is more than 1 locally
+    (the block then holds whole rows of the minor parts), else which part is split is unknown."""
+    shapes = inst.operand_shapes
+    if not isinstance(value, tuple) or not shapes or shapes[0] is None:
+        return None
+    src, dst = shapes[0], inst.shape
+    if len(value) != src.rank or src.is_tuple or dst.is_tuple:
+        return None
+    src_order = _major_first(src) if physical else list(range(src.rank))
+    dst_order = _major_first(dst) if physical else list(range(dst.rank))
+    sizes_in = [src.dims[d] for d in src_order]
+    axes_in = [value[d] for d in src_order]
+    sizes_out = [dst.dims[d] for d in dst_order]
+    groups = _reshape_groups(sizes_in, sizes_out)
+    if groups is None:
+        return None
+    out_phys: list[DimAxes] = [None] * dst.rank
+    for ins, outs in groups:
+        if [sizes_in[k] for k in ins] == [sizes_out[k] for k in outs]:
+            for k, j in zip(ins, outs, strict=True):  # the same dims: kept as they were
+                out_phys[j] = axes_in[k]
+            continue
+        merged = _merged([axes_in[k] for k in ins], [sizes_in[k] for k in ins])
+        if merged is None or not outs:
+            continue
+        if not merged:
+            for j in outs:
+                out_phys[j] = ()
+        elif sizes_out[outs[0]] > 1:
+            out_phys[outs[0]] = merged
+            for j in outs[1:]:
+                out_phys[j] = ()
+    out: list[DimAxes] = [None] * dst.rank
+    for k, d in enumerate(dst_order):
+        out[d] = out_phys[k]
+    return tuple(out)
+
+
+def _merged(axes: Sequence[DimAxes], sizes: Sequence[int]) -> DimAxes:
+    """The split of dims merged into one (major first); None when unknown or when each
+    device's block is not one run of it."""
+    if any(a is None for a in axes):
+        return None
+    split = [k for k, a in enumerate(axes) if a]
+    if not split:
+        return ()
+    first = split[0]
+    if len(split) > 1 or any(sizes[k] != 1 for k in range(first)):
+        return None
+    return axes[first]
+
+
+def _reshape_groups(a: Sequence[int], b: Sequence[int]) -> list[tuple[list[int], list[int]]] | None:
+    """Consecutive dims of two shapes of one size, grouped where their running products meet
+    (size-1 dims join the group after them, trailing ones the last); None if they never do."""
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        ins, outs, pa, pb = [i], [j], a[i], b[j]
+        i, j = i + 1, j + 1
+        while pa != pb:
+            if pa < pb and i < len(a):
+                ins.append(i)
+                pa, i = pa * a[i], i + 1
+            elif pb < pa and j < len(b):
+                outs.append(j)
+                pb, j = pb * b[j], j + 1
+            else:
+                return None
+        groups.append((ins, outs))
+    rest_a, rest_b = list(range(i, len(a))), list(range(j, len(b)))
+    if any(a[k] != 1 for k in rest_a) or any(b[k] != 1 for k in rest_b):
+        return None
+    if rest_a or rest_b:
+        if not groups:
+            return [(rest_a, rest_b)]
+        groups[-1][0].extend(rest_a)
+        groups[-1][1].extend(rest_b)
+    return groups
+
+
+def _same_size_dims(value: Dims, inst: Instruction) -> Dims | None:
+    """A slice's, pad's or concatenation's dims: those whose size it keeps keep their split."""
+    shapes = inst.operand_shapes
+    if not shapes or shapes[0] is None or shapes[0].rank != len(value) != inst.shape.rank:
+        return None
+    src = shapes[0].dims
+    if len(src) != inst.shape.rank:
+        return None
+    return tuple(a if n == m else None for a, n, m in zip(value, src, inst.shape.dims, strict=True))
+
+
+def _free_dims(dot: _Dot) -> tuple[list[int], list[int]]:
+    dims = dot.inst.dot_dims
+    if dims is None:
+        return [], []
+    lhs = [d for d in range(len(dot.lhs)) if d not in (*dims.lhs_batch, *dims.lhs_contracting)]
+    rhs = [d for d in range(len(dot.rhs)) if d not in (*dims.rhs_batch, *dims.rhs_contracting)]
+    return lhs, rhs
+
+
+def _whole(axis: str) -> str:
+    """`axis_0 (2 of 4)` -> `axis_0`."""
+    return axis.split(" (", 1)[0]
+
+
+class _Reach:
+    """Where a value flows in a module: the collectives it reaches through any op (into the
+    computations an op calls, out of a computation's root to its callers' users and back to
+    its parameters, a loop's next trip)."""
+
+    LIMIT = 50_000  # instructions visited for one value: past it, nothing is concluded
+
+    def __init__(self, module: Module) -> None:
+        self.users: dict[tuple[str, str], list[tuple[Computation, Instruction]]] = {}
+        self.callers: dict[str, list[tuple[Computation, Instruction]]] = {}
+        self.comps = {c.name: c for c in module.computations}
+        self.owner: dict[int, Computation] = {}
+        for comp in module.computations:
+            for inst in comp.instructions:
+                self.owner[id(inst)] = comp
+                for o in inst.operands:
+                    self.users.setdefault((comp.name, o), []).append((comp, inst))
+                for called in inst.called:
+                    self.callers.setdefault(called, []).append((comp, inst))
+
+    def collective_axes(
+        self, start: Instruction, groups: dict[int, tuple[int, ...]], mesh: Mesh
+    ) -> set[str] | None:
+        """The mesh axes of every collective `start`'s value reaches (whole axes); None when
+        one of them has no device groups read, or past the limit."""
+        comp = self.owner.get(id(start))
+        if comp is None:
+            return None
+        axes: set[str] = set()
+        seen: set[tuple[str, str]] = set()
+        todo: list[tuple[Computation, Instruction]] = [(comp, start)]
+        entered: set[str] = set()
+        while todo:
+            comp, inst = todo.pop()
+            if (comp.name, inst.name) in seen:
+                continue
+            seen.add((comp.name, inst.name))
+            if len(seen) > self.LIMIT:
+                return None
+            if inst is not start and collective_kind(inst.opcode) is not None:
+                group = groups.get(id(inst))
+                if group is None:
+                    if not inst.opcode.endswith("-done"):
+                        return None
+                else:
+                    axes |= {_whole(a) for a in _axes_of(mesh, group)}
+            for called in inst.called if inst is not start else ():
+                if called not in entered and called in self.comps:
+                    entered.add(called)
+                    inner = self.comps[called]
+                    todo += [(inner, i) for i in inner.instructions]
+            todo += self.users.get((comp.name, inst.name), [])
+            if inst.is_root or inst is comp.root:
+                todo += self.callers.get(comp.name, [])
+                todo += [(comp, i) for i in comp.instructions if i.opcode == "parameter"]
+        return axes
 
 
 def _rank(value: Value) -> int:

@@ -193,7 +193,11 @@ Module = tuple[Callable[..., Any], tuple[Any, ...]]
 DONATED: dict[str, tuple[int, ...]] = {"mem_donate": (0,)}
 DOCUMENTED_STEPS = 6  # steps of the documented_* programs, step 0 compiling
 # Programs run on several host devices (--xla_force_host_platform_device_count).
-DEVICE_COUNTS = {"sharded_train": SHARDED_DEVICES, "documented_sharded": SHARDED_DEVICES}
+DEVICE_COUNTS = {
+    "sharded_train": SHARDED_DEVICES,
+    "documented_sharded": SHARDED_DEVICES,
+    "documented_block": SHARDED_DEVICES,
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1063,6 +1067,149 @@ def cond_loop_parts() -> dict[str, Module]:
     return {"true_branch": (taken, (x0,)), "false_branch": (not_taken, (x0,))}
 
 
+# A transformer block on an 8-device mesh (issue 40 item 4: global shapes through XLA's
+# rewrites): GSPMD with NamedSharding and with_sharding_constraint on a (data 2, fsdp 2,
+# tensor 2) mesh; the batch split over data x fsdp, the weights stored split over fsdp (gathered
+# for the compute) and tensor (heads, the FFN's hidden dim). Eight einsums: q, k, v, the
+# scores, the weighted values, the output projection, the FFN's two. XLA merges batch and
+# sequence into one dim of the projections. Its oracle adds `block`: the mesh, each einsum's
+# global shapes as the program declares them (the jaxpr's dot_general operands) and the specs
+# of its inputs and constraints (the jaxpr), and the lowered StableHLO's sharding annotations.
+BLOCK_DIMS = {"batch": 8, "seq": 32, "d_model": 256, "heads": 8, "head_dim": 32, "d_ff": 1024}
+BLOCK_BATCH = ("data", "fsdp")
+
+
+def _block_program() -> tuple[Callable[..., Any], tuple[Any, ...], Any]:
+    """The block's function, its arguments (params, x) and its mesh."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    devices = jax.devices()
+    if len(devices) != SHARDED_DEVICES:
+        raise RuntimeError(f"the block needs {SHARDED_DEVICES} devices: {len(devices)}")
+    mesh = Mesh(np.array(devices).reshape(2, 2, 2), ("data", "fsdp", "tensor"))
+
+    def sh(*spec: Any) -> NamedSharding:
+        return NamedSharding(mesh, P(*spec))
+
+    dims = BLOCK_DIMS
+    b, s, d, h, k, f = (dims[n] for n in ("batch", "seq", "d_model", "heads", "head_dim", "d_ff"))
+    heads = sh(BLOCK_BATCH, None, "tensor", None)
+    rows = sh(BLOCK_BATCH, None, None)
+
+    def transformer_block(params: Any, x: Any) -> Any:
+        wq, wk, wv, wo, w_in, w_out = params
+        c: Callable[..., Any] = jax.lax.with_sharding_constraint
+        x = c(x, rows)
+        q = c(jnp.einsum("bsd,dhk->bshk", x, wq), heads)
+        key = c(jnp.einsum("bsd,dhk->bshk", x, wk), heads)
+        v = c(jnp.einsum("bsd,dhk->bshk", x, wv), heads)
+        scores = jnp.einsum("bshk,bthk->bhst", q, key) / np.float32(np.sqrt(k))
+        scores = c(scores, sh(BLOCK_BATCH, "tensor", None, None))
+        o = c(jnp.einsum("bhst,bthk->bshk", jax.nn.softmax(scores, axis=-1), v), heads)
+        x = c(x + jnp.einsum("bshk,hkd->bsd", o, wo), rows)
+        hidden = c(jax.nn.gelu(jnp.einsum("bsd,df->bsf", x, w_in)), sh(BLOCK_BATCH, None, "tensor"))
+        return c(x + jnp.einsum("bsf,fd->bsd", hidden, w_out), rows)
+
+    rng = _rng()
+
+    def put(shape: tuple[int, ...], spec: NamedSharding, scale: float = 0.05) -> Any:
+        return jax.device_put((rng.standard_normal(shape) * scale).astype(np.float32), spec)
+
+    params = (
+        put((d, h, k), sh("fsdp", "tensor", None)),
+        put((d, h, k), sh("fsdp", "tensor", None)),
+        put((d, h, k), sh("fsdp", "tensor", None)),
+        put((h, k, d), sh("tensor", None, "fsdp")),
+        put((d, f), sh("fsdp", "tensor")),
+        put((f, d), sh("tensor", "fsdp")),
+    )
+    x = put((b, s, d), rows, 1.0)
+    return transformer_block, (params, x), mesh
+
+
+def build_documented_block() -> Documented:
+    """The transformer block, one forward call a step (see BLOCK_DIMS)."""
+    fn, args, _ = _block_program()
+
+    def step(jitted: Sequence[Callable[..., Any]], state: Any) -> Any:
+        (run,) = jitted
+        return run(*args)
+
+    return Documented([_named(fn, "transformer_block")], None, step)
+
+
+def _spec(spec: Any) -> list[Any]:
+    return [s if s is None or isinstance(s, str) else list(s) for s in spec]
+
+
+def block_oracle(functions: Sequence[Callable[..., Any]], args: dict[int, tuple[Any, ...]]) -> Any:
+    """The block as the program declares it, read from JAX (not from its HLO): the mesh, each
+    einsum's global operand and result shapes (the jaxpr's dot_generals, in program order,
+    with the einsum's name), the inputs' and constraints' specs, and the lowered StableHLO's
+    sharding annotations (its arguments' and its constraints')."""
+    import re
+
+    import jax
+
+    (fn,) = functions
+    params, x = args[0]
+    mesh = x.sharding.mesh
+    jaxpr = jax.make_jaxpr(fn)(params, x)
+    einsums, constraints = [], []
+    for eqn in jaxpr.jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "dot_general":
+            (lhs_c, rhs_c), (lhs_b, rhs_b) = eqn.params["dimension_numbers"]
+            einsums.append(
+                {
+                    "einsum": str(eqn.source_info.name_stack).rsplit("/", 1)[-1],
+                    "operands": [list(v.aval.shape) for v in eqn.invars],
+                    "result": list(eqn.outvars[0].aval.shape),
+                    "contracting": [list(lhs_c), list(rhs_c)],
+                    "batch": [list(lhs_b), list(rhs_b)],
+                }
+            )
+        elif name == "sharding_constraint":
+            constraints.append(
+                {
+                    "shape": list(eqn.invars[0].aval.shape),
+                    "spec": _spec(eqn.params["sharding"].spec),
+                }
+            )
+    leaves = jax.tree.leaves((params, x))
+    text = jax.jit(fn).lower(params, x).as_text()
+    return {
+        "block": {
+            "mesh": {
+                "axes": {n: int(v) for n, v in mesh.shape.items()},
+                "device_ids": mesh.device_ids.tolist(),
+            },
+            "dims": BLOCK_DIMS,
+            "inputs": [{"shape": list(a.shape), "spec": _spec(a.sharding.spec)} for a in leaves],
+            "einsums": einsums,
+            "constraints": constraints,
+            # Shardy's (JAX's default lowering): the mesh, each argument's type and sharding,
+            # each constraint's sharding and type, as the lowered text writes them.
+            "stablehlo_mesh": re.findall(r"sdy\.mesh @\w+ = <(\[[^\]]*\])>", text),
+            "stablehlo_arguments": re.findall(
+                r"%arg\d+: tensor<([^>]*)> \{sdy\.sharding = #sdy\.sharding<@\w+, (\[[^\]]*\])>",
+                text,
+            ),
+            "stablehlo_constraints": re.findall(
+                r"sdy\.sharding_constraint %\w+ <@\w+, (\[[^\]]*\])> : tensor<([^>]*)>", text
+            ),
+        }
+    }
+
+
+# Programs whose oracle adds what the program itself declares (read from JAX in the child).
+DOCUMENTED_ORACLES: dict[str, Callable[..., Any]] = {"documented_block": block_oracle}
+
+
 # Programs whose pieces are also compiled alone for the oracle's `parts`.
 DOCUMENTED_PARTS: dict[str, Callable[[], dict[str, Module]]] = {
     "documented_cond_loop": cond_loop_parts,
@@ -1152,6 +1299,7 @@ DOCUMENTED: dict[str, Callable[[], Documented]] = {
     "documented_logits": build_documented_logits,
     "documented_attention_fused": lambda: build_documented_attention(fused=True),
     "documented_logits_chunked": lambda: build_documented_logits(chunked=True),
+    "documented_block": build_documented_block,
 }
 
 
@@ -1407,6 +1555,8 @@ def run_documented(name: str, out_root: Path) -> None:
         "modules": entries,
         **steps_oracle,
     }
+    if name in DOCUMENTED_ORACLES:
+        oracle.update(DOCUMENTED_ORACLES[name](program.functions, last_args))
     if name in DOCUMENTED_PARTS:
         oracle["parts"] = {
             part: scalar_costs(jax.jit(fn).lower(*args).compile().cost_analysis())

@@ -12,7 +12,7 @@ import pytest
 import hlogap as api
 from hlogap.options import AuditOptions
 from hlogap.render.base import RenderOptions, render
-from tests.conftest import FIXTURES, SAMPLE, SHARED, cpu_fixtures
+from tests.conftest import FIXTURES, SAMPLE, SHARED, cpu_fixtures, oracle
 from tests.test_timing import _events_by_op
 
 CONTRACT_OP_KEYS = {
@@ -77,9 +77,7 @@ def test_amd_chip_is_detected_and_no_op_beats_the_roof(amd_file: Path) -> None:
 # The documented pattern's fixtures run their steps back to back: a few async ops' `end:`
 # markers land in the next execution, where the reader cuts them (stat_events
 # ._clip_to_execution); tests/test_launched_steps.py checks those fixtures.
-@pytest.mark.parametrize(
-    "program", [p.name for p in cpu_fixtures() if not p.name.startswith("documented_")]
-)
+@pytest.mark.parametrize("program", [p.name for p in cpu_fixtures() if "pattern" not in oracle(p)])
 def test_cpu_report_is_the_thunk_events(program: str, cpu_chip_file: Path) -> None:
     logdir = FIXTURES / program
     # Every event, as the oracle counts them (the steady frame: tests/test_launched_steps.py).

@@ -23,7 +23,7 @@ from hlogap.trace.model import (
 )
 from hlogap.trace.reading import read_trace
 from hlogap.trace.summary import time_ops
-from tests.conftest import FIXTURES, cpu_fixtures
+from tests.conftest import FIXTURES, cpu_fixtures, oracle
 
 
 def _events_by_op(path: Path, plane_prefix: str) -> dict[tuple[str, str], list[int]]:
@@ -177,9 +177,7 @@ def test_nesting_with_a_partial_overlap_is_left_to_the_stack_walk() -> None:
 # The documented pattern's fixtures run their steps back to back: a few async ops' `end:`
 # markers land in the next execution, where the reader cuts them (stat_events
 # ._clip_to_execution); tests/test_launched_steps.py checks those fixtures.
-@pytest.mark.parametrize(
-    "program", [p.name for p in cpu_fixtures() if not p.name.startswith("documented_")]
-)
+@pytest.mark.parametrize("program", [p.name for p in cpu_fixtures() if "pattern" not in oracle(p)])
 def test_cpu_thunks_sum_to_trace_events(program: str) -> None:
     from tests.conftest import FIXTURES
 

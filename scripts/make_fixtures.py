@@ -1159,11 +1159,37 @@ def block_oracle(functions: Sequence[Callable[..., Any]], args: dict[int, tuple[
     params, x = args[0]
     mesh = x.sharding.mesh
     jaxpr = jax.make_jaxpr(fn)(params, x)
+    eqns = jaxpr.jaxpr.eqns
+    leaves = jax.tree.leaves((params, x))
+    # The spec each value is declared with: the inputs', and each constraint's output.
+    declared: dict[Any, tuple[str, list[Any]]] = {
+        var: ("input", _spec(a.sharding.spec))
+        for var, a in zip(jaxpr.jaxpr.invars, leaves, strict=True)
+    }
+    for eqn in eqns:
+        if eqn.primitive.name == "sharding_constraint":
+            declared[eqn.outvars[0]] = ("constraint", _spec(eqn.params["sharding"].spec))
+
+    def result_spec(start: int) -> list[Any] | None:
+        """The constraint the dot's result reaches through the ops that take it alone (a
+        scale), if any."""
+        var = eqns[start].outvars[0]
+        for eqn in eqns[start + 1 :]:
+            if var not in eqn.invars:
+                continue
+            if eqn.primitive.name == "sharding_constraint":
+                return _spec(eqn.params["sharding"].spec)
+            if len([v for v in eqn.invars if hasattr(v, "aval") and v.aval.shape]) != 1:
+                return None
+            var = eqn.outvars[0]
+        return None
+
     einsums, constraints = [], []
-    for eqn in jaxpr.jaxpr.eqns:
+    for n, eqn in enumerate(eqns):
         name = eqn.primitive.name
         if name == "dot_general":
             (lhs_c, rhs_c), (lhs_b, rhs_b) = eqn.params["dimension_numbers"]
+            specs = [declared.get(v) for v in eqn.invars]
             einsums.append(
                 {
                     "einsum": str(eqn.source_info.name_stack).rsplit("/", 1)[-1],
@@ -1171,6 +1197,9 @@ def block_oracle(functions: Sequence[Callable[..., Any]], args: dict[int, tuple[
                     "result": list(eqn.outvars[0].aval.shape),
                     "contracting": [list(lhs_c), list(rhs_c)],
                     "batch": [list(lhs_b), list(rhs_b)],
+                    # [how, spec] per operand: a program input's, a constraint's; null: none
+                    "operand_specs": [list(s) if s else None for s in specs],
+                    "result_spec": result_spec(n),
                 }
             )
         elif name == "sharding_constraint":
@@ -1180,7 +1209,6 @@ def block_oracle(functions: Sequence[Callable[..., Any]], args: dict[int, tuple[
                     "spec": _spec(eqn.params["sharding"].spec),
                 }
             )
-    leaves = jax.tree.leaves((params, x))
     text = jax.jit(fn).lower(params, x).as_text()
     return {
         "block": {

@@ -595,9 +595,9 @@ class _Propagation:
         from_first = made.get(inst.operands[0]) if inst.operands else None
         moved = (from_first[0], False) if from_first else None
         op = inst.opcode
-        tiling = self.tiles.get(id(inst))
-        if tiling is not None and op not in _CARRIED_THROUGH:
-            return _value_of(self.mesh, tiling), None
+        declared = self._declared(inst)
+        if declared is not None and op not in _CARRIED_THROUGH:
+            return declared, None
         if op == "parameter":
             number = inst.parameter_number or 0
             return params.get(number), param_dots.get(number)
@@ -639,12 +639,18 @@ class _Propagation:
         if op in ("dot", "convolution") or (op == "custom-call" and inst.conv_dims):
             sources = [made.get(o) for o in inst.operands[:2]]
             exact = [m[0] if m and m[1] else None for m in sources]
-            value, product = self._dot(inst, ops, exact, owner or inst.name, tiling)
+            value, product = self._dot(inst, ops, exact, owner or inst.name, declared)
             its = (product, True) if product else None
             return ([value] if inst.shape.is_tuple else value), its
+        if op == "while" and isinstance(first, list):
+            # A partitioned loop keeps one sharding for its operand, the body's parameter and
+            # root, and its result: the body's dots are carried from the operand's.
+            body = self.module.computation(inst.attrs.get("body", "").lstrip("%"))
+            if body is not None and body.name not in self.seen:
+                self._computation(body, {0: first}, {}, owner)
+            return first, None
         if op in ("fusion", "call") and inst.called:
             called = self.module.computation(inst.called[0])
-            declared = _value_of(self.mesh, tiling) if tiling is not None else None
             if called is None or (called.name in self.seen and op == "call"):
                 return declared, None
             dots = {k: made.get(o) for k, o in enumerate(inst.operands)}
@@ -654,9 +660,19 @@ class _Propagation:
                     dot[0].declare_result(declared)
                 return declared, dot
             return value, dot
+        return declared, None
+
+    def _declared(self, inst: Instruction) -> Value:
+        """What the program says of an instruction's result: its tiled sharding's split, or
+        every dim unsplit where it is replicated (or on one device); None where it says
+        nothing."""
+        tiling = self.tiles.get(id(inst))
         if tiling is not None:
-            return _value_of(self.mesh, tiling), None
-        return None, None
+            return _value_of(self.mesh, tiling)
+        text = inst.attrs.get("sharding", "").strip().strip("{}").strip()
+        if (text == "replicated" or text.startswith("maximal")) and not inst.shape.is_tuple:
+            return tuple(() for _ in inst.shape.dims)
+        return None
 
     def _regathered(self, inst: Instruction, value: Dims) -> Dims:
         """An all-gather unsplits its dimension over its group's axes; a reduce-scatter splits
@@ -685,7 +701,7 @@ class _Propagation:
         ops: list[Value],
         sources: list[_Dot | None],
         owner: str,
-        tiling: _Tiling | None = None,
+        declared: Value = None,
     ) -> tuple[Value, _Dot | None]:
         lhs, rhs = ([*ops, None, None])[:2]
         shapes = inst.operand_shapes
@@ -696,7 +712,6 @@ class _Propagation:
         right = list(rhs) if isinstance(rhs, tuple) else unknown[: shapes[1].rank]
         dot = _Dot(inst, owner, left, right, sources)
         dot.sync()
-        declared = _value_of(self.mesh, tiling) if tiling is not None else None
         if isinstance(declared, tuple):
             dot.declare_result(declared)
             dot.sync()
@@ -939,14 +954,19 @@ def _reshape_groups(a: Sequence[int], b: Sequence[int]) -> list[tuple[list[int],
 
 
 def _same_size_dims(value: Dims, inst: Instruction) -> Dims | None:
-    """A slice's, pad's or concatenation's dims: those whose size it keeps keep their split."""
+    """A slice's, pad's or concatenation's dims (as its first operand's)."""
     shapes = inst.operand_shapes
     if not shapes or shapes[0] is None or shapes[0].rank != len(value) != inst.shape.rank:
         return None
     src = shapes[0].dims
     if len(src) != inst.shape.rank:
         return None
-    return tuple(a if n == m else None for a, n, m in zip(value, src, inst.shape.dims, strict=True))
+    # A dim of unchanged size keeps its split; an unsplit dim stays unsplit whatever is cut
+    # from it (every device cuts the same); a split dim cut or grown is unknown.
+    return tuple(
+        a if n == m or a == () else None
+        for a, n, m in zip(value, src, inst.shape.dims, strict=True)
+    )
 
 
 def _free_dims(dot: _Dot) -> tuple[list[int], list[int]]:

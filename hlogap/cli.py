@@ -132,6 +132,7 @@ AuditFormat = Annotated[
     str | None, _format_option("table, json, csv, md, html, perfetto", output=True)
 ]
 DiffFormat = Annotated[str | None, _format_option("table, json, md")]
+CheckFormat = Annotated[str | None, _format_option("table, json, md, junit")]
 PlainFormat = Annotated[str | None, _format_option("table, json")]
 TopOpt = Annotated[int, typer.Option("--top", "-n", min=0, help="Rows to show; 0 = all.")]
 # An audit's machine output (JSON, CSV, the HTML page) holds every op whatever --top says.
@@ -927,7 +928,7 @@ def check(
     host: HostOpt = None,
     device: DeviceOpt = None,
     module: ModuleOpt = None,
-    fmt: DiffFormat = None,
+    fmt: CheckFormat = None,
 ) -> None:
     """CI gate: compare PATH with a baseline report; exit 0 within the thresholds, 1 on a
     regression (the whole plausible range past a limit), 3 when inconclusive (within the

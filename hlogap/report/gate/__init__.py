@@ -254,6 +254,10 @@ class CheckResult:
             "vanished_ops": [r.to_dict() for r in self.vanished],
             "gated_ops": len(self.gated),
             "notes": self.notes,
+            # The step before -> after and what each action of the baseline promised and NEW
+            # realized, as `diff` has them (also under "diff").
+            "steps": None if self.diff.steps is None else self.diff.steps.to_dict(),
+            "actions_realized": [a.to_dict() for a in self.diff.actions_realized()],
             "diff": self.diff.to_dict(0),
         }
 

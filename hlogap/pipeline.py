@@ -28,9 +28,12 @@ from hlogap.report.model import (
 )
 from hlogap.report.steps import op_step_costs, step_rows
 from hlogap.source import ProfileSource, Remote, find_profile, is_url, regular_file
+from hlogap.trace.host_activity import GapActivity
 from hlogap.trace.model import Backend, OpKey, Step, merge_steps
 from hlogap.trace.reading import Progress, SkippedHost
 from hlogap.trace.steps import (
+    FIRST_NONE,
+    LARGEST_GAPS,
     CollectiveTimes,
     StepTotals,
     collective_times,
@@ -205,6 +208,8 @@ def _audit_hosts(
         if steps.steps
         else []
     )
+    # What the hosts did in the devices' longest idle gaps (the device idle advice's).
+    idle_host = _idle_host(hosts, totals, steps.warmup) if scenarios and totals else {}
     events = (
         Timeline(
             run.hosts,
@@ -233,8 +238,40 @@ def _audit_hosts(
         raised=raised,
     )
     report.timeline = events
-    _assemble(report, framed, index, clocks, scenarios, totals, steps.warmup, what_if)
+    _assemble(report, framed, index, clocks, scenarios, totals, steps.warmup, what_if, idle_host)
     return report
+
+
+def _idle_host(
+    hosts: HostExecutor, totals: list[StepTotals], warmup: int
+) -> dict[OpKey, tuple[GapActivity, ...]]:
+    """Stage idle-host: for each op the devices waited for long enough to be advised on (the
+    device idle cause's share of the steady steps' device time), its longest gaps over every
+    host and what each one's host threads did meanwhile (`host_activity`, run only on the
+    hosts that hold those gaps)."""
+    from hlogap.advice.causes.idle import IDLE_SHARE, MAX_OPS
+    from hlogap.trace.host_activity import host_activity
+
+    stacked = StepTotals.stacked(totals)
+    ran = stacked.first_ps != FIRST_NONE
+    wall = int(np.where(ran, stacked.last_ps - stacked.first_ps, 0)[:, warmup:].sum())
+    waited = sorted(stacked.waits.idle_before_ps.items(), key=lambda kv: -kv[1])[:MAX_OPS]
+    keys = [k for k, ps in waited if wall > 0 and ps >= IDLE_SHARE * wall]
+    # Per key: its longest gaps over the hosts, with the host that holds each.
+    asked: dict[int, list[tuple[int, int]]] = {}
+    chosen: dict[OpKey, list[tuple[int, tuple[int, int]]]] = {}
+    for key in keys:
+        spans = [(h, s) for h, t in enumerate(totals) for s in t.waits.largest.get(key, ())]
+        spans.sort(key=lambda hs: hs[1][0] - hs[1][1])
+        chosen[key] = spans[:LARGEST_GAPS]
+        for h, span in chosen[key]:
+            asked.setdefault(h, []).append(span)
+    found = {
+        (h, (a.start_ps, a.end_ps)): a
+        for h, spans in asked.items()
+        for a in hosts.one(h, host_activity, spans)
+    }
+    return {key: tuple(found[(h, span)] for h, span in spans) for key, spans in chosen.items()}
 
 
 def _read(hosts: HostExecutor, selection: Selection, source: ProfileSource) -> RunSummary:
@@ -502,9 +539,11 @@ def _assemble(
     totals: list[StepTotals],
     warmup: int,
     what_if: Sequence[Chip],
+    idle_host: Mapping[OpKey, tuple[GapActivity, ...]] | None = None,
 ) -> None:
     """Stage assemble: the frame's figures, the hosts, the mesh, the actions and the what-ifs,
-    each scenario's saving read by its name."""
+    each scenario's saving read by its name (`idle_host`: what the hosts did in the longest
+    idle gaps, for the device idle advice)."""
     from hlogap.advice.actions import findings, point_hints, ranked, step_savings
     from hlogap.advice.base import Context
     from hlogap.advice.what_if import what_if as advise_what_if
@@ -548,7 +587,9 @@ def _assemble(
     if scenarios is None:  # the advice stage was not asked for (`hlogap memory`)
         return
     # Causes that read the step pass (the ops' idle before them) claim no re-timed saving.
-    context = Context(rows, chip, report.backend, index, report.memory, steps[warmup:])
+    context = Context(
+        rows, chip, report.backend, index, report.memory, steps[warmup:], idle_host=idle_host or {}
+    )
     found = scenarios.found
     actions = [f"{Scenarios.ACTION}{k}" for k in range(1, len(found) + 1)]
     report.actions = ranked(

@@ -9,7 +9,7 @@ it runs after that pass, so no change of its re-times the steps.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hlogap._plugins import import_all
@@ -20,7 +20,8 @@ from hlogap.hlo.ir import Instruction, Module
 from hlogap.hlo.text import HloParseError, parse_instruction
 from hlogap.memory.static import MemorySection
 from hlogap.report.model import ActionCause, OpRow, StepRow
-from hlogap.trace.model import Backend
+from hlogap.trace.host_activity import GapActivity
+from hlogap.trace.model import Backend, OpKey
 
 
 @dataclass
@@ -33,6 +34,9 @@ class Context:
     index: HloIndex
     memory: MemorySection | None = None
     steps: Sequence[StepRow] = ()  # the step table, for causes registered `after_steps`
+    # Per op the devices waited for: its longest idle gaps and what the host's threads did in
+    # each (hlogap.trace.host_activity), for the device idle cause.
+    idle_host: Mapping[OpKey, Sequence[GapActivity]] = field(default_factory=dict)
     _graphs: dict[int, ModuleGraph] = field(default_factory=dict, repr=False)
     # TPU ops without their module: each op's own HLO text, parsed.
     _parsed: dict[tuple[str, str, str], Instruction | None] = field(

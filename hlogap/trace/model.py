@@ -187,6 +187,9 @@ class TraceData:
     # range): then an occurrence's events are its runs. Not so for GPU kernels in an xplane (one
     # op run may launch several).
     events_are_runs: bool = False
+    # The .xplane.pb it was read from ("" where none: an nsys-jax archive, a test's table):
+    # `hlogap.trace.host_activity` reads its host plane again for what the host did in a gap.
+    path: str = ""
     # Bool per event for each selection already made (`hlogap.trace.summary.Selection`): the
     # per-host tasks of one audit all ask for the same one.
     selected: dict[Hashable, np.ndarray] = field(default_factory=dict, repr=False, compare=False)

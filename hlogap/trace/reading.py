@@ -66,6 +66,7 @@ def read_trace(path: str | Path, host: str) -> TraceData:
     del planes
     trace = builder.finish(backend.name, warnings)
     trace.steps = launched_steps(trace)
+    trace.path = str(path)
     return trace
 
 

@@ -12,7 +12,7 @@ a device's part of a step goes to the op that ends it (`StepTotals.idle_before_p
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -194,16 +194,30 @@ class OpWaits:
 
     idle_before_ps: dict[OpKey, int]
     gaps: dict[OpKey, int]
+    # The op's longest gaps (`LARGEST_GAPS` at most), longest first: (start, end) on the
+    # host's own clock (where its host plane's events are: `hlogap.trace.host_activity`).
+    largest: dict[OpKey, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
     @classmethod
     def summed(cls, parts: Sequence[OpWaits]) -> OpWaits:
+        """The hosts' waits summed (the longest gaps of every host, each on its own clock)."""
         idle: dict[OpKey, int] = {}
         gaps: dict[OpKey, int] = {}
+        largest: dict[OpKey, list[tuple[int, int]]] = {}
         for part in parts:
             for key, ps in part.idle_before_ps.items():
                 idle[key] = idle.get(key, 0) + ps
                 gaps[key] = gaps.get(key, 0) + part.gaps[key]
-        return cls(idle, gaps)
+            for key, spans in part.largest.items():
+                largest.setdefault(key, []).extend(spans)
+        return cls(idle, gaps, {k: _longest(v) for k, v in largest.items()})
+
+
+LARGEST_GAPS = 3  # of each op waited for, the longest gaps kept with their place
+
+
+def _longest(spans: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    return tuple(sorted(spans, key=lambda s: (s[0] - s[1], s[0]))[:LARGEST_GAPS])
 
 
 FIRST_NONE = np.iinfo(np.int64).max
@@ -232,6 +246,7 @@ def step_totals(
     # Per op of the host: idle device time before it, and in how many gaps (exact int64).
     idle_before = np.zeros(len(trace.ops), dtype=np.int64)
     idle_gaps = np.zeros(len(trace.ops), dtype=np.int64)
+    longest: dict[int, list[tuple[int, int]]] = {}  # per op index: its longest gaps
     selected = selection.events(trace)
     if not steps or not selected.any():
         return StepTotals(first, last, **sums, change_saving_ps=changed, waits=OpWaits({}, {}))
@@ -290,6 +305,7 @@ def step_totals(
         waited_for = d_op[opener[1:]]
         for total, weight in ((idle_before, gap_ps), (idle_gaps, in_windows)):
             total += np.bincount(waited_for, weights=weight, minlength=len(total)).astype(np.int64)
+        _keep_longest(longest, busy_start, busy_end, in_windows, waited_for)
         sums["compute_ps"][d] = sums["no_host_ps"][d] = covered
         d_collective, d_host = is_collective[d_op], is_host[d_op]
         if d_collective.any() or d_host.any():
@@ -335,8 +351,32 @@ def step_totals(
         waits=OpWaits(
             {keys[i]: int(idle_before[i]) for i in waited},
             {keys[i]: int(idle_gaps[i]) for i in waited},
+            {keys[i]: _longest(spans) for i, spans in longest.items()},
         ),
     )
+
+
+def _keep_longest(
+    longest: dict[int, list[tuple[int, int]]],
+    busy_start: np.ndarray,
+    busy_end: np.ndarray,
+    in_windows: np.ndarray,
+    waited_for: np.ndarray,
+) -> None:
+    """Add one device's `LARGEST_GAPS` longest gaps inside the windows of each op (by the op
+    that ends them) to `longest` (`_longest` keeps the longest of every device's)."""
+    inside = np.flatnonzero(in_windows > 0)
+    if not len(inside):
+        return
+    length = busy_start[1:][inside] - busy_end[:-1][inside]
+    op = waited_for[inside]
+    order = np.lexsort((-length, op))  # by op, the longest gap first
+    op = op[order]
+    group = np.flatnonzero(np.r_[True, op[1:] != op[:-1]])
+    rank = np.arange(len(op)) - np.repeat(group, np.diff(np.r_[group, len(op)]))
+    for k in np.flatnonzero(rank < LARGEST_GAPS).tolist():
+        g = int(inside[order[k]])
+        longest.setdefault(int(op[k]), []).append((int(busy_end[g]), int(busy_start[g + 1])))
 
 
 def _busy_spans(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

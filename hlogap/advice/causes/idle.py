@@ -15,11 +15,15 @@ from hlogap.advice.base import Context, Finding, register
 from hlogap.advice.patterns import makers, module_ops
 from hlogap.hlo.opcodes import ASYNC_TRANSFERS, COLLECTIVE_OPCODES
 from hlogap.report.model import OpRow
+from hlogap.trace.model import OpKey
 from hlogap.units import fmt_us
 
 # An op the devices waited for this share of their own step time (device time) or more.
 IDLE_SHARE = 0.05
 MAX_OPS = 3  # the ops waited for longest, one finding each
+# Host events that wait for the device's result (JAX's and PjRt's names, lower case).
+_BLOCKING = ("block_until_ready", "try_to_block", "await", "device_get", "__array__", "tolist")
+HOST_EVENTS = 3  # the host events covering most of an op's longest gaps, named
 # Ops that hand control to the host, or wait for data from it.
 HOST_OPCODES = frozenset({"infeed", "outfeed", "send", "recv", "send-done", "recv-done"})
 
@@ -51,11 +55,63 @@ def device_idle(ctx: Context) -> Iterator[Finding]:
             f"device idle {where}, between {before} and {row.name}: {fmt_us(idle)} (device "
             f"time) over {len(ctx.steps)} steps, in {row.idle_gaps:,} gaps of "
             f"{fmt_us(idle / gaps)} on average, {idle / device_wall:.0%} of the devices' own "
-            f"step time; {claim}",
-            _change(ctx, row, where),
+            f"step time; {claim}{_host_side(ctx, row)}",
+            _waited_on_result(ctx, row, where) + _change(ctx, row, where),
             claimed_us=idle if one_device else None,
             where=where,
         )
+
+
+def _host_side(ctx: Context, row: OpRow) -> str:
+    """What the host's threads did in the op's longest gaps (the host plane's events that
+    overlap them), and how much of the gaps no host event covers."""
+    gaps = [g for g in ctx.idle_host.get(OpKey(row.module, row.program_id, row.name), ()) if g.read]
+    if not gaps:
+        return ""
+    total = sum(g.end_ps - g.start_ps for g in gaps)
+    covered = sum(g.covered_ps for g in gaps)
+    ran: dict[tuple[str, str], int] = {}
+    for gap in gaps:
+        for line, name, ps in gap.events:
+            ran[(line, name)] = ran.get((line, name), 0) + ps
+    top = sorted(ran.items(), key=lambda item: (-item[1], item[0]))[:HOST_EVENTS]
+    lengths = ", ".join(fmt_us((g.end_ps - g.start_ps) / 1e6) for g in gaps)
+    named = (
+        "; ".join(f"{name} on {line} ({fmt_us(ps / 1e6)})" for (line, name), ps in top)
+        if top
+        else "no host event"
+    )
+    untraced = total - covered
+    rest = (
+        f"; {untraced / total:.0%} of them no host event covers (host work the profile does not "
+        "record: Python between calls, input loading, a sleep)"
+        if total > 0 and untraced / total >= 0.05
+        else ""
+    )
+    return f"; in its {len(gaps)} longest gap(s) ({lengths}) the host's threads ran: {named}{rest}"
+
+
+def _waited_on_result(ctx: Context, row: OpRow, where: str) -> str:
+    """Where the host's thread that spent most of the gaps in them blocked on a result (a
+    wait for the device: `block_until_ready`, a buffer's await, a copy to the host), say so
+    first: the launch came late because the host waited for the previous result."""
+    if where == "inside an execution":
+        return ""
+    gaps = ctx.idle_host.get(OpKey(row.module, row.program_id, row.name), ())
+    ran: dict[str, int] = {}
+    for gap in gaps:
+        for _, name, ps in gap.events:
+            ran[name] = ran.get(name, 0) + ps
+    total = sum(g.end_ps - g.start_ps for g in gaps)
+    if not ran or total <= 0:
+        return ""
+    name, ps = max(ran.items(), key=lambda item: item[1])
+    if ps < 0.5 * total or not any(w in name.lower() for w in _BLOCKING):
+        return ""
+    return (
+        f"in {ps / total:.0%} of the longest gaps the host sat in {name}, waiting for a "
+        "result before it launched the next work: "
+    )
 
 
 def _place(ctx: Context, row: OpRow) -> tuple[str, str]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeGuard
 
@@ -96,6 +96,18 @@ class Chip:
     measured: bool = False
     """Its figures were measured on a machine (a `[calibration]` table, `hlogap calibrate`):
     each is what the machine reached then, a lower bound of what it does."""
+    flops_spread: dict[str, float] = field(default_factory=dict)
+    """Per `peak_flops` key: how much the calibration's rounds disagreed ((best - worst) /
+    best, `[calibration.flops_spread_by_type]`, else `[calibration] flops_spread` for every
+    key); empty for a chip not measured. A cause that hinges on a peak says when the deciding
+    figure is within it (`peak_band`)."""
+
+    def peak_band(self, key: str) -> tuple[float, float]:
+        """The `peak_flops[key]` another calibration may plausibly record: its rounds spanned
+        [peak (1 - spread), peak]; a rerun's best as far below or above it."""
+        peak = self.peak_flops[key]
+        spread = min(max(self.flops_spread.get(key, 0.0), 0.0), 0.99)
+        return peak * (1.0 - spread), peak / (1.0 - spread)
 
     def memory_bw(self, nbytes: float) -> float:
         """The memory roof of an op moving `nbytes`: the fastest cache level its whole working
@@ -483,4 +495,26 @@ def _parse(data: dict[str, object], path: Path) -> Chip:
         host_bw=None if host_bw is None else positive(host_bw, "host.bw"),
         cache_bw=cache_bw,
         measured="calibration" in data,
+        flops_spread=_spreads(table("calibration"), peak_flops, fail),
     )
+
+
+def _spreads(
+    calibration: dict[str, object],
+    peak_flops: dict[str, float],
+    fail: Callable[[str], UsageError],
+) -> dict[str, float]:
+    """`Chip.flops_spread` from a chip file's `[calibration]` table."""
+    by_type = calibration.get("flops_spread_by_type", {})
+    overall = calibration.get("flops_spread")
+    if not isinstance(by_type, dict):
+        raise fail("[calibration.flops_spread_by_type] must be a table")
+    found: dict[str, float] = {}
+    for key in peak_flops:
+        value = by_type.get(key, overall)
+        if value is None:
+            continue
+        if not _is_number(value) or not 0 <= value < 1:
+            raise fail(f"calibration spread of {key} must be a number in [0, 1)")
+        found[key] = float(value)
+    return found

@@ -206,6 +206,16 @@ def test_real_profiles_say_their_mesh() -> None:
     assert gpu.mesh is not None and gpu.mesh.module == "jit_forward_3d_conv"
     assert [(a.size, a.stride) for a in gpu.mesh.axes] == [(8, 1)]
     assert (gpu.mesh.shardings, gpu.mesh.collectives) == (1, 0)
+    # Its global shapes: the input's local batch of 1, split 8 ways, is folded into the next dims
+    # by a bitcast ([1,32,60,104,16] -> [199680,16]), transposed, and unfolded into the conv's
+    # [1,16,32,60,104]: the split goes back to the batch (the one dim of size 1), not to the
+    # depth (which would read [1,16,256,60,104]).
+    (conv,) = [r for r in gpu.ops if r.global_shapes]
+    assert conv.global_shapes == [
+        "bf16[8,16,32,60,104]",
+        "bf16[5120,16,1,2,2]",
+        "bf16[8,5120,34,31,53]",
+    ]
     out = subprocess.run(
         [sys.executable, "-m", "hlogap", "audit", str(AMD_FILES["mi300x"]), "--top", "1"],
         capture_output=True,

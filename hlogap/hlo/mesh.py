@@ -498,6 +498,10 @@ class _Dot:
                     side[d] = axes
 
 
+# The mark of a dim that a dim of size 1 a device (split: a local batch of 1) was folded into
+# by a reshape ([1,32,60,104] -> 199680): its split is that dim's, which a later reshape gives
+# back to the dim of size 1 it makes, not to the major part of the others. Weighs 1 in sizes.
+_FOLDED = "|1"
 # (dot, True): a value is that dot's result, dims as the dot made them; (dot, False): its
 # result moved (reshaped, transposed), the partial sums all the same; None: no dot's.
 _Made = tuple[_Dot, bool] | None
@@ -686,10 +690,13 @@ class _Propagation:
         before = value[d]
         if before is None or any(" " in a for a in axes):  # part of an axis: not followed
             return (*value[:d], None, *value[d + 1 :])
+        folded, before = _unfold(before)
         if inst.opcode == "all-gather":
             after: DimAxes = tuple(a for a in before if a not in axes)
         else:
             after = tuple(sorted({*before, *axes}, key=self._order))
+        if folded and after:
+            after = (_FOLDED, *after)
         return (*value[:d], after, *value[d + 1 :])
 
     def _order(self, axis: str) -> int:
@@ -772,7 +779,7 @@ class _Propagation:
         result = _result_dims(dot)
         ways: dict[str, int] = {}
         for axes in (*dot.lhs, *dot.rhs):
-            for a in axes or ():
+            for a in _unfold(axes)[1]:
                 ways[a] = self.mesh.size([a])
         if not ways:
             return None  # not split at all (or nothing known): the local view is the global one
@@ -889,6 +896,7 @@ def _reshaped(value: Value, inst: Instruction, physical: bool) -> Dims | None:
     if groups is None:
         return None
     out_phys: list[DimAxes] = [None] * dst.rank
+    folded: list[tuple[tuple[str, ...], list[int]]] = []
     for ins, outs in groups:
         if [sizes_in[k] for k in ins] == [sizes_out[k] for k in outs]:
             for k, j in zip(ins, outs, strict=True):  # the same dims: kept as they were
@@ -900,10 +908,31 @@ def _reshaped(value: Value, inst: Instruction, physical: bool) -> Dims | None:
         if not merged:
             for j in outs:
                 out_phys[j] = ()
+        elif len(outs) == 1:  # a merge: one dim, the mark kept
+            out_phys[outs[0]] = merged
+        elif _FOLDED in merged:
+            folded.append((_unfold(merged)[1], outs))
         elif sizes_out[outs[0]] > 1:
             out_phys[outs[0]] = merged
             for j in outs[1:]:
                 out_phys[j] = ()
+    # A folded dim (1 a device, split) comes back as the one dim of size 1 of the result (a
+    # dim of size 1 has no place in memory: the bitcast may put it anywhere); with no such dim
+    # the block is whole rows of the major part; with several, which one is unknown.
+    ones = [j for j in range(dst.rank) if sizes_out[j] == 1]
+    for axes, outs in folded:
+        if len(folded) == 1 and len(ones) == 1:
+            out_phys[ones[0]] = axes
+            for j in outs:
+                if j != ones[0]:
+                    out_phys[j] = ()
+        elif not ones and sizes_out[outs[0]] > 1:
+            out_phys[outs[0]] = axes
+            for j in outs[1:]:
+                out_phys[j] = ()
+        else:
+            for j in {*outs, *ones}:
+                out_phys[j] = None
     out: list[DimAxes] = [None] * dst.rank
     for k, d in enumerate(dst_order):
         out[d] = out_phys[k]
@@ -921,7 +950,17 @@ def _merged(axes: Sequence[DimAxes], sizes: Sequence[int]) -> DimAxes:
     first = split[0]
     if len(split) > 1 or any(sizes[k] != 1 for k in range(first)):
         return None
-    return axes[first]
+    folded, plain = _unfold(axes[first])
+    if folded or (sizes[first] == 1 and any(n != 1 for n in sizes[first + 1 :])):
+        return (_FOLDED, *plain)  # a dim 1 a device (a batch of 1) folded into the next ones
+    return plain
+
+
+def _unfold(axes: DimAxes) -> tuple[bool, tuple[str, ...]]:
+    """Whether a dim's split is a folded dim's (see _FOLDED), and its axes without the mark."""
+    if axes is None:
+        return False, ()
+    return _FOLDED in axes, tuple(a for a in axes if a != _FOLDED)
 
 
 def _reshape_groups(a: Sequence[int], b: Sequence[int]) -> list[tuple[list[int], list[int]]] | None:

@@ -9,11 +9,15 @@ vary along some mesh axes with the others fixed: a set such as {0,2,4,6} is 4 de
 2 apart. The mesh is the coarsest cut of the device ids that every such set is a union of whole
 axes of (`axis_0` the major one, with the largest stride, as XLA names mesh axes it prints).
 
-Global shapes: the shardings are carried from where they are written (parameters) through the
-ops that keep or move them (elementwise, transpose, broadcast, all-gather, reduce-scatter,
-fusions) to dots and convolutions; a dimension whose chain is lost is unknown, never guessed.
-An all-reduce of a dot's result says that the dot's contracting dimension was split over the
-all-reduce's axes (partial sums), and that is carried back to the dot that produced its operand.
+Global shapes: the shardings are carried from where they are written (parameters, and any
+instruction XLA keeps one on) through the ops that keep or move them (elementwise, transpose,
+broadcast, reduce, reshapes and bitcasts that merge or split dims, all-gather, reduce-scatter,
+fusions, loop bodies) to dots and convolutions; a dimension whose chain is lost is unknown, never
+guessed. A dot's paired dims are split alike on both sides, and a sharding on its result names
+its operands' dims. An all-reduce of a dot's result says that the dot's contracting dimension
+was split over the all-reduce's axes (partial sums), and that is carried back to the dot that
+produced its operand; a contracting dim whose result reaches no collective over an axis it could
+be split over is unsplit (docs/mesh.md).
 """
 
 from __future__ import annotations

@@ -289,3 +289,64 @@ def test_device_idle_says_where() -> None:
         assert action.saving_us > 0 and (action.step_saving_us or 0) > 0  # one device
         assert "between the previous program's last op (" in action.evidence
         assert "dispatch" not in action.change or action.where != "inside an execution"
+
+
+def _loop_logits(program: str) -> list[str | None]:
+    """For each [.., 32768] logits dot inside a while body of the compiled program: the loop
+    `_chunk_loop` takes it for (a chunked loss), or None."""
+    from hlogap.advice.causes.logits import _chunk_loop
+    from hlogap.advice.graph import ModuleGraph
+    from hlogap.advice.patterns import ModuleOps, inner_dot
+
+    module = parse_module(program)
+    ops = ModuleOps(module, ModuleGraph.of(module), {})
+    found: list[str | None] = []
+    bodies = {
+        i.attrs.get("body", "").lstrip("%")
+        for c in module.computations
+        for i in c.instructions
+        if i.opcode == "while"
+    }
+    for comp in module.computations:
+        if comp.name not in bodies:
+            continue
+        for inst in comp.instructions:
+            dot = inner_dot(module, inst)
+            if dot is not None and inst.opcode != "while" and dot.shape.dims[-1:] == (32768,):
+                loop = _chunk_loop(ops, inst, 32768)
+                found.append(loop.name if loop is not None else None)
+    return found
+
+
+def test_a_chunked_loss_is_told_from_a_microbatch_loop() -> None:
+    """Logits made in a loop are a chunk when the loop holds only the loss's products (each
+    reads or writes the vocab); a loop over microbatches around a hidden layer and the loss
+    holds their logits whole, a microbatch at a time: not a chunk. (Were the hidden layer
+    frozen, the gradient's loop would hold only the loss's products: a chunk, as far as the
+    program can tell.)"""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    w, w1 = jnp.zeros((64, 32768)), jnp.zeros((64, 64))
+    h, labels = jnp.zeros((8, 16, 64)), jnp.zeros((8, 16), dtype=jnp.int32)
+
+    def block_loss(w: Any, h: Any, labels: Any) -> Any:
+        logp = jax.nn.log_softmax(h @ w, axis=-1)
+        return -jnp.sum(jnp.take_along_axis(logp, labels[:, None], axis=-1))
+
+    def chunked(w: Any, w1: Any, h: Any, labels: Any) -> Any:
+        hidden = jnp.tanh(h @ w1)
+        return jnp.sum(jax.lax.map(lambda b: block_loss(w, *b), (hidden, labels)))
+
+    def microbatched(w: Any, w1: Any, h: Any, labels: Any) -> Any:
+        def body(i: Any, total: Any) -> Any:
+            return total + block_loss(w, jnp.tanh(h[i] @ w1), labels[i])
+
+        return jax.lax.fori_loop(0, 8, body, jnp.float32(0))
+
+    # Every weight trained: the microbatch loop's gradient holds the hidden layer's products.
+    for fn, chunk in ((chunked, True), (microbatched, False)):
+        step = jax.jit(jax.grad(fn, argnums=(0, 1)))
+        text = step.lower(w, w1, h, labels).compile().as_text()
+        found = _loop_logits(text)
+        assert found, fn.__name__
+        assert all((name is not None) == chunk for name in found), (fn.__name__, found)

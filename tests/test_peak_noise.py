@@ -21,7 +21,9 @@ from tests.conftest import FIXTURES
 PROGRAM = "mlp"  # f32 dots
 
 
-def _chip(tmp_path: Path, name: str, f32: float, bf16: float, spread: float | None) -> Path:
+def _chip(
+    tmp_path: Path, name: str, f32: float, bf16: float, spread: float | None, chip: str = ""
+) -> Path:
     calibration = (
         f"[calibration]\nflops_spread = {spread}\nmemory_spread = 0.01\n"
         f"[calibration.flops_spread_by_type]\nf32 = {spread}\nbf16 = {spread}\n"
@@ -30,7 +32,7 @@ def _chip(tmp_path: Path, name: str, f32: float, bf16: float, spread: float | No
     )
     path = tmp_path / f"{name}.toml"
     path.write_text(
-        f'name = "{name}"\n[peak_flops]\nf32 = {f32}\nbf16 = {bf16}\n'
+        f'name = "{chip or name}"\n[peak_flops]\nf32 = {f32}\nbf16 = {bf16}\n'
         f"[memory]\nhbm_bw = 2.0e10\n{calibration}"
     )
     return path
@@ -79,3 +81,23 @@ def test_dtype_advice_holds_within_the_spread(tmp_path: Path) -> None:
     assert found and not any("spread" in e for e in found)
     near_one = _chip(tmp_path, "none", 1e11, 1.1e11, 0.12)  # 1.1 / 0.88**2 = 1.42: never 1.5
     assert not _dtype(audit(FIXTURES / PROGRAM, AuditOptions(chip=str(near_one))))
+
+
+def test_below_the_ridge_holds_within_the_spread(tmp_path: Path) -> None:
+    """flaws' 8-row matmul (intensity 3.9 FLOP/B): under a 5 FLOP/B ridge (f32 1e11 over
+    20 GB/s) it is below the ridge; a calibration recording f32 at 0.8e11 (ridge 4) puts it at
+    the ridge, and the finding goes. With the rounds 20% apart both keep it: the second says
+    its intensity is within the ridge's band and asks for the batch past the band's top."""
+
+    def found(f32: float, spread: float | None) -> list[str]:
+        chip = _chip(tmp_path, f"r{f32:g}-{spread}", f32, 1e11, spread, chip="testcpu")
+        report = audit(FIXTURES / "flaws", AuditOptions(chip=str(chip)))
+        return [a.evidence for a in report.actions or [] if a.cause == "below the ridge"]
+
+    assert found(1e11, None) and not found(0.8e11, None)
+    steady, near = found(1e11, 0.2), found(0.8e11, 0.2)
+    assert steady == found(1e11, None)  # 3.9 under the band [4, 6.25]: nothing to say
+    (evidence,) = near
+    assert "intensity 3.9 FLOP/B is near testcpu" in evidence
+    assert "the ridge is 3.2 to 5 FLOP/B, on both sides of its intensity" in evidence
+    assert "the ridge needs about 10 (1.3x the batch)" in evidence  # past the band's top, 5

@@ -1,6 +1,10 @@
 """A memory-bound matmul under its ridge point (its peak over the memory rate its bound uses):
 the batch (rows per weight read) it needs to reach it (the seeds' chapter 1: the critical
-batch), or, where its bytes are its activations, that no batch will."""
+batch), or, where its bytes are its activations, that no batch will.
+
+On a calibrated chip the ridge moves with its peak's recorded spread (`Chip.peak_band`): an op
+whose intensity another calibration may put on either side of the ridge keeps its finding
+(rather than coming and going with the machine's noise), which says so."""
 
 from __future__ import annotations
 
@@ -20,27 +24,44 @@ def below_ridge(ctx: Context) -> Iterator[Finding]:
     for row in ctx.rows:
         # Only where its own bound says memory: the ridge then is the peak its bound used over
         # the memory rate its bound used (a cache level's where one run's bytes fit one).
-        m = matrix_op(ctx, row) if row.bound_by == "memory" else None
+        # On a calibrated chip, a compute-bound op the spread may put under the ridge too.
+        bound = row.bound_by == "memory" or (bool(chip.flops_spread) and row.bound_by == "compute")
+        m = matrix_op(ctx, row) if bound else None
         if m is None:
             continue
         dtype = row.dtype or "bf16"
         ridge = chip.ridge_point(dtype, m.bytes)
+        key = chip.matrix_key(dtype)
+        low, high = (ridge * b / chip.peak_flops[key] for b in chip.peak_band(key))
         intensity = m.flops / m.bytes
-        if intensity >= ridge:
+        if intensity >= high:
             continue
+        noise = (
+            f"; within the calibration's spread ({key} {chip.flops_spread.get(key, 0.0):.0%} "
+            f"between rounds) the ridge is {low:.3g} to {high:.3g} FLOP/B, on both sides of "
+            "its intensity: kept, its saving uncertain (calibrate again on an idle machine)"
+            if intensity >= low
+            else ""
+        )
+        if row.bound_by != "memory" and not noise:
+            continue
+        # Within the spread, the batch asked for is the one past the band's top: past the
+        # ridge whatever another calibration records.
+        target = high if noise else ridge
         saving = capped(row, row.measured_us - row.t_compute_us * row.occurrences)
         if saving <= 0:
             continue
         where = (
-            f"intensity {intensity:.1f} FLOP/B is under {chip.name}'s {chip.matrix_key(dtype)} "
-            f"ridge {ridge:.0f}"
+            f"intensity {intensity:.1f} FLOP/B is {'near' if noise else 'under'} "
+            f"{chip.name}'s {key} ridge {ridge:.0f}"
         )
         memory = chip.memory_bw(m.bytes)
         if memory != chip.hbm_bw:
             where += (
                 f" (over the {fmt_si(memory, 'B/s')} cache level its {fmt_si(m.bytes, 'B')} fit)"
             )
-        scale = m.batch_to_reach(ridge)
+        where += noise
+        scale = m.batch_to_reach(target)
         if scale is not None and scale < MEANINGFUL:
             continue  # at the ridge already, near enough: its gap is not the batch's
         if scale is None:

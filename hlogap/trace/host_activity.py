@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hlogap.errors import InputError
+from hlogap.source import is_nsys_archive
 from hlogap.trace.model import TraceData
 from hlogap.trace.timing import merged_intervals
 from hlogap.trace.xspace import HOST_PLANE, decode_one_stat, read_planes
@@ -43,7 +44,7 @@ def host_activity(
     if not gaps:
         return []
     unread = [GapActivity(a, b, (), 0, read=False) for a, b in gaps]
-    if not trace.path or not trace.path.endswith(".xplane.pb"):
+    if not trace.path or is_nsys_archive(trace.path):
         return unread
     try:
         planes, _ = read_planes(trace.path)

@@ -265,7 +265,9 @@ def test_check_prints_diffs_step_and_actions_realized(tmp_path: Path) -> None:
     assert doc["actions_realized"] == diff_doc["actions_realized"]
     assert doc["actions_realized"][0]["cause"] == "materialized logits"
     md = run_cli("check", new, "--baseline", base, "--chip", chip, "--format", "md", cwd=tmp_path)
-    assert f"- {step_lines[0]}" in md.stdout.splitlines()
+    assert [f"- {line.strip()}" for line in step_lines] == [
+        line for line in md.stdout.split("<details>")[0].splitlines() if line.startswith("- ")
+    ][: len(step_lines)]
 
 
 def test_diff_leads_with_the_step(reports: dict[str, Path]) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
-from hlogap.render.text import check_notes
+from hlogap.render.text import check_notes, diff_step_lines
 from hlogap.report.gate import Check, CheckResult
 
 SUITE = "hlogap check"
@@ -85,7 +85,8 @@ def junit_xml(result: CheckResult) -> str:
     for check in checks:
         _testcase(suite, check)
     out = ET.SubElement(suite, "system-out")
-    out.text = "\n".join([result.verdict(), *check_notes(result)]) + "\n"
+    lines = [result.verdict(), *diff_step_lines(diff), *check_notes(result)]
+    out.text = "\n".join(lines) + "\n"
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, "unicode") + "\n"
 

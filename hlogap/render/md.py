@@ -27,6 +27,7 @@ from hlogap.render.text import (
     check_notes,
     diff_cells,
     diff_header,
+    diff_step_lines,
     header_lines,
     more_line,
     multi_module,
@@ -179,6 +180,8 @@ def _check(result: CheckResult) -> str:
     lines += [
         f"| {c.name} | {_MARKS.get(str(c.verdict), 'ok')}: {_cell(c.text)} |" for c in result.checks
     ]
+    steps = diff_step_lines(diff)  # the step, then what the baseline's actions realized
+    lines += ["", *(f"- {_cell(s.strip())}" for s in steps)] if steps else []
     if rows:
         lines += [
             "",

@@ -39,6 +39,7 @@ from hlogap.render.text import (
     cross_check_lines,
     diff_cells,
     diff_header,
+    diff_step_lines,
     faster_or_slower,
     header_lines,
     more_line,
@@ -445,6 +446,7 @@ def _check(result: CheckResult, width: int | None) -> str:
     notes = check_notes(result)
     lines = [result.verdict()]
     lines += [f"  {c.mark}  {c.text}" for c in result.checks]
+    lines += diff_step_lines(diff)  # the step, then what the baseline's actions realized
     if not rows:
         return _print([*lines, *notes], width=width or WIDE)
     title = f"ops slower than +{result.thresholds.max_op_regression:g}% per occurrence:"

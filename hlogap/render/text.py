@@ -824,7 +824,6 @@ def check_notes(result: CheckResult) -> list[str]:
     """What a check's verdict rests on, after its table: new ops, warnings, thresholds, files."""
     diff = result.diff
     return [
-        *diff_step_lines(diff),
         *appeared_lines(result),
         *result.notes,
         *(f"warning: {w}" for w in diff.warnings),

@@ -13,6 +13,7 @@ promise against what the new run realized, in `diff`'s words.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
@@ -302,3 +303,51 @@ def test_the_committed_fixture_pairs_from_the_command_line(tmp_path: Path) -> No
         cwd=tmp_path,
     )
     assert more.returncode == 1 and "FAIL  work (roofline bound)" in more.stdout
+
+
+def _edited(report: dict, factor: float, step_shows: bool) -> dict:
+    """Another run (the steps shifted in time) whose largest op takes `factor` times as long;
+    with `step_shows`, every steady step is longer by the op's added time."""
+    out = copy.deepcopy(report)
+    op = max(out["ops"], key=lambda o: o["measured_us"])
+    steady = _steady(out)
+    added = op["measured_us"] * (factor - 1) / len(steady)
+    op["measured_us"] *= factor
+    op["median_us"] *= factor
+    out["summary"]["measured_us"] = sum(o["measured_us"] for o in out["ops"])
+    for step in out["steps"]:
+        step["start_us"] += 1.0
+    for step in steady if step_shows else []:
+        for key in ("wall_us", "device_wall_us", "busy_us", "measured_us"):
+            step[key] += added
+    return out
+
+
+@pytest.mark.parametrize(
+    ("factor", "step_shows", "expected"),
+    [(2.0, False, "inconclusive"), (4.0, True, "fail")],
+    ids=["step-unchanged", "step-shows-it"],
+)
+def test_an_op_fails_only_where_the_step_shows_it(
+    factor: float,
+    step_shows: bool,
+    expected: str,
+    reports: dict[str, Path],
+    tmp_path: Path,
+) -> None:
+    """An op's time moving between runs of one program (the gate fixtures: multiply_tanh_fusion
+    122 us a run, 1.43 ms the next, the step -2.4%) is not a regression unless the step shows
+    it: a fail needs the step's interval, widened by the run-to-run noise, to have grown by at
+    least the op's allowed growth."""
+    base = _load(reports["gate_run1"])
+    new = _edited(base, factor, step_shows)
+    path = tmp_path / "new.json"
+    path.write_text(json.dumps(new))
+    code, doc, _ = _check(tmp_path, path, reports["gate_run1"])
+    name = max(base["ops"], key=lambda o: o["measured_us"])["name"]
+    (op,) = [o for o in doc["op_checks"] if o["name"] == name]
+    assert op["change"] == pytest.approx((factor - 1) * 100)
+    assert op["verdict"] == expected and not op["waiting"]
+    assert op["interval"][0] > 20  # its own range is past the limit either way
+    assert _by_name(doc)["ops"]["verdict"] == expected
+    assert (code == 1) == (expected == "fail")

@@ -87,7 +87,7 @@ def host_activity(
                 continue
             spans[g].append((np.maximum(s[hit], a), np.minimum(e[hit], b)))
             mine = found[g]
-            for (outer, leaf), ps in _leaves(s[hit], e[hit], ids[hit], over[hit]).items():
+            for (outer, leaf), ps in _own_parts(s[hit], e[hit], ids[hit], over[hit]).items():
                 name = names.get(outer, "?")
                 if leaf != outer:
                     name = f"{name} > {names.get(leaf, '?')}"
@@ -106,7 +106,7 @@ def host_activity(
     return out
 
 
-def _leaves(
+def _own_parts(
     start: np.ndarray, end: np.ndarray, ids: np.ndarray, over: np.ndarray
 ) -> dict[tuple[int, int], int]:
     """One thread's events in a gap, as (outermost, own) event ids with the ps of the gap the

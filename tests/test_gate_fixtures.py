@@ -351,3 +351,34 @@ def test_an_op_fails_only_where_the_step_shows_it(
     assert op["interval"][0] > 20  # its own range is past the limit either way
     assert _by_name(doc)["ops"]["verdict"] == expected
     assert (code == 1) == (expected == "fail")
+
+
+DOC_PAIRS = [
+    *permutations(RUNS, 2),
+    *((r, MORE) for r in RUNS),
+    ("gate_run1", SHORT),
+    (SHORT, "gate_run1"),
+]
+
+
+def test_docs_table_is_the_tools(reports: dict[str, Path], tmp_path: Path) -> None:
+    """docs/ci.md's table of the gate fixtures' verdicts, recomputed."""
+    from tests.conftest import ROOT
+
+    doc_text = (ROOT / "docs" / "ci.md").read_text()
+
+    def rng(c: dict) -> str:
+        lo, hi = c["interval"]
+        return f"{lo:+.1f}%..{hi:+.1f}%"
+
+    for base, new in DOC_PAIRS:
+        code, doc, _ = _check(tmp_path, reports[new], reports[base], "--max-step-regression", "5")
+        c = _by_name(doc)
+        failed = [x["name"] for x in doc["checks"] if x["verdict"] == "fail"]
+        verdict = doc["verdict"] + (f" ({', '.join(failed)})" if failed else "")
+        row = (
+            f"| {base} | {new} | {c['step']['value']:+.1f}% ({rng(c['step'])}) | "
+            f"{c['measured']['value']:+.1f}% ({rng(c['measured'])}) | {c['work']['value']:+.1f}% | "
+            f"{c['ops']['verdict']} | {verdict} | {code} |"
+        )
+        assert row in doc_text

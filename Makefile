@@ -21,8 +21,10 @@ $(STAMP): pyproject.toml $(RUNTIME)
 demo: $(RUNTIME)
 	$(BIN)/hlogap demo
 
+# One worker per core, each test file on one worker (its module fixtures set up once: a Dask
+# cluster, an S3 server). `$(BIN)/pytest` alone runs the suite in one process.
 test: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check hlogap tests scripts

@@ -32,6 +32,10 @@ def _interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+# preexec_fn makes Popen fork this process, which exec()s at once: JAX's warning that a fork
+# may deadlock its threads (where this test process imported JAX before: a test of it ran
+# earlier on the same worker) is not about the child, which runs no JAX.
+@pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 @pytest.mark.parametrize("command", ["audit", "check"])
 def test_a_signal_ends_every_process(sig: int, code: int, command: str, tmp_path: Path) -> None:

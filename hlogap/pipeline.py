@@ -119,7 +119,7 @@ def audit(
     """Audit a profile (logdir, run directory, .xplane.pb or nsys-jax archive) and return the
     report; `progress` hears what is being done (a line at a time). The options are checked
     before anything is read; the audit then runs its stages in order: read, chip, steps,
-    frame, cost rows, clocks, memory, advice, step pass, assemble."""
+    frame, cost rows, clocks, memory, advice, step pass, idle host, assemble."""
     options = (options or AuditOptions()).checked()
     selection = Selection(options.device, options.module)
     # A user's chip is checked before the profile is read: a typo fails at once.

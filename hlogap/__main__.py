@@ -3,9 +3,9 @@
 import sys
 
 try:
-    from hlogap.cli import main
+    from hlogap.cli import run
 except KeyboardInterrupt:  # interrupted while starting up: the contract's code and one line
     sys.stderr.write("hlogap: interrupted\n")
     sys.exit(130)
 
-main()
+run()

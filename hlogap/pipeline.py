@@ -555,7 +555,10 @@ def _assemble(
     if framed.outside is not None:
         in_steps, everything = int(framed.outside[:2].sum()), int(framed.outside.sum())
         report.steps_cover_fraction = in_steps / everything if everything else None
-        report.outside_steps = OutsideSteps(*(float(ps) / 1e6 for ps in framed.outside[1:]))
+        warmup_ps, autotuning_ps, other_ps = framed.outside[1:].tolist()
+        report.outside_steps = OutsideSteps(
+            warmup_us=warmup_ps / 1e6, autotuning_us=autotuning_ps / 1e6, other_us=other_ps / 1e6
+        )
         report.ops_frame = "steady steps" if framed.steady_only else "all"
     report.host_skew = (
         host_skew(
@@ -565,15 +568,16 @@ def _assemble(
     )
     stacked = StepTotals.stacked(totals) if totals else None
     names = list(scenarios.changes) if scenarios else []
-    # Wall time each scenario saves, per step (an axis's: its device time, below).
+    # Wall time each action and what-if saves, per step; each axis's device time.
     saved: dict[str, np.ndarray] = {}
     if stacked is not None:
         attribute_waits(rows, stacked.waits)
-        saved = dict(zip(names, step_savings(stacked, len(names)), strict=True))
-        axes = [n for n in names if n.startswith(Scenarios.AXIS)]
-        exposed = [float(stacked.change_saving_ps[names.index(n)].sum()) / 1e6 for n in axes]
+        axes = {k: n for k, n in enumerate(names) if n.startswith(Scenarios.AXIS)}
+        walled = [k for k in range(len(names)) if k not in axes]
+        saved = {names[k]: s for k, s in zip(walled, step_savings(stacked, walled), strict=True)}
         report.exposed_by_axis = {
-            n.removeprefix(Scenarios.AXIS): us for n, us in zip(axes, exposed, strict=True)
+            n.removeprefix(Scenarios.AXIS): float(stacked.change_saving_ps[k].sum()) / 1e6
+            for k, n in axes.items()
         }
     report.mesh = _busiest_mesh(rows, index, framed.module_ps)
     if report.beats_bounds:

@@ -263,21 +263,21 @@ def _per_step(walls: list[float], saved: list[float]) -> dict[str, float | None]
     return {"step_saving_us": median - median / ratio, "step_speedup": ratio}
 
 
-def step_savings(totals: StepTotals, count: int) -> np.ndarray:
-    """Per change (the first `count` asked of `step_totals`) and step: how much the step's wall
-    time falls (us). A step's wall runs from its first device's start to its last device's end;
-    each device's end moves up by its own saving."""
+def step_savings(totals: StepTotals, changes: Sequence[int]) -> np.ndarray:
+    """Per change (`changes`: their positions among those asked of `step_totals`) and step:
+    how much the step's wall time falls (us). A step's wall runs from its first device's start
+    to its last device's end; each device's end moves up by its own saving."""
     ran = totals.ran
-    out = np.zeros((count, ran.shape[1]))
-    if not ran.any() or totals.change_saving_ps.shape[0] < count:
+    out = np.zeros((len(changes), ran.shape[1]))
+    if not ran.any() or any(c >= totals.change_saving_ps.shape[0] for c in changes):
         return out
     first = np.where(ran, totals.first_ps, np.iinfo(np.int64).max).min(axis=0)
     last = np.where(ran, totals.last_ps, np.iinfo(np.int64).min).max(axis=0)
     ran_step = ran.any(axis=0)
-    for c in range(count):
+    for row, c in enumerate(changes):
         ends = np.where(ran, totals.last_ps - totals.change_saving_ps[c], -np.inf).max(axis=0)
         shorter = np.where(ran_step, last - np.maximum(ends, first), 0.0)
-        out[c] = np.clip(shorter, 0.0, None) / 1e6
+        out[row] = np.clip(shorter, 0.0, None) / 1e6
     return out
 
 

@@ -7,7 +7,7 @@ import json
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal, TypeVar, get_args
 
@@ -667,31 +667,26 @@ class OutsideSteps:
 
     warmup_us: float = 0.0  # in the warm-up steps
     autotuning_us: float = 0.0  # compile-time autotuning candidates (nsys-jax's measurements)
-    other_us: float = 0.0  # in no step: before the first, between steps, after the last
     # Compilation runs no device op in the traces hlogap reads: kept for the contract's key.
     compile_us: float = 0.0
+    other_us: float = 0.0  # in no step: before the first, between steps, after the last
 
     @property
     def total_us(self) -> float:
-        return self.warmup_us + self.autotuning_us + self.other_us + self.compile_us
+        return sum(self.to_dict().values())
 
     def to_dict(self) -> dict[str, float]:
-        return {
-            "warmup_us": self.warmup_us,
-            "autotuning_us": self.autotuning_us,
-            "compile_us": self.compile_us,
-            "other_us": self.other_us,
-        }
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: object) -> OutsideSteps | None:
         if not isinstance(data, dict):
             return None
         return cls(
-            *(
-                _number(data.get(key, 0.0), f"summary.outside_steps.{key}")
-                for key in ("warmup_us", "autotuning_us", "other_us", "compile_us")
-            )
+            **{
+                f.name: _number(data.get(f.name, 0.0), f"summary.outside_steps.{f.name}")
+                for f in fields(cls)
+            }
         )
 
 

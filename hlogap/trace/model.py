@@ -190,8 +190,9 @@ class TraceData:
     # The .xplane.pb it was read from ("" where none: an nsys-jax archive, a test's table):
     # `hlogap.trace.host_activity` reads its host plane again for what the host did in a gap.
     path: str = ""
-    # Bool per event for each selection already made (`hlogap.trace.summary.Selection`): the
-    # per-host tasks of one audit all ask for the same one.
+    # Bool per event for each selection already made (`hlogap.trace.summary.Selection`), and
+    # each step frame's kind per occurrence (`StepFrame.where`): the per-host tasks of one
+    # audit all ask for the same ones.
     selected: dict[Hashable, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @property

@@ -78,7 +78,8 @@ def launched_steps(trace: TraceData) -> list[Step]:
     first = np.concatenate([f for f, _ in spans])
     last = np.concatenate([e for _, e in spans])
     starts = np.array([s.start_ps for s in annotated], dtype=np.int64)
-    reach = np.array([s.end_ps for s in annotated], dtype=np.int64)
+    ends = np.array([s.end_ps for s in annotated], dtype=np.int64)
+    reach = ends.copy()
     following = np.append(starts[1:], np.iinfo(np.int64).max)
     step = np.searchsorted(starts, first, side="right") - 1
     launched = (step >= 0) & (first < following[np.maximum(step, 0)])
@@ -87,9 +88,8 @@ def launched_steps(trace: TraceData) -> list[Step]:
     # a few us later (under 1% of the step on every committed fixture): kept as annotated.
     # Stretched only where the annotations hold little of the work: its median step runs on
     # past its annotation by more than `STRETCH_AFTER` of the annotation's length.
-    annotation = np.array([s.end_ps - s.start_ps for s in annotated], dtype=np.float64)
-    ends = np.array([s.end_ps for s in annotated], dtype=np.int64)
-    if float(np.median((reach - ends) / np.maximum(annotation, 1.0))) <= STRETCH_AFTER:
+    annotation = np.maximum(ends - starts, 1).astype(np.float64)
+    if float(np.median((reach - ends) / annotation)) <= STRETCH_AFTER:
         return trace.steps
     return [
         Step(

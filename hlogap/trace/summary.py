@@ -54,7 +54,11 @@ class StepFrame:
     outside_modules: frozenset[str] = frozenset()
 
     def where(self, trace: TraceData) -> np.ndarray:
-        """Per occurrence of `trace`: STEADY, WARMUP, AUTOTUNING or OTHER (int8)."""
+        """Per occurrence of `trace`: STEADY, WARMUP, AUTOTUNING or OTHER (int8; read-only:
+        made once per trace, for the outside-steps sums and the framed selection alike)."""
+        cached = trace.selected.get(self)
+        if cached is not None:
+            return cached
         host = trace.devices[0].host if trace.devices else ""
         first = trace.occurrence_first
         starts = trace.start_ps[first]
@@ -64,6 +68,8 @@ class StepFrame:
         if self.outside_modules:
             tuned = np.array([o.key.module in self.outside_modules for o in trace.ops], bool)
             found[tuned[trace.op_index[first]]] = AUTOTUNING
+        found.flags.writeable = False
+        trace.selected[self] = found
         return found
 
 

@@ -8,6 +8,7 @@ CPU thunks also carry `device_ordinal`. A line's events are decoded together
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -53,52 +54,105 @@ def read_stat_events(
     ids = [by_name.get(w, ABSENT) for w in (*KEY, *PLACE)]
     if ids[0] == ABSENT:
         return
-    names: dict[int, str] = {k: v.name for k, v in plane.stat_metadata.items()}
-    end_markers = np.array(
-        [k for k, md in plane.event_metadata.items() if md.name.startswith(END_MARKER)],
-        dtype=np.int64,
-    )
-    str_ids: dict[str, int] = {}  # op/module names given as strings, by their own negative ids
-    ordinal_device: dict[int, int] = {}
-    resolved: dict[tuple[int, ...], tuple[int, int]] = {}
+    reader = _LineReader(plane, builder, ids, device, execution_of)
+    for line in lines:
+        if line.event_count:
+            reader.read_line(line)
+    extras = _run_on(plane, builder, reader.op_lines, reader.marker_parts)
+    for part, extra in zip(reader.op_lines, extras, strict=True):
+        for dev in part.devices:
+            mine = part.device == dev if len(part.devices) > 1 else slice(None)
+            builder.add_line(
+                dev,
+                part.op[mine],
+                part.start_ps[mine],
+                part.duration_ps[mine],
+                gpu,
+                execution=part.execution[mine],
+                extra_ps=extra[mine] if extra is not None else None,
+                line=part.name,
+            )
 
-    def resolve(key: tuple[int, ...]) -> tuple[int, int]:
+
+class _OpLine(NamedTuple):
+    """One line's ops, in builder indices, holding no view of the line's decoded columns."""
+
+    op: np.ndarray
+    device: np.ndarray
+    start_ps: np.ndarray
+    duration_ps: np.ndarray
+    execution: np.ndarray
+    with_context: np.ndarray  # positions of the ops that carry a context id (async CPU ops)
+    context: np.ndarray  # their context ids
+    devices: list[int]  # the distinct devices of `device`
+    name: str  # as the profile names the line (`Stream #7(Compute)`)
+
+
+class _LineReader:
+    """Reads a plane's lines one at a time: each distinct (op, module, program, ordinal) key is
+    resolved into the builder once, for the whole plane."""
+
+    def __init__(
+        self,
+        plane: Plane,
+        builder: TraceBuilder,
+        ids: list[int],
+        device: int | None,
+        execution_of: ExecutionOf | None,
+    ) -> None:
+        self.plane = plane
+        self.builder = builder
+        self.ids = ids
+        self.device = device
+        self.execution_of = execution_of
+        self.names: dict[int, str] = {k: v.name for k, v in plane.stat_metadata.items()}
+        self.end_markers = np.array(
+            [k for k, md in plane.event_metadata.items() if md.name.startswith(END_MARKER)],
+            dtype=np.int64,
+        )
+        self.str_ids: dict[str, int] = {}  # op/module names given as strings: negative ids
+        self.ordinal_device: dict[int, int] = {}
+        self.resolved: dict[tuple[int, ...], tuple[int, int]] = {}
+        self.op_lines: list[_OpLine] = []
+        self.marker_parts: list[
+            tuple[np.ndarray, np.ndarray, np.ndarray]
+        ] = []  # context, start, end
+
+    def resolve(self, key: tuple[int, ...]) -> tuple[int, int]:
         """(op index, device index) of an (op ref, module ref, program id, ordinal) key."""
-        found = resolved.get(key)
+        found = self.resolved.get(key)
         if found is None:
             op_ref, mod_ref, prog, ordinal = key
             program_id = str(prog if prog >= 0 else prog + (1 << 64)) if prog != ABSENT else ""
-            module = names.get(mod_ref, "") or builder.module_names.get(program_id, "")
-            op = builder.op(OpKey(module, program_id, names.get(op_ref, "")))
-            dev = device
-            if dev is None:
-                ordinal = max(ordinal, 0)
-                dev = ordinal_device.get(ordinal)
-                if dev is None:
-                    dev = ordinal_device[ordinal] = builder.new_device(
-                        plane.name, ordinal, plane_stats(plane)
-                    )
-            found = resolved[key] = (op, dev)
+            module = self.names.get(mod_ref, "") or self.builder.module_names.get(program_id, "")
+            op = self.builder.op(OpKey(module, program_id, self.names.get(op_ref, "")))
+            found = self.resolved[key] = (op, self._device_of(ordinal))
         return found
 
-    op_lines: list[tuple[np.ndarray, ...]] = []  # per line: op, device, start, duration, ...
-    line_devices: list[list[int]] = []
-    line_names: list[str] = []  # as the profile names each line (`Stream #7(Compute)`)
-    marker_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # context, start, end
+    def _device_of(self, ordinal: int) -> int:
+        if self.device is not None:
+            return self.device
+        ordinal = max(ordinal, 0)
+        dev = self.ordinal_device.get(ordinal)
+        if dev is None:
+            dev = self.ordinal_device[ordinal] = self.builder.new_device(
+                self.plane.name, ordinal, plane_stats(self.plane)
+            )
+        return dev
 
-    def read_line(line: RawLine) -> None:
-        """One line's ops into `op_lines`, its markers into `marker_parts`. A function of its
+    def read_line(self, line: RawLine) -> None:
+        """One line's ops into `op_lines`, its markers into `marker_parts`. A method call of its
         own so that the line's decoded columns are freed when it returns: what is kept holds
         no view of them (a 3 M-event line's columns are ~190 MB)."""
-        cols = line.columns(ids)
+        cols = line.columns(self.ids)
         for i, raw in cols.irregular.items():
-            _read_one(raw, ids, names, str_ids, cols, i, plane.name)
+            _read_one(raw, self.ids, self.names, self.str_ids, cols, i, self.plane.name)
         base_ps = line.timestamp_ns * 1000  # event offsets count from their line's timestamp
         start = base_ps + cols.offset_ps
         run_id, correlation, context, marker_context = cols.stats[len(KEY) :]
-        is_marker = np.isin(cols.metadata_id, end_markers) & (marker_context != ABSENT)
+        is_marker = np.isin(cols.metadata_id, self.end_markers) & (marker_context != ABSENT)
         if is_marker.any():
-            marker_parts.append(
+            self.marker_parts.append(
                 (
                     marker_context[is_marker],
                     start[is_marker],
@@ -110,71 +164,65 @@ def read_stat_events(
             return
         # Views where every event is an op (a GPU stream's kernels), for what is not kept.
         unique, inverse = distinct_rows([take(c, is_op) for c in cols.stats[: len(KEY)]])
-        pairs = np.array([resolve(tuple(int(v) for v in k)) for k in unique], dtype=np.int64)
-        execution = execution_of(take(correlation, is_op)) if execution_of else take(run_id, is_op)
-        execution = np.where(execution == ABSENT, UNKNOWN_EXECUTION, execution)
+        pairs = np.array([self.resolve(tuple(int(v) for v in k)) for k in unique], dtype=np.int64)
+        execution = (
+            self.execution_of(take(correlation, is_op))
+            if self.execution_of
+            else take(run_id, is_op)
+        )
         # Context ids only where an op has one (async CPU ops; GPU kernels have none).
         op_context = take(context, is_op)
         with_context = np.flatnonzero(op_context != ABSENT)
-        op_lines.append(
-            (
-                pairs[inverse, 0],
-                pairs[inverse, 1],
-                take(start, is_op),
-                cols.duration_ps[is_op],  # a copy: the builder keeps it, not the line's columns
-                execution,
-                with_context,
-                op_context[with_context],
+        self.op_lines.append(
+            _OpLine(
+                op=pairs[inverse, 0],
+                device=pairs[inverse, 1],
+                start_ps=take(start, is_op),
+                duration_ps=cols.duration_ps[is_op],  # a copy: the builder keeps it
+                execution=np.where(execution == ABSENT, UNKNOWN_EXECUTION, execution),
+                with_context=with_context,
+                context=op_context[with_context],
+                devices=devices_in(pairs[:, 1]),  # every distinct row occurs in the line
+                name=line.display_name or line.name,
             )
         )
-        line_devices.append(devices_in(pairs[:, 1]))  # every distinct row occurs in the line
-        line_names.append(line.display_name or line.name)
 
-    for line in lines:
-        if line.event_count:
-            read_line(line)
-    # One pairing pass over every op of the plane: a marker may sit on any of its lines.
-    extras: list[np.ndarray | None] = [None] * len(op_lines)
-    if marker_parts and op_lines:
-        markers = [np.concatenate(part) for part in zip(*marker_parts)]
-        start = np.concatenate([line[2] for line in op_lines])
-        end = start + np.concatenate([line[3] for line in op_lines])
-        cuts = np.cumsum([len(part[0]) for part in op_lines])[:-1]
-        context = np.full(len(start), ABSENT, dtype=np.int64)
-        for first, part in zip([0, *cuts.tolist()], op_lines, strict=True):
-            context[first + part[5]] = part[6]
-        run_on = _until_marker(context, start, end, markers)
-        clipped = _clip_to_execution(
-            builder,
-            np.concatenate([line[0] for line in op_lines]),
-            np.concatenate([line[1] for line in op_lines]),
-            np.concatenate([line[4] for line in op_lines]),
-            start,
-            end,
-            run_on,
+
+def _run_on(
+    plane: Plane,
+    builder: TraceBuilder,
+    op_lines: list[_OpLine],
+    marker_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+) -> list[np.ndarray | None]:
+    """Per line, how long each op runs on past its event (to its `end:` marker, cut at its
+    module's next execution), or None where the plane has no markers. One pairing pass over
+    every op of the plane: a marker may sit on any of its lines."""
+    if not marker_parts or not op_lines:
+        return [None] * len(op_lines)
+    markers = [np.concatenate(part) for part in zip(*marker_parts)]
+    start = np.concatenate([line.start_ps for line in op_lines])
+    end = start + np.concatenate([line.duration_ps for line in op_lines])
+    cuts = np.cumsum([len(line.op) for line in op_lines])[:-1]
+    context = np.full(len(start), ABSENT, dtype=np.int64)
+    for first, line in zip([0, *cuts.tolist()], op_lines, strict=True):
+        context[first + line.with_context] = line.context
+    run_on = _until_marker(context, start, end, markers)
+    clipped = _clip_to_execution(
+        builder,
+        np.concatenate([line.op for line in op_lines]),
+        np.concatenate([line.device for line in op_lines]),
+        np.concatenate([line.execution for line in op_lines]),
+        start,
+        end,
+        run_on,
+    )
+    if clipped:
+        builder.notes.append(
+            f"{clipped} async op completion(s) on {plane.name} came after the next "
+            "execution of their module had started (their `end:` markers): each is cut "
+            "at that start, so an execution never runs into the next"
         )
-        if clipped:
-            builder.notes.append(
-                f"{clipped} async op completion(s) on {plane.name} came after the next "
-                "execution of their module had started (their `end:` markers): each is cut "
-                "at that start, so an execution never runs into the next"
-            )
-        extras = list(np.split(run_on, cuts))
-    for (ops, devs, start, dur, execution, *_), devices, extra, name in zip(
-        op_lines, line_devices, extras, line_names, strict=True
-    ):
-        for dev in devices:
-            mine = devs == dev if len(devices) > 1 else slice(None)
-            builder.add_line(
-                dev,
-                ops[mine],
-                start[mine],
-                dur[mine],
-                gpu,
-                execution=execution[mine],
-                extra_ps=extra[mine] if extra is not None else None,
-                line=name,
-            )
+    return list(np.split(run_on, cuts))
 
 
 def _clip_to_execution(

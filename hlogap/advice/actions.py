@@ -14,7 +14,15 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from hlogap.advice.base import Context, Finding, causes
-from hlogap.report.model import Action, OpRef, OpRow, StepRow, step_ratio, warmup_of
+from hlogap.report.model import (
+    Action,
+    OpRef,
+    OpRow,
+    SavingFrame,
+    StepRow,
+    step_ratio,
+    warmup_of,
+)
 from hlogap.trace.model import OpKey
 from hlogap.trace.steps import StepTotals
 from hlogap.units import fmt_us
@@ -162,20 +170,7 @@ def ranked(
     finding stays a hint on its ops). `steady_only` (the report's steady frame): the savings
     are summed over the steady steps."""
     first = warmup_of(steps)
-    counted = first if steady_only else 0
-    total = saved[:, counted:].sum(axis=1) if saved is not None and steps else None
-    above = sum(
-        max(s.wall_us - s.bound_wall_us, 0.0)
-        for s in steps[counted:]
-        if s.bound_wall_us is not None
-    )
-    if saved is not None and total is not None:
-        # Changes that overlap cannot together beat every op at its bound.
-        gaps = np.array([f.op_savings is None for f in found], dtype=bool)
-        if gaps.any() and total[gaps].sum() > above > 0:
-            saved = saved.copy()
-            saved[gaps] *= above / total[gaps].sum()
-            total = saved[:, counted:].sum(axis=1)
+    total, saved = _capped_totals(found, saved, steps, first if steady_only else 0)
     # Each action's saving per step in the summary's frame: the steady steps', each step
     # against itself (steps_summary).
     walls = [s.wall_us for s in steps[first:]]
@@ -186,41 +181,21 @@ def ranked(
         if f.cause == "exposed collective" and exposed:
             alone = fmt_us(statistics.median(exposed))
             evidence += f"; collectives run alone {alone} a step (device time, median step)"
-        actions.append(
-            Action(
-                cause=f.cause,
-                ops=tuple(OpRef(r.module, r.program_id, r.name) for r in f.ops),
-                saving_us=float(total[k]) if total is not None else f.op_saving_us,
-                frame="wall" if total is not None else "device-time",
-                op_saving_us=f.op_saving_us,
-                evidence=evidence,
-                change=f.change,
-                layers=f.layers,
-                where=f.where,
-                **(
-                    _per_step(walls, saved[k][first:].tolist())
-                    if saved is not None and saved.shape[1] == len(steps)
-                    else {}
-                ),
-            )
+        per_step = (
+            _per_step(walls, saved[k][first:].tolist())
+            if saved is not None and saved.shape[1] == len(steps)
+            else {}
         )
+        if total is not None:
+            actions.append(_action(f, float(total[k]), "wall", evidence, per_step))
+        else:
+            actions.append(_action(f, f.op_saving_us, "device-time", evidence, per_step))
     for f in unclaimed:
         claimed = f.claimed_us or 0.0
-        per_step = claimed / len(walls) if walls else 0.0
-        actions.append(
-            Action(
-                cause=f.cause,
-                ops=tuple(OpRef(r.module, r.program_id, r.name) for r in f.ops),
-                saving_us=claimed,
-                frame="wall" if steps else "device-time",
-                op_saving_us=f.op_saving_us,
-                evidence=f.evidence,
-                change=f.change,
-                layers=f.layers,
-                where=f.where,
-                **(_per_step(walls, [per_step] * len(walls)) if claimed > 0 else {}),
-            )
-        )
+        each = claimed / len(walls) if walls else 0.0
+        per_step = _per_step(walls, [each] * len(walls)) if claimed > 0 else {}
+        frame: SavingFrame = "wall" if steps else "device-time"
+        actions.append(_action(f, claimed, frame, f.evidence, per_step))
     # A change that saves no step time (its ops are hidden behind others) is not worth making.
     saving = []
     for a, f in zip(actions, [*found, *unclaimed], strict=True):
@@ -229,6 +204,49 @@ def ranked(
         else:
             _hint(f)
     return sorted(saving, key=lambda a: -a.saving_us)
+
+
+def _capped_totals(
+    found: Sequence[Finding], saved: np.ndarray | None, steps: Sequence[StepRow], counted: int
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Each finding's saving summed over the steps from `counted` on, and the per-step savings,
+    where the changes that only recover lost time are scaled down together to the steps' own
+    time above their bound: changes that overlap cannot together beat every op at its bound."""
+    if saved is None or not steps:
+        return None, saved
+    total = saved[:, counted:].sum(axis=1)
+    above = sum(
+        max(s.wall_us - s.bound_wall_us, 0.0)
+        for s in steps[counted:]
+        if s.bound_wall_us is not None
+    )
+    gaps = np.array([f.op_savings is None for f in found], dtype=bool)
+    if gaps.any() and total[gaps].sum() > above > 0:
+        saved = saved.copy()
+        saved[gaps] *= above / total[gaps].sum()
+        total = saved[:, counted:].sum(axis=1)
+    return total, saved
+
+
+def _action(
+    f: Finding,
+    saving_us: float,
+    frame: SavingFrame,
+    evidence: str,
+    per_step: dict[str, float | None],
+) -> Action:
+    return Action(
+        cause=f.cause,
+        ops=tuple(OpRef(r.module, r.program_id, r.name) for r in f.ops),
+        saving_us=saving_us,
+        frame=frame,
+        op_saving_us=f.op_saving_us,
+        evidence=evidence,
+        change=f.change,
+        layers=f.layers,
+        where=f.where,
+        **per_step,
+    )
 
 
 def _saves(action: Action, steps: bool) -> bool:

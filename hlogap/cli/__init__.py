@@ -7,21 +7,40 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from typer.exceptions import Abort, Exit, TyperException
 
+from hlogap.cli.output import (
+    OutputChoice,
+    Progress,
+    escaped,
+    file_target,
+    fit_lines,
+    write_document,
+    write_stdout,
+    wrote,
+)
+from hlogap.cli.process import (
+    Terminated,
+    error_line,
+    exit_now,
+    on_sigterm,
+    print_traceback,
+    stop_children,
+)
 from hlogap.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_USAGE, HlogapError, UsageError
 from hlogap.hlo.text import MAX_DEVICES
 
 if TYPE_CHECKING:
     from hlogap.chips.calibrate import Calibration
-    from hlogap.render.base import Document, DocumentKind
     from hlogap.report.gate import CheckResult
     from hlogap.report.model import AuditReport
+
+# The progress line's old name here (tests/test_terminal.py sets its DELAY_S).
+_Progress = Progress
 
 # Every command's help ends with the exit codes of the contract (docs/cli.md).
 EXIT_CODES = """\b
@@ -155,81 +174,6 @@ OutputOpt = Annotated[
 ]
 
 
-def _write_stdout(text: str) -> None:
-    """Text on stdout in whatever encoding it has: where box-drawing characters cannot be
-    encoded (LC_ALL=C, latin-1), tables are drawn in ASCII and other characters replaced."""
-    if sys.stdout is None:
-        raise HlogapError("cannot write the output: stdout is closed")
-    try:
-        _encode_stdout(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # `hlogap ... | head` closed the pipe: not an error. Nothing more goes to the pipe.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise typer.Exit(0) from None
-    except OSError as exc:  # a full disk, a closed descriptor
-        raise HlogapError(f"cannot write the output to stdout: {exc.strerror or exc}") from exc
-
-
-def _encode_stdout(text: str) -> None:
-    encoding = sys.stdout.encoding or "utf-8"
-    try:
-        text.encode(encoding)
-    except (UnicodeEncodeError, LookupError):
-        import unicodedata
-
-        boxes = {
-            code: "-"
-            if "HORIZONTAL" in (name := unicodedata.name(chr(code), "")) and "VERTICAL" not in name
-            else "|"
-            if "VERTICAL" in name and "HORIZONTAL" not in name
-            else "+"
-            for code in range(0x2500, 0x2580)
-        }
-        safe = text.translate(boxes).encode(encoding, errors="replace")
-        sys.stdout.buffer.write(safe)
-        return
-    sys.stdout.write(text)
-
-
-class _Progress:
-    """What is being read, on stderr, one line rewritten in place: only on a terminal, and only
-    once the work has taken a second (a quick audit prints nothing extra)."""
-
-    DELAY_S = 1.0
-
-    def __init__(self) -> None:
-        import time
-
-        self._clock = time.monotonic
-        self._start = self._clock()
-        self._shown = False
-        self._last = ""
-
-    def __call__(self, message: str) -> None:
-        self._last = message
-        if self._clock() - self._start >= self.DELAY_S:
-            self._show()
-
-    def _show(self) -> None:
-        sys.stderr.write(f"\r\x1b[Khlogap: {_escaped(self._last)}...")
-        sys.stderr.flush()
-        self._shown = True
-
-    def __enter__(self) -> _Progress | None:
-        return self if sys.stderr is not None and sys.stderr.isatty() else None
-
-    def __exit__(self, *exc: object) -> None:
-        if self._shown:  # the output starts on a clean line
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
-
-
-def _file_target(output: Path | None) -> Path | None:
-    """The file `-o` names; None for stdout (no `-o`, or `-o -`)."""
-    return None if output is None or str(output) == "-" else output
-
-
 def _load_pair(
     base: tuple[str, str],
     new: tuple[str, str],
@@ -243,7 +187,7 @@ def _load_pair(
     from hlogap.pipeline import load_pair
 
     selection = {"chip": chip, "run": run, "host": host, "device": device, "module": module}
-    with _Progress() as progress:
+    with Progress() as progress:
         return load_pair(base, new, **selection, progress=progress)
 
 
@@ -260,99 +204,6 @@ def _step_summary(verdict: CheckResult | str, read: list[str]) -> None:
     check_output(Path(step_summary))
     refuse_to_overwrite(Path(step_summary), read)
     append_step_summary(verdict, Path(step_summary))
-
-
-# 69 MB of trace-event JSON (128 k events) took 2.3 s at gzip's default 9 (6.7 MB), 1.3 s at 6
-# (7.0 MB), 0.4 s at 3 (8.1 MB): a larger file beats seconds more of waiting.
-GZIP_LEVEL = 3
-
-
-def _emit_bytes(data: Iterable[bytes], output: Path | None) -> None:
-    """UTF-8 chunks to stdout (its buffer: the bytes as they are) as they come, or to `output`
-    as `_emit` (whole or not at all)."""
-    target = _file_target(output)
-    if target is None:
-        if sys.stdout is None:
-            raise HlogapError("cannot write the output: stdout is closed")
-        try:
-            sys.stdout.flush()
-            for chunk in data:
-                sys.stdout.buffer.write(chunk)
-            sys.stdout.flush()
-        except BrokenPipeError:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            raise typer.Exit(0) from None
-        except OSError as exc:
-            raise HlogapError(f"cannot write the output to stdout: {exc.strerror or exc}") from exc
-        return
-    from hlogap.files import write_bytes
-
-    write_bytes(target, _gzipped(data) if target.name.lower().endswith(".gz") else data)
-    _wrote(target)
-
-
-def _gzipped(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """The chunks gzip-compressed as they come (never the whole file in memory at once)."""
-    import zlib
-
-    packer = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)  # wbits 31: gzip's header, trailer
-    for chunk in chunks:
-        if packed := packer.compress(chunk):
-            yield packed
-    yield packer.flush()
-
-
-def _wrote(target: Path) -> None:
-    """Say where the output went, on a terminal (a script's stderr stays quiet)."""
-    if sys.stderr is not None and sys.stderr.isatty():
-        print(f"hlogap: wrote {_escaped(str(target))}", file=sys.stderr)
-
-
-def _emit(text: str, output: Path | None) -> None:
-    """To stdout, or to `output` whole or not at all (hlogap.files)."""
-    target = _file_target(output)
-    if target is None:
-        _write_stdout(text)
-        return
-    if target.name.lower().endswith(".gz"):  # report.md.gz: compressed
-        from hlogap.files import write_bytes
-
-        write_bytes(target, _gzipped([text.encode()]))
-    else:
-        from hlogap.files import write_text
-
-        write_text(target, text)
-    _wrote(target)
-
-
-def _write(
-    document: Document,
-    kind: DocumentKind,
-    fmt: str | None,
-    output: Path | None,
-    top: int = 20,
-    steps: bool = False,
-    wide: bool = False,
-    sub_rows: bool = True,
-) -> None:
-    """Render `document` in the chosen format to `output` or stdout; on a terminal, tables fit
-    its width unless `wide`."""
-    import shutil
-
-    from hlogap.render.base import RenderOptions, choose_format, render, render_chunks
-
-    chosen = choose_format(kind, fmt, output)
-    terminal = _file_target(output) is None and sys.stdout is not None and sys.stdout.isatty()
-    width = shutil.get_terminal_size().columns if terminal and not wide else None
-    # Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org).
-    color = terminal and not os.environ.get("NO_COLOR")
-    options = RenderOptions(top=top, color=color, steps=steps, width=width, sub_rows=sub_rows)
-    # JSON and trace events: bytes as the encoder writes them, no text copy of a large document.
-    chunks = render_chunks(document, chosen, options)
-    if chunks is not None:
-        _emit_bytes(chunks, output)
-        return
-    _emit(render(document, chosen, options), output)
 
 
 @app.command(epilog=EXIT_CODES)
@@ -485,7 +336,7 @@ def audit(
     chosen = choose_format("audit", fmt, output)  # a bad format fails before the profile is read
     if depth is not None and group_by != "scope":
         raise UsageError("--depth applies only to --group-by scope")
-    target = _file_target(output)
+    target = file_target(output)
     if target is not None:
         from hlogap.files import check_output
 
@@ -494,7 +345,7 @@ def audit(
         from hlogap.render.plot import check_plot_target
 
         check_plot_target(plot)
-    with _Progress() as progress:
+    with Progress() as progress:
         options = AuditOptions(
             chip=chip,
             run=run,
@@ -526,12 +377,16 @@ def audit(
         from hlogap.render.plot import draw_plot
 
         chart = draw_plot(report, plot)
-    _write(report, "audit", fmt, output, top, steps, wide, sub_rows)
+    write_document(
+        report,
+        "audit",
+        OutputChoice(fmt=fmt, path=output, top=top, steps=steps, wide=wide, sub_rows=sub_rows),
+    )
     if plot is not None and chart is not None:
         from hlogap.files import write_bytes
 
         write_bytes(plot, chart)
-        _wrote(plot)
+        wrote(plot)
 
 
 @app.command(epilog=EXIT_CODES)
@@ -570,7 +425,7 @@ def demo(
     chosen = choose_format("audit", fmt, output)
     if sample not in DEMO_SAMPLES:
         raise UsageError(f"unknown sample '{sample}' (use one of: {', '.join(DEMO_SAMPLES)})")
-    target = _file_target(output)
+    target = file_target(output)
     if target is not None:
         from hlogap.files import check_output
 
@@ -592,9 +447,9 @@ def demo(
         from hlogap.source import refuse_to_overwrite
 
         refuse_to_overwrite(target, report.files)
-    _write(report, "audit", fmt, output, top, wide=wide)
+    write_document(report, "audit", OutputChoice(fmt=fmt, path=output, top=top, wide=wide))
     if chosen == "table" and target is None:
-        _write_stdout("".join(f"{line}\n" for line in _fit_lines(_demo_lessons(report), wide)))
+        write_stdout("".join(f"{line}\n" for line in fit_lines(_demo_lessons(report), wide)))
 
 
 # The profiles `hlogap demo --sample` audits, each a logdir under hlogap/data.
@@ -603,25 +458,6 @@ DEMO_SAMPLES = {"flaws": "flaws", "mlp": "sample"}
 
 def _complete_sample(incomplete: str) -> list[str]:
     return [name for name in DEMO_SAMPLES if name.startswith(incomplete)]
-
-
-def _fit_lines(lines: list[str], wide: bool) -> list[str]:
-    """Lines broken between words at a terminal's width (continuations indented); whole
-    elsewhere (a pipe, a file) or with --wide."""
-    import shutil
-    import textwrap
-
-    if wide or sys.stdout is None or not sys.stdout.isatty():
-        return lines
-    width = shutil.get_terminal_size().columns
-    return [
-        part
-        for line in lines
-        for part in textwrap.wrap(
-            line, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
-        )
-        or [""]
-    ]
 
 
 def _demo_lessons(report: AuditReport) -> list[str]:
@@ -669,7 +505,7 @@ def calibrate(
     from hlogap.chips.calibrate import calibrate as run_calibrate
     from hlogap.chips.calibrate import calibrated_path, chip_text, measure
 
-    target = _file_target(output)
+    target = file_target(output)
     if target is not None:
         from hlogap.files import check_output
         from hlogap.source import refuse_to_overwrite
@@ -678,7 +514,7 @@ def calibrate(
         refuse_to_overwrite(target, [])
     if output is not None and target is None:  # -o -: the chip file on stdout
         result = measure()
-        _write_stdout(chip_text(result))
+        write_stdout(chip_text(result))
     else:
         chip, result = run_calibrate(output)
         peaks = ", ".join(f"{d} {f:.3g}" for d, f in chip.peak_flops.items())
@@ -742,7 +578,7 @@ def bound(
     choose_format("bound", fmt, None)
     text = sys.stdin.read() if hlo == "-" else hlo
     result = bound_instruction(text, chip, num_devices=devices, what_if=what_if or ())
-    _write(result, "bound", fmt, None)
+    write_document(result, "bound", OutputChoice(fmt=fmt))
 
 
 @app.command(epilog=EXIT_CODES)
@@ -771,12 +607,12 @@ def memory(
     from hlogap.render.base import MemoryView, choose_format
 
     choose_format("memory", fmt, output)
-    target = _file_target(output)
+    target = file_target(output)
     if target is not None:
         from hlogap.files import check_output
 
         check_output(target)
-    with _Progress() as progress:
+    with Progress() as progress:
         options = AuditOptions(
             chip=chip, run=run, host=host, device=device, module=module, advice=False
         )
@@ -787,7 +623,9 @@ def memory(
         refuse_to_overwrite(
             target, [*report.files, *([chip] if chip and Path(chip).is_file() else [])]
         )
-    _write(MemoryView(report), "memory", fmt, output, top, False, wide)
+    write_document(
+        MemoryView(report), "memory", OutputChoice(fmt=fmt, path=output, top=top, wide=wide)
+    )
 
 
 @app.command(epilog=EXIT_CODES)
@@ -804,7 +642,9 @@ def chips(fmt: PlainFormat = None) -> None:
     from hlogap.render.base import ChipList
 
     cpu = calibrated_chip()  # this machine, when calibrated: `--chip cpu`
-    _write(ChipList([*builtin_chips(), *([cpu] if cpu else [])]), "chips", fmt, None)
+    write_document(
+        ChipList([*builtin_chips(), *([cpu] if cpu else [])]), "chips", OutputChoice(fmt=fmt)
+    )
 
 
 @app.command(epilog=EXIT_CODES)
@@ -997,7 +837,7 @@ def check(
         raise
     if history:
         result.notes.append(last_accepted(history))
-    _write(result, "check", fmt, None)
+    write_document(result, "check", OutputChoice(fmt=fmt))
     _step_summary(result, read)
     if new_baseline is not None:
         from hlogap.files import write_bytes
@@ -1007,9 +847,9 @@ def check(
         assert reason is not None  # check_reason
         record = entry(reason, result.outcome, result.change)
         write_bytes(new_baseline, baseline_bytes(new, [*history, record]))
-        _wrote(new_baseline)
+        wrote(new_baseline)
     if result.outcome == "inconclusive":
-        print(_escaped(result.undecided_line()), file=sys.stderr)
+        print(escaped(result.undecided_line()), file=sys.stderr)
         raise typer.Exit(EXIT_INCONCLUSIVE)
     if result.outcome == "fail":
         raise typer.Exit(EXIT_REGRESSION)
@@ -1044,47 +884,7 @@ def diff(
     base_report, new_report = _load_pair(
         (base, "BASE"), (new, "NEW"), chip, run, host, device, module
     )
-    _write(compare(base_report, new_report), "diff", fmt, None, top)
-
-
-class _Terminated(BaseException):
-    """SIGTERM, raised where the main thread is so that cleanup runs."""
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise _Terminated
-
-
-def _escaped(message: str) -> str:
-    """One line, whatever the message quotes: control characters in paths (a newline, an ANSI
-    escape) are shown escaped, never written raw to the terminal."""
-    return "".join(
-        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in message
-    )
-
-
-def _stop_children() -> None:
-    """End the processes reading the profile (they would run on after this one)."""
-    reading = sys.modules.get("hlogap.trace.reading")
-    if reading is not None:
-        reading.stop_readers()
-
-
-def _exit_now(code: int) -> NoReturn:
-    """Exit at once with `code` once interrupted. The interpreter's shutdown gives SIGINT back
-    its default action, and a Ctrl-C still on its way then killed the process with the signal
-    after its one line, instead of exiting 130 (3 of 40 interrupted checks of 24 hosts; none of
-    60 exiting here). What held files or readers was closed on the way here."""
-    import contextlib
-
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed pipe: no reader is left
-            stream.flush()
-    os._exit(code)
-
-
-def _error(message: str) -> None:
-    print(f"hlogap: {_escaped(message)}", file=sys.stderr)
+    write_document(compare(base_report, new_report), "diff", OutputChoice(fmt=fmt, top=top))
 
 
 def main() -> None:
@@ -1101,7 +901,7 @@ def main() -> None:
         # Storage backends (gcsfs, s3fs) log each failed attempt with its traceback on stderr
         # through Python's last-resort handler; hlogap's one error line says what failed.
         logging.getLogger().addHandler(logging.NullHandler())
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         code = app(standalone_mode=False)
         if code == 130:  # Typer turns KeyboardInterrupt into this return value
@@ -1109,29 +909,29 @@ def main() -> None:
     except Exit as exc:
         code = exc.exit_code
     except TyperException as exc:  # Typer's usage errors (unknown option, missing argument)
-        _error(f"usage error: {exc.format_message()}")
+        error_line(f"usage error: {exc.format_message()}")
         code = getattr(exc, "exit_code", EXIT_USAGE)
     except (Abort, KeyboardInterrupt):
         # The Ctrl-C that ended a reader first may still be pending here: it must not cut the
         # cleanup short (Python would then die of the signal, not exit 130).
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        _stop_children()
-        _error("interrupted")
-        _exit_now(130)
-    except _Terminated:
-        _stop_children()
-        _error("terminated")
-        _exit_now(143)
+        stop_children()
+        error_line("interrupted")
+        exit_now(130)
+    except Terminated:
+        stop_children()
+        error_line("terminated")
+        exit_now(143)
     except HlogapError as exc:
-        _traceback(debug)
-        _error(f"error: {exc}")
+        print_traceback(debug)
+        error_line(f"error: {exc}")
         code = exc.exit_code
     except MemoryError:
-        _error("error: out of memory reading the profile")
+        error_line("error: out of memory reading the profile")
         code = EXIT_INPUT
     except Exception as exc:  # a bug: one line, traceback only on request
-        _traceback(debug)
-        _error(
+        print_traceback(debug)
+        error_line(
             f"internal error ({type(exc).__name__}: {exc}); please report it "
             "at the hlogap issue tracker, rerun with --debug for the traceback"
         )
@@ -1150,12 +950,5 @@ def run() -> None:
         main()
     except SystemExit as exc:
         if exc.code and isinstance(exc.code, int) and "pyarrow" in sys.modules:
-            _exit_now(exc.code)
+            exit_now(exc.code)
         raise
-
-
-def _traceback(debug: bool) -> None:
-    if debug:
-        import traceback
-
-        traceback.print_exc()

@@ -1,0 +1,457 @@
+"use strict";
+const R = JSON.parse(document.getElementById("report").textContent);
+const fmtUs = (us) => us == null ? "-" : us >= 1e6 ? (us / 1e6).toFixed(2) + " s"
+  : us >= 1e3 ? (us / 1e3).toFixed(2) + " ms" : us.toFixed(1) + " us";
+const si = (v, unit) => {
+  if (v == null) return "-";
+  const p = [[1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]].find(([s]) => Math.abs(v) >= s);
+  return p ? (v / p[0]).toPrecision(3) + " " + p[1] + unit : v.toPrecision(3) + " " + unit;
+};
+const count = (n, word) => n.toLocaleString("en-US") + " " + word + (n === 1 ? "" : "s");
+const pct = (f) => f == null ? "-" : Math.round(f * 100) + "%";
+const el = (tag, attrs = {}, text) => {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (text != null) e.textContent = text;
+  return e;
+};
+// An SVG element with its attributes and text, added to `svg` (the charts draw with it).
+const svgChild = (svg, tag, attrs, text) => {
+  const e = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (text != null) e.textContent = text;
+  svg.appendChild(e);
+  return e;
+};
+
+// --- op table: sort, filter, details -------------------------------------------------
+// An unmodeled op has no bound: its bound, gap and efficiency show "-", not 0, its whole time
+// and 0%; it sorts by its row's figures, where the text's --sort puts it (its gap is its whole
+// time). The default order is the report's own (rank). `label` tells apart ops of one name in
+// several modules.
+const bounded = (o, v) => o.bound_by === "unmodeled" ? null : v;
+const runs = (o) => o.runs_per_occurrence > 1 ? o.occurrences + "x" + o.runs_per_occurrence : String(o.occurrences);
+const COLUMNS = [
+  ["rank", "#", (o) => o.rank, (o) => String(o.rank), true],
+  ["name", "op", (o) => o.label, (o) => o.label, false],
+  ["category", "category", (o) => o.category, (o) => o.category, false],
+  ["occurrences", "n", (o) => o.occurrences * o.runs_per_occurrence, runs, true],
+  ["measured_us", "measured", (o) => o.measured_us, (o) => fmtUs(o.measured_us), true],
+  ["share", "time", (o) => o.share, (o) => pct(o.share), true],
+  ["bound_us", "bound", (o) => o.bound_us, (o) => fmtUs(bounded(o, o.bound_us)), true],
+  ["gap_us", "gap", (o) => o.gap_us, (o) => fmtUs(bounded(o, o.gap_us)), true],
+  ["efficiency", "eff", (o) => o.efficiency, (o) => pct(bounded(o, o.efficiency)), true],
+  ["bound_by", "bound by", (o) => o.bound_by, (o) => o.bound_by, false],
+  ["hints", "why", (o) => (o.hints[0] || ""), (o) => (o.hints[0] || ""), false],
+];
+let sortKey = "rank", sortDir = 1, filterText = "";
+const maxGap = Math.max(1e-9, ...R.ops.map((o) => bounded(o, o.gap_us) || 0));
+
+function renderOps() {
+  const table = document.getElementById("ops");
+  table.textContent = "";
+  const head = el("tr");
+  for (const [key, label, , , num] of COLUMNS) {
+    const th = el("th", {"data-key": key}, label);
+    if (key === sortKey) { th.className = "sorted"; th.setAttribute("data-dir", sortDir < 0 ? " \u25bc" : " \u25b2"); }
+    th.addEventListener("click", () => {
+      sortDir = key === sortKey ? -sortDir : (num ? -1 : 1);
+      sortKey = key;
+      renderOps();
+    });
+    head.appendChild(th);
+  }
+  const thead = el("thead");
+  thead.appendChild(head);
+  table.appendChild(thead);
+  const get = COLUMNS.find((c) => c[0] === sortKey)[2];
+  const needle = filterText.toLowerCase();
+  const matches = (o) => !needle || [o.label || o.name, o.category, o.bound_by, o.module,
+    o.op_name, o.hints.join(" ")].join(" ").toLowerCase().includes(needle);
+  const showSubs = document.getElementById("subrows").checked;
+  const rows = R.ops.filter((o) => matches(o) || (showSubs && o.command_buffer_ops.some(matches)));
+  rows.sort((a, b) => {
+    const x = get(a), y = get(b);
+    if (x == null) return 1;
+    if (y == null) return -1;
+    return (x < y ? -1 : x > y ? 1 : 0) * sortDir;
+  });
+  for (const o of rows) {
+    const tr = el("tr", {class: "op", id: "op-" + o.rank});
+    for (const [key, , , show, num] of COLUMNS) {
+      const td = el("td", num ? {class: "num"} : {});
+      if (key === "gap_us") {
+        const bar = el("span", {class: "bar", style: "width:" + (40 * Math.max(0, bounded(o, o.gap_us) || 0) / maxGap).toFixed(1) + "px"});
+        td.appendChild(bar);
+        td.appendChild(document.createTextNode(" " + show(o)));
+      } else {
+        td.textContent = show(o);
+      }
+      tr.appendChild(td);
+    }
+    tr.addEventListener("click", () => toggleDetail(tr, o));
+    table.appendChild(tr);
+    const longest = [...o.command_buffer_ops].sort((a, b) => b.measured_us - a.measured_us);
+    if (showSubs) for (const sub of longest) table.appendChild(subRow(sub));
+  }
+  document.getElementById("shown").textContent = rows.length + " of " + count(R.ops.length, "op");
+}
+
+// A command buffer's op under its call (estimated: its share of the call's time by its
+// bound), kept under the call whatever the sort; its estimated figures marked "~".
+const estimated = (text) => text === "-" ? text : "~" + text;
+const SUB_CELLS = {
+  rank: () => "", name: (o) => "\u2514 " + o.name, share: () => "",
+  measured_us: (o) => estimated(fmtUs(o.measured_us)),
+  gap_us: (o) => estimated(fmtUs(bounded(o, o.gap_us))),
+  efficiency: (o) => estimated(pct(bounded(o, o.efficiency))),
+  hints: (o) => (o.hints.find((h) => !h.startsWith("estimated: ")) || ""),
+};
+function subRow(o) {
+  const tr = el("tr", {class: "op sub", title: o.hints[0] || ""});
+  for (const [key, , , show, num] of COLUMNS) {
+    tr.appendChild(el("td", num ? {class: "num"} : {}, (SUB_CELLS[key] || show)(o)));
+  }
+  tr.addEventListener("click", () => toggleDetail(tr, o));
+  return tr;
+}
+
+function toggleDetail(tr, o) {
+  const next = tr.nextElementSibling;
+  if (next && next.classList.contains("detail")) { next.remove(); return; }
+  const row = el("tr", {class: "detail"});
+  const td = el("td", {colspan: String(COLUMNS.length)});
+  const facts = [
+    "module " + o.module, "FLOPs " + si(o.flops, "FLOP"), "HBM " + si(o.bytes, "B"),
+    "interconnect " + si(o.comm_bytes, "B"), "T_compute " + fmtUs(o.t_compute_us),
+    "T_memory " + fmtUs(o.t_memory_us), "T_comm " + fmtUs(o.t_comm_us),
+  ];
+  td.appendChild(el("div", {class: "muted"}, facts.join(" \u00b7 ")));
+  if (o.op_name) td.appendChild(el("div", {}, "op_name: " + o.op_name + (o.source ? "  (" + o.source + ")" : "")));
+  const ul = el("ul");
+  for (const h of o.hints) ul.appendChild(el("li", {}, h));
+  td.appendChild(ul);
+  if (o.hlo) td.appendChild(el("pre", {}, o.hlo));
+  row.appendChild(td);
+  tr.after(row);
+}
+
+// --- roofline chart --------------------------------------------------------------------
+function renderChart() {
+  const box = document.getElementById("chart");
+  const chip = R.chip;
+  const pts = R.ops.filter((o) => o.bound_by !== "unmodeled" && o.flops > 0 && o.bytes > 0 && o.measured_us > 0)
+    .map((o) => ({o, x: o.flops / o.bytes, y: o.flops * o.occurrences / (o.measured_us * 1e-6)}));
+  if (!chip || !chip.peak_flops || !chip.hbm_bw) { box.appendChild(el("p", {class: "muted"}, "No chip peaks in this report: no chart.")); return; }
+  if (!pts.length) {
+    box.appendChild(el("p", {class: "muted"}, "No op has both FLOPs and HBM bytes that hlogap counts (unmodeled ops have none): no roofline chart to draw."));
+    return;
+  }
+  // One roof per distinct peak: dtypes that share a peak share a line and its label.
+  const byPeak = new Map();
+  for (const [dtype, peak] of Object.entries(chip.peak_flops)) byPeak.set(peak, [...(byPeak.get(peak) || []), dtype]);
+  const roofs = [...byPeak.entries()].sort((a, b) => b[0] - a[0]);
+  const ridges = roofs.map(([peak]) => peak / chip.hbm_bw);
+  const xs = [...pts.map((p) => p.x), ...ridges], ys = [...pts.map((p) => p.y), ...roofs.map(([p]) => p)];
+  const x0 = Math.min(...xs) / 4, x1 = Math.max(...xs) * 4;
+  const y0 = Math.min(...ys, x0 * chip.hbm_bw) / 4, y1 = Math.max(...ys) * 2;
+  const W = 1000, H = 470, L = 110, B = 40, T = 14, Rm = 250;
+  const sx = (x) => L + (W - L - Rm) * Math.log(x / x0) / Math.log(x1 / x0);
+  const sy = (y) => H - B - (H - B - T) * Math.log(y / y0) / Math.log(y1 / y0);
+  const NS = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(NS, "svg");
+  // Scales with the page (viewBox): the roofs' labels stay inside at any width.
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`); svg.setAttribute("class", "chart");
+  const add = (tag, attrs, text) => svgChild(svg, tag, attrs, text);
+  for (let d = Math.ceil(Math.log10(x0)); d <= Math.floor(Math.log10(x1)); d++) {
+    add("line", {class: "grid", x1: sx(10 ** d), x2: sx(10 ** d), y1: T, y2: H - B});
+    add("text", {x: sx(10 ** d), y: H - B + 14, "text-anchor": "middle"}, "1e" + d);
+  }
+  for (let d = Math.ceil(Math.log10(y0)); d <= Math.floor(Math.log10(y1)); d++) {
+    add("line", {class: "grid", x1: L, x2: W - Rm, y1: sy(10 ** d), y2: sy(10 ** d)});
+    add("text", {x: L - 6, y: sy(10 ** d) + 4, "text-anchor": "end"}, si(10 ** d, "FLOP/s"));
+  }
+  add("text", {x: (L + W - Rm) / 2, y: H - 6, "text-anchor": "middle"}, "arithmetic intensity (FLOP per HBM byte)");
+  add("rect", {x: L, y: T, width: W - Rm - L, height: H - B - T, fill: "none", stroke: "#bbb"});
+  add("text", {x: 14, y: (T + H - B) / 2, "text-anchor": "middle", transform: `rotate(-90 14 ${(T + H - B) / 2})`},
+    "achieved FLOP/s per device (the op's FLOPs over its time, all occurrences)");
+  const colors = ["#1f6feb", "#2da44e", "#8250df", "#bf8700", "#cf222e", "#0a7ea4"];
+  roofs.forEach(([peak, dtypes], i) => {
+    const ridge = peak / chip.hbm_bw, c = colors[i % colors.length];
+    add("polyline", {class: "roof", stroke: c, points: `${sx(x0)},${sy(x0 * chip.hbm_bw)} ${sx(ridge)},${sy(peak)} ${sx(x1)},${sy(peak)}`});
+    add("line", {class: "ridge", x1: sx(ridge), x2: sx(ridge), y1: sy(peak), y2: H - B});
+    // Labels on the right margin, stacked so that they never overlap.
+    add("text", {x: W - Rm + 6, y: Math.max(T + 10 + 14 * i, sy(peak) + 4), fill: c},
+      dtypes.join("/") + " " + si(peak, "FLOP/s") + ", ridge " + ridge.toFixed(0));
+  });
+  for (const p of pts) {
+    const r = 3 + 14 * Math.sqrt(Math.max(0, p.o.gap_us) / maxGap);
+    const dot = add("circle", {cx: sx(p.x), cy: sy(p.y), r: r.toFixed(1)});
+    const t = document.createElementNS(NS, "title");
+    t.textContent = `${p.o.label}: ${si(p.y, "FLOP/s")} at ${p.x.toPrecision(3)} FLOP/B, lost ${fmtUs(p.o.gap_us)} (efficiency ${pct(p.o.efficiency)}: its bound over its time)`;
+    dot.appendChild(t);
+    dot.addEventListener("click", () => {
+      filterText = ""; document.getElementById("filter").value = ""; renderOps();
+      const row = document.getElementById("op-" + p.o.rank);
+      document.querySelectorAll("tr.found").forEach((e) => e.classList.remove("found"));
+      row.classList.add("found");
+      row.scrollIntoView({block: "center"});
+    });
+  }
+  box.appendChild(svg);
+  box.appendChild(el("p", {class: "muted"}, count(pts.length, "op") + " with FLOPs and bytes; area = time lost against the bound; hover for numbers, click to find the op."));
+}
+
+// --- scopes and steps ------------------------------------------------------------------
+function renderScopes() {
+  // The report's own groups (computed with hlogap's rules): bound, gap and efficiency over
+  // the modeled ops, the unmodeled ops' time (no bound) beside them, "-" where all are.
+  const G = R.html_scopes;
+  const unmodeled = G.some((g) => g.unmodeled_us > 0);
+  const table = document.getElementById("scopes");
+  const head = el("tr");
+  for (const h of ["scope", "ops", "measured", "bound", "gap", "eff", ...(unmodeled ? ["unmodeled"] : [])])
+    head.appendChild(el("th", {}, h));
+  table.appendChild(head);
+  for (const g of G) {
+    const none = g.modeled_gap_us == null;
+    const tr = el("tr");
+    tr.appendChild(el("td", {}, g.name));
+    for (const v of [String(g.ops), fmtUs(g.measured_us), none ? "-" : fmtUs(g.bound_us),
+      fmtUs(g.modeled_gap_us), pct(g.modeled_efficiency), ...(unmodeled ? [fmtUs(g.unmodeled_us)] : [])])
+      tr.appendChild(el("td", {class: "num"}, v));
+    table.appendChild(tr);
+  }
+}
+
+function renderSteps() {
+  const table = document.getElementById("steps");
+  if (!R.steps || !R.steps.length) { table.replaceWith(el("p", {class: "muted"}, "No steps in this profile.")); return; }
+  // Times are wall time; shares are of the devices' own step time (their walls summed).
+  const share = (s, v) => pct(s.device_wall_us > 0 ? v / s.device_wall_us : null);
+  const cols = [["step", (s) => String(s.step)], ["wall", (s) => fmtUs(s.wall_us)],
+    ["at bound", (s) => s.bound_wall_us == null ? "-" : fmtUs(s.bound_wall_us)], ["skew", (s) => fmtUs(s.skew_us)],
+    ["idle", (s) => share(s, s.idle_us)], ["exposed coll", (s) => share(s, s.exposed_comm_us)],
+    ["exposed host", (s) => share(s, s.exposed_host_us)],
+    ["slowest device", (s) => s.slowest_device == null ? "-" : String(s.slowest_device)]];
+  const dcols = [["device", (d) => String(d.device)], ["start", (d) => fmtUs(d.start_us)], ["wall", (d) => fmtUs(d.wall_us)],
+    ["at bound", (d) => fmtUs(d.bound_wall_us)], ["busy", (d) => fmtUs(d.busy_us)], ["idle", (d) => fmtUs(d.idle_us)],
+    ["exposed coll", (d) => fmtUs(d.exposed_comm_us)], ["exposed host", (d) => fmtUs(d.exposed_host_us)],
+    ["measured", (d) => fmtUs(d.measured_us)], ["bound", (d) => fmtUs(d.bound_us)]];
+  const head = el("tr");
+  for (const [h] of cols) head.appendChild(el("th", {class: "num"}, h));
+  table.appendChild(head);
+  for (const s of R.steps) {
+    const tr = el("tr", {class: "step"});
+    for (const [, f] of cols) tr.appendChild(el("td", {class: "num"}, f(s)));
+    tr.addEventListener("click", () => {
+      const next = tr.nextElementSibling;
+      if (next && next.classList.contains("detail")) { next.remove(); return; }
+      const row = el("tr", {class: "detail"});
+      const td = el("td", {colspan: String(cols.length)});
+      const inner = el("table");
+      const ihead = el("tr");
+      for (const [h] of dcols) ihead.appendChild(el("th", {class: "num"}, h));
+      inner.appendChild(ihead);
+      for (const d of s.per_device || []) {
+        const dr = el("tr");
+        for (const [, f] of dcols) dr.appendChild(el("td", {class: "num"}, f(d)));
+        inner.appendChild(dr);
+      }
+      td.appendChild(inner);
+      row.appendChild(td);
+      tr.after(row);
+    });
+    table.appendChild(tr);
+  }
+}
+
+// --- memory: each module's static peak, its live temporaries over program order ------------
+function renderMemory() {
+  const box = document.getElementById("memory");
+  const M = R.memory;
+  if (!M) { box.appendChild(el("p", {class: "muted"}, "No buffer assignment or allocator events in this profile.")); return; }
+  if (!M.modules || !M.modules.length) box.appendChild(el("p", {class: "muted"}, "No buffer assignment in this profile."));
+  const NS = "http://www.w3.org/2000/svg";
+  for (const m of [...M.modules].sort((a, b) => b.peak_bytes - a.peak_bytes)) {
+    const cap = M.capacity_bytes ? `, ${pct(m.peak_bytes / M.capacity_bytes)} of ${si(M.capacity_bytes, "B")}` : "";
+    box.appendChild(el("h3", {}, `${m.module}: static peak ${si(m.peak_bytes, "B")}${cap}`));
+    box.appendChild(el("p", {class: "muted"}, `arguments ${si(m.arguments_bytes, "B")} + outputs ${si(m.outputs_bytes, "B")} + temporaries ${si(m.temporaries_bytes, "B")} - aliased (donated) ${si(m.aliased_bytes, "B")}`));
+    const curve = m.live_curve || [];
+    if (curve.length > 1) {
+      const W = 700, H = 140, L = 70, B = 20, top = Math.max(...curve) || 1;
+      const svg = document.createElementNS(NS, "svg");
+      svg.setAttribute("viewBox", `0 0 ${W} ${H}`); svg.setAttribute("class", "memory-curve");
+      const line = document.createElementNS(NS, "polyline");
+      line.setAttribute("points", curve.map((v, i) => `${(L + (W - L - 10) * i / (curve.length - 1)).toFixed(1)},${(H - B - (H - B - 10) * v / top).toFixed(1)}`).join(" "));
+      line.setAttribute("fill", "none"); line.setAttribute("stroke", "#d8572a"); line.setAttribute("stroke-width", "1.5");
+      svg.appendChild(line);
+      for (const [y, text] of [[10, si(top, "B")], [H - B, "0 B"]]) {
+        const t = document.createElementNS(NS, "text");
+        t.setAttribute("x", 4); t.setAttribute("y", y + 4); t.setAttribute("font-size", "11"); t.textContent = text;
+        svg.appendChild(t);
+      }
+      const t = document.createElementNS(NS, "text");
+      t.setAttribute("x", L); t.setAttribute("y", H - 4); t.setAttribute("font-size", "11");
+      t.textContent = "live temporaries over the program (heap simulator events, in order)";
+      svg.appendChild(t);
+      box.appendChild(svg);
+    }
+    const table = el("table");
+    const head = el("tr");
+    for (const h of ["#", "buffer", "kind", "bytes", "share", "shape", "source"]) head.appendChild(el("th", {}, h));
+    table.appendChild(head);
+    m.at_peak.slice(0, 10).forEach((b, i) => {
+      const tr = el("tr");
+      for (const [v, num] of [[String(i + 1), true], [b.instruction || "?", false], [b.kind, false], [si(b.bytes, "B"), true],
+        [pct(m.peak_bytes ? b.bytes / m.peak_bytes : null), true], [b.shape, false], [b.source || b.op_name, false]])
+        tr.appendChild(el("td", num ? {class: "num"} : {}, v));
+      table.appendChild(tr);
+    });
+    box.appendChild(table);
+  }
+  const A = M.allocators || [];
+  if (A.length) {
+    box.appendChild(el("h3", {}, "At run time: what each allocator held (its events on the host plane)"));
+    const table = el("table");
+    const head = el("tr");
+    for (const h of ["allocator", "host", "device", "in use at most", "of it stack", "when", "step", "capacity", "share", "heap's own peak"]) head.appendChild(el("th", {}, h));
+    table.appendChild(head);
+    for (const a of A) {
+      const tr = el("tr");
+      for (const [v, num] of [[a.name, false], [a.host, false], [a.device === null ? "-" : String(a.device), true],
+        [si(a.in_use_peak_bytes, "B"), true], [a.in_use_stack_bytes == null ? "-" : si(a.in_use_stack_bytes, "B"), true], [fmtUs(a.in_use_peak_us), true], [a.step === null ? "-" : String(a.step), true],
+        [si(a.capacity_bytes, "B"), true], [pct(a.capacity_bytes ? a.in_use_peak_bytes / a.capacity_bytes : null), true],
+        [si(a.peak_bytes, "B"), true]])
+        tr.appendChild(el("td", num ? {class: "num"} : {}, v));
+      table.appendChild(tr);
+    }
+    box.appendChild(table);
+    box.appendChild(el("p", {class: "muted"}, "in use at most: heap + reserved stack at the allocator's events, its stack part beside it; " +
+      "heap's own peak: the heap alone at its high-water mark since the allocator was created (xprof's peakBytesUsageLifetime): " +
+      "it counts no stack, so it can be below the in-use figure (a TPU keeps its program's temporaries in the stack)"));
+    const T = A.filter((a) => a.timeline);
+    if (T.length) {
+      box.appendChild(el("h3", {}, "In use over time (heap + stack, filled; the heap alone, line): the most in each of an allocator's buckets, the steps' starts dashed"));
+      box.appendChild(el("p", {class: "muted"}, "Time runs from the profile's first op (0), as the steps' start: allocator events before it are negative."));
+      const steps = (R.steps || []).map((s) => [s.step, s.start_us, s.start_us + s.wall_us]);
+      const x0 = Math.min(...T.map((a) => a.timeline.start_us), ...steps.map((s) => s[1]));
+      const x1 = Math.max(...T.map((a) => a.timeline.end_us), ...steps.map((s) => s[2]));
+      for (const a of T) box.appendChild(allocatorChart(a, x0, x1, steps));
+    }
+  }
+}
+
+// One allocator's bytes in use over the profile: its buckets as steps, on an axis shared by all.
+function allocatorChart(a, x0, x1, steps) {
+  const NS = "http://www.w3.org/2000/svg", W = 900, H = 120, L = 70, B = 18, TOP = 16;
+  const t = a.timeline, n = t.in_use_bytes.length, most = Math.max(...t.in_use_bytes) || 1;
+  const when = (us) => us < 0 ? "-" + fmtUs(-us) : fmtUs(us);  // events may come before the first op
+  const x = (us) => (L + (W - L - 10) * (x1 > x0 ? (us - x0) / (x1 - x0) : 0)).toFixed(1);
+  const y = (v) => (H - B - (H - B - TOP) * v / most).toFixed(1);
+  const at = (k) => x(t.start_us + (t.end_us - t.start_us) * k / n);
+  const path = (values) => `M${at(0)},${y(values[0])}` + values.map((v, k) => ` V${y(v)} H${at(k + 1)}`).join("");
+  const svg = document.createElementNS(NS, "svg");
+  const add = (tag, attrs, text) => svgChild(svg, tag, attrs, text);
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`); svg.setAttribute("class", "allocator-curve");
+  // Many steps: a tick each under the axis, their numbers left out (lines would hide the curve).
+  const few = steps.length <= 40;
+  for (const [number, start] of steps) {
+    add("line", {x1: x(start), x2: x(start), y1: few ? TOP : H - B, y2: H - B + 5, class: "step-start", stroke: "#888", "stroke-dasharray": few ? "3 3" : ""});
+    if (steps.length <= 20) add("text", {x: +x(start) + 2, y: TOP + 9}, String(number));
+  }
+  add("path", {d: path(t.in_use_bytes) + ` V${y(0)} H${at(0)} Z`, fill: "rgba(216, 87, 42, 0.3)", stroke: "#d8572a", "stroke-width": "1.2"});
+  if (t.heap_bytes.some((v, k) => v !== t.in_use_bytes[k])) add("path", {d: path(t.heap_bytes), fill: "none", stroke: "#2a6fd8", "stroke-width": "1.2"});
+  const device = a.device === null ? "" : `, device ${a.device}`;
+  add("text", {x: L, y: 11}, `${a.name}${a.host ? " on " + a.host : ""}${device}: at most ${si(most, "B")}` +
+    (a.in_use_peak_us == null ? "" : ` at ${when(a.in_use_peak_us)}`) + ` (events from ${when(t.start_us)} to ${when(t.end_us)})`);
+  add("text", {x: 4, y: TOP + 4}, si(most, "B"));
+  add("text", {x: 4, y: H - B + 4}, "0 B");
+  add("text", {x: L, y: H - 2}, when(x0) + " (from the profile's first op)");
+  add("text", {x: W - 10, y: H - 2, "text-anchor": "end"}, when(x1));
+  return svg;
+}
+
+// --- hosts (two or more): the slowest by time in ops, the step-time spread, clock offsets ----
+function renderHosts() {
+  const H = R.hosts;
+  if (!H) { document.getElementById("hosts-section").remove(); return; }
+  const box = document.getElementById("hosts");
+  const table = (heads, rows) => {
+    const t = el("table"), head = el("tr");
+    for (const [h, num] of heads) head.appendChild(el("th", num ? {class: "num"} : {}, h));
+    t.appendChild(head);
+    for (const r of rows) {
+      const tr = el("tr");
+      r.forEach((v, k) => tr.appendChild(el("td", heads[k][1] ? {class: "num"} : {}, v)));
+      t.appendChild(tr);
+    }
+    const wrap = el("div", {class: "scroll"});
+    wrap.appendChild(t);
+    box.appendChild(wrap);
+  };
+  const signed = (us) => us == null ? "-" : (us < 0 ? "-" + fmtUs(-us) : fmtUs(us));
+  const over = (p) => p == null ? "-" : "+" + p.toFixed(1) + "%";
+  box.appendChild(el("p", {class: "muted"}, `${count(H.hosts.length, "host")}; time in ops is device time of one host (self time summed over its devices)`));
+  box.appendChild(el("h3", {}, "Slowest hosts (time in ops)"));
+  table([["host"], ["time in ops", true], ["over the median host", true], ["median step", true]],
+    (H.slowest_hosts || []).map((h) => [h.host, fmtUs(h.measured_us), over(h.over_median_pct), fmtUs(h.step_median_us)]));
+  const st = H.step_time;
+  if (st) box.appendChild(el("p", {}, `Each host's own step (first op to last), over ${st.hosts} hosts: median ${fmtUs(st.median_us)}, p90 ${fmtUs(st.p90_us)}, max ${fmtUs(st.max_us)} (${st.max_host}).`));
+  const skewed = [...(H.steps || [])].sort((a, b) => b.over_median_pct - a.over_median_pct).slice(0, 5);
+  if (skewed.length) {
+    box.appendChild(el("h3", {}, "Most skewed steps (slowest host's time in ops over the median host's)"));
+    table([["step", true], ["slowest host"], ["its time", true], ["median host", true], ["over", true]],
+      skewed.map((s) => [String(s.step), s.slowest_host, fmtUs(s.slowest_us), fmtUs(s.median_us), over(s.over_median_pct)]));
+  }
+  if (H.clock_offset_us) {
+    box.appendChild(el("h3", {}, "Clock offsets from the first host's clock (wall; removed before the steps' times and skew)"));
+    table([["host"], ["offset", true], ["estimated from"]],
+      H.hosts.map((h, k) => [h, signed(H.clock_offset_us[k]), (H.clock_offset_from || [])[k] || "-"]));
+  }
+}
+
+// --- actions: ranked by the step time they save ------------------------------------------
+function renderActions() {
+  const box = document.getElementById("actions");
+  const A = R.actions || [];
+  if (!A.length) { box.appendChild(el("p", {class: "muted"}, "No change found that saves step time.")); return; }
+  // Two frames: the saving is wall time summed over every step; the step figures are the
+  // median over the steady steps (the warm-up ones left out), as the text prints them.
+  const steps = (R.steps || []).length;
+  const warmup = (R.summary || {}).warmup_steps || 0;
+  const wall = A[0].frame === "wall";
+  const median = warmup ? `the median of the ${steps - warmup} steady steps (${warmup} warm-up left out)` : "the median step";
+  const frame = wall
+    ? `saves: wall time, summed over all ${steps} steps, each re-timed on every device's critical path; a step: ${median}, and how much faster that step would be`
+    : "saves: device time (no steps to re-time)";
+  box.appendChild(el("p", {class: "muted"}, `By the time each saves. ${frame}. Each op in one action.`));
+  const table = el("table");
+  const head = el("tr");
+  const saves = wall ? `saves (wall, all ${steps} steps)` : "saves (device time)";
+  for (const h of ["#", saves, "a step (median)", "median step", "cause", "ops", "why", "change"]) head.appendChild(el("th", {}, h));
+  table.appendChild(head);
+  for (const a of A) {
+    const tr = el("tr");
+    const ops = a.ops.slice(0, 3).map((o) => o.name).join(", ") + (a.ops.length > 3 ? ` and ${a.ops.length - 3} more` : "");
+    const each = a.step_saving_us == null ? "-" : fmtUs(a.step_saving_us);
+    const faster = a.step_speedup == null ? "-" : `${a.step_speedup.toFixed(2)}x faster`;
+    const extra = [...(a.layers > 1 ? [`${a.layers} layers`] : []), ...(a.where ? [a.where] : [])];
+    const cause = extra.length ? `${a.cause} (${extra.join(", ")})` : a.cause;
+    for (const [v, num] of [[String(a.rank), true], [fmtUs(a.saving_us), true], [each, true], [faster, true], [cause, false], [ops, false], [a.evidence, false], [a.change, false]])
+      tr.appendChild(el("td", num ? {class: "num"} : {}, v));
+    table.appendChild(tr);
+  }
+  box.appendChild(table);
+}
+
+document.getElementById("filter").addEventListener("input", (e) => { filterText = e.target.value; renderOps(); });
+document.getElementById("subrows").addEventListener("change", renderOps);
+renderOps();
+renderChart();
+renderScopes();
+renderSteps();
+renderMemory();
+renderActions();
+renderHosts();
+document.body.setAttribute("data-ready", "1");

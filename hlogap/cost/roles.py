@@ -4,9 +4,10 @@ A weight is state the program carries from step to step: an entry parameter that
 updates (an output of its shape computed elementwise from it: `w - lr * g`) or that XLA aliases
 to an output (`input_output_alias`: a donated parameter written in place). An operand is a
 weight when it traces back to one through ops that only move or re-type data (bitcast, reshape,
-transpose, copy, convert, slices, all-gather, a fusion's or a loop's parameters). A matmul whose
-output flows to such an update (through elementwise ops, fusions and reductions across devices)
-makes a weight's gradient. Everything else is an activation.
+transpose, copy, convert, slices, all-gather, a fusion's or a loop's parameters, a loop's result
+from what its body's last trip put there). A matmul whose output flows to such an update
+(through elementwise ops, fusions and reductions across devices; through a tuple only out of
+its own element) makes a weight's gradient. Everything else is an activation.
 """
 
 from __future__ import annotations
@@ -109,6 +110,13 @@ class Roles:
                     if called is None or called[0].opcode != "while":
                         return None
                     whole, comp = self.ix.producer(called[0], 0), called[1]
+                elif whole is not None and whole.opcode == "while":
+                    # A loop's result: what its body's last trip put there (a weight the body
+                    # passes on, or XLA's double-buffered all-gather of the next layer's).
+                    body = self._body(whole)
+                    if body is None or body.root is None:
+                        return None
+                    whole, comp = body.root, body
                 if whole is None or whole.opcode != "tuple":
                     return None
                 inst = self.ix.producer(whole, index)
@@ -120,13 +128,21 @@ class Roles:
                 return None
         return None
 
+    def _body(self, loop: Instruction) -> Computation | None:
+        """A while loop's body computation."""
+        name = loop.attrs.get("body", "") or (loop.called[-1] if loop.called else "")
+        return self.ix.computation(name.lstrip("%"))
+
     def _moves_only(self, fusion: Instruction) -> bool:
         """A fusion that only moves, slices or re-types its data (XLA:CPU's `wrapped_copy`,
         `wrapped_convert`, a transpose's copy, a layer's slice of a stacked weight)."""
         if not fusion.called or fusion.shape.is_tuple:
             return False
         body = self.ix.computation(fusion.called[0])
-        return body is not None and all(
+        # Its result is moved data (a scalar computed from scalars, a step's `+ 1`, is not).
+        if body is None or body.root is None or body.root.opcode not in _SAME_DATA:
+            return False
+        return all(
             i.opcode in _SAME_DATA
             or i.opcode in ("parameter", "constant")
             or (not i.shape.is_tuple and i.shape.rank == 0)  # a slice's offset
@@ -156,11 +172,15 @@ class Roles:
         if comp is None or shape.is_tuple:
             return False
         elements = shape.num_elements
-        seen: set[tuple[int, bool]] = set()
-        frontier = [(inst, False)]
+        # (instruction, reduced on the way, the tuple element the value is, or None: all of
+        # it): a value put in a tuple (a loop's state, its saved activations) flows on only
+        # out of that element, not into every element read from the tuple.
+        start: _Flow = (inst, False, 0 if inst.shape.is_tuple else None)
+        seen: set[tuple[int, bool, int | None]] = set()
+        frontier = [start]
         for _ in range(_MAX_HOPS):
-            step: list[tuple[Instruction, bool]] = []
-            for here, reduced in frontier:
+            step: list[_Flow] = []
+            for here, reduced, element in frontier:
                 for user in self._users(here):
                     updated = self.updates.get(id(user), set())
                     if elements in updated or (
@@ -169,10 +189,13 @@ class Roles:
                     ):
                         return True
                     kind = self._flows(user)
-                    state = (id(user), reduced or kind == "reduces")
-                    if kind and state not in seen:
+                    onward = _element_after(here, user, element)
+                    if not kind or onward is _NOT_THIS_ELEMENT:
+                        continue
+                    state = (id(user), reduced or kind == "reduces", onward)
+                    if state not in seen:
                         seen.add(state)
-                        step.append((user, state[1]))
+                        step.append((user, state[1], onward))
             if not step:
                 return False
             frontier = step
@@ -209,6 +232,30 @@ class Roles:
         if ops & {"dot", "convolution"}:
             return ""
         return "reduces" if "reduce" in ops else "same"
+
+
+# A value on its way to an update: where it is, whether it was summed on the way, and which
+# tuple element of that instruction's result it is (None: the whole result).
+_Flow = tuple[Instruction, bool, int | None]
+_NOT_THIS_ELEMENT = -1
+
+
+def _element_after(here: Instruction, user: Instruction, element: int | None) -> int | None:
+    """Which tuple element of `user`'s result the value is, given it is `element` of
+    `here`'s: a tuple puts it at its operand's position, a loop keeps it where it is, a
+    get-tuple-element of another element does not carry it (_NOT_THIS_ELEMENT); None where
+    the result is not a tuple or the element is unknown."""
+    if user.opcode == "tuple" and element is None:
+        names = [bare(o) for o in user.operands]
+        at = bare(here.name)
+        return names.index(at) if names.count(at) == 1 else None
+    if user.opcode == "get-tuple-element":
+        if element is not None and user.tuple_index is not None and user.tuple_index != element:
+            return _NOT_THIS_ELEMENT
+        return None
+    if user.opcode == "while" and here.shape.is_tuple:
+        return element
+    return None
 
 
 _ROLES: dict[int, tuple[weakref.ref[Module], Roles | None]] = {}
@@ -257,9 +304,13 @@ def _roles(module: Module) -> Roles | None:
         elements = out.shape.num_elements
         update: Instruction | None = out
         for _ in range(_MAX_HOPS):  # to the op computing it (a fused optimizer's tuple)
-            if update is None or update.opcode not in _SAME_DATA | {"get-tuple-element"}:
+            if update is not None and update.opcode == "fusion" and found._moves_only(update):
+                # XLA updated it in another layout: a fusion transposing it back
+                update = ix.producer(update, found._data_operand(update))
+            elif update is None or update.opcode not in _SAME_DATA | {"get-tuple-element"}:
                 break
-            update = ix.producer(update, 0)
+            else:
+                update = ix.producer(update, 0)
         # An update is elementwise (`w - lr * g`, a fused optimizer): no matmul's output is one.
         if update is None or (update.opcode not in ELEMENTWISE and found._flows(update) == ""):
             continue

@@ -16,12 +16,13 @@ class HlogapError(Exception):
 
 
 class UsageError(HlogapError):
-    """Bad option, unknown chip name, malformed HLO argument (exit 2)."""
+    """Bad option, unknown chip name, no HLO instruction given (exit 2)."""
 
     exit_code = EXIT_USAGE
 
 
 class InputError(HlogapError):
-    """Missing path, no profile, unreadable or corrupt profile or baseline (exit 3)."""
+    """Missing path, no profile, unreadable or corrupt profile or baseline, malformed HLO given
+    to `bound` (exit 3)."""
 
     exit_code = EXIT_INPUT

@@ -229,7 +229,7 @@ CASES: list[tuple[str, Callable[[Path], list[str]], int, str]] = [
     (
         "malformed HLO to bound",
         lambda t: ["bound", "%x = f32[2 add(", "--chip", "h100-sxm"],
-        2,
+        3,
         "hlogap: error: malformed HLO",
     ),
     (

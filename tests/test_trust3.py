@@ -360,10 +360,10 @@ def test_extreme_numbers_never_crash_nor_pass(
 
 
 def _bound(hlo: str, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, object] | None:
-    """`hlogap bound HLO -f json`: the bound, or None for malformed HLO (exit 2)."""
+    """`hlogap bound HLO -f json`: the bound, or None for malformed HLO (exit 3)."""
     code, out, err = run_cli(["bound", hlo, "--chip", "h100-sxm", "-f", "json", *extra], capsys)
-    assert_clean(code, err, (0, 2))
-    if code == 2:
+    assert_clean(code, err, (0, 3))
+    if code == 3:
         return None
     assert_sane_numbers(out)
     found: dict[str, object] = json.loads(out)

@@ -9,7 +9,7 @@ from hlogap.bounds.hints import hints_for
 from hlogap.bounds.roofline import Bound, bound_op
 from hlogap.chips import Chip, load_chip
 from hlogap.cost import OpCost, cost_instruction
-from hlogap.errors import UsageError
+from hlogap.errors import InputError, UsageError
 from hlogap.hlo.ir import Instruction
 from hlogap.hlo.opcodes import async_role
 from hlogap.hlo.text import HloParseError, parse_instruction
@@ -72,7 +72,9 @@ def bound_instruction(
     try:
         inst = parse_instruction(text.strip())
     except HloParseError as exc:
-        raise UsageError(f"malformed HLO: {exc}") from exc
+        # The instruction is the command's input (an argument or stdin), not an option: HLO
+        # that no compiler would emit is corrupt input (exit 3), as a corrupt profile is.
+        raise InputError(f"malformed HLO: {exc}") from exc
     cost = cost_instruction(inst, None, num_devices=num_devices)
     result = bound_op(cost, the_chip, async_role(inst.opcode, inst.name))
     role = async_role(inst.opcode, inst.name)

@@ -309,9 +309,9 @@ def test_a_plot_of_ops_that_took_no_time(fixture: str, tmp_path: Path) -> None:
     ids=["short permutation", "repeated axis", "shapes not permuted", "zero tile", "negative tile"],
 )
 def test_invalid_hlo_text_is_malformed(hlo: str, tmp_path: Path) -> None:
-    """Invalid HLO, not an op to cost: `bound` says malformed HLO (exit 2, a bad argument)."""
+    """Invalid HLO, not an op to cost: `bound` says malformed HLO (exit 3: corrupt input)."""
     result = run(["bound", hlo, "--chip", "h100-sxm", "-f", "json"], tmp_path)
-    assert_clean(result, (2,))
+    assert_clean(result, (3,))
     assert "malformed HLO" in result.err
 
 

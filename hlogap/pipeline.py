@@ -155,7 +155,7 @@ def audit(
         if progress is not None:
             progress("running xprof's converter on a copy of the profile")
         selected = options.device is not None or options.module is not None
-        report.cross_check = run_cross_check(report, selected).to_dict()
+        report.cross_check = run_cross_check(report, selected)
     return report
 
 
@@ -560,11 +560,8 @@ def _assemble(
             warmup_us=warmup_ps / 1e6, autotuning_us=autotuning_ps / 1e6, other_us=other_ps / 1e6
         )
         report.ops_frame = "steady steps" if framed.steady_only else "all"
-    report.host_skew = (
-        host_skew(
-            framed.run, rows, steps, totals, clocks.offsets, clocks.collectives, clocks.arrivals
-        )
-        or None
+    report.host_skew = host_skew(
+        framed.run, rows, steps, totals, clocks.offsets, clocks.collectives, clocks.arrivals
     )
     stacked = StepTotals.stacked(totals) if totals else None
     names = list(scenarios.changes) if scenarios else []

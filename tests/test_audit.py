@@ -206,22 +206,22 @@ def test_cross_check_agrees_with_xprof_or_says_why(profile: str, tmp_path: Path)
     shutil.copy(source, copy)
     report = api.audit(copy, AuditOptions(cross_check=True))
     check = report.cross_check
-    assert check is not None and str(check["tool"]).startswith("xprof")
-    rows = check["rows"]
-    assert isinstance(rows, list) and len(rows) == len(report.ops)
-    unexplained = [r for r in rows if not r["agrees"] and not r["explained"]]
+    assert check is not None and check.tool.startswith("xprof")
+    rows = check.rows
+    assert len(rows) == len(report.ops)
+    unexplained = [r for r in rows if not r.agrees and not r.explained]
     assert unexplained == []
     if profile == "mi355x":  # Transformer Engine's attention launches several kernels per call
-        kernels = [r for r in rows if not r["agrees"]]
-        assert {r["name"] for r in kernels} == {
+        kernels = [r for r in rows if not r.agrees]
+        assert {r.name for r in kernels} == {
             "te_fused_attn_backward_ffi.18",
             "te_fused_attn_backward_ffi.12",
             "te_fused_attn_forward_ffi.10",
             "te_fused_attn_forward_ffi.15",
         }
-        assert all("kernels as an occurrence" in r["why"] for r in kernels)
+        assert all("kernels as an occurrence" in r.why for r in kernels)
     else:
-        assert check["agree"] == len(rows) - sum(not r["agrees"] for r in rows)
+        assert report.to_dict()["cross_check"]["agree"] == len(rows) - len(check.differing)
     assert sorted(p.name for p in copy.parent.iterdir()) == [source.name]
     assert "cross_check" in report.to_dict()
 
@@ -243,12 +243,12 @@ def test_the_slow_host_is_named(tmp_path: Path, cpu_chip_file: Path) -> None:
         (run_dir / f"host{h:02d}.xplane.pb").write_bytes(space.SerializeToString())
     report = api.audit(tmp_path / "tb", AuditOptions(chip=str(cpu_chip_file), jobs=1))
     skew = report.host_skew
-    assert skew is not None and skew["slowest_host"] == "host02"
+    assert skew is not None and skew.slowest_host == "host02"
     # Events 1.5x as long; self time also counts async ops until their `end:` markers, whose
     # offsets were not moved: the host's time in ops grows by a little less than half.
-    assert 30 < skew["over_median_pct"] <= 50
-    ops = skew["ops"]
-    assert isinstance(ops, list) and ops and all(o["slowest_host"] == "host02" for o in ops)
+    assert skew.over_median_pct is not None and 30 < skew.over_median_pct <= 50
+    ops = skew.ops
+    assert ops and all(o.slowest_host == "host02" for o in ops)
     assert report.to_dict()["hosts"]["slowest_host"] == "host02"
     text = render(report, "table", RenderOptions(top=3))
     assert "slowest host: host02" in text and "over the median host" in text

@@ -188,16 +188,14 @@ def test_the_host_that_arrives_last_at_collectives_is_named(tmp_path: Path, chip
     )
     hosts = report.host_skew
     assert hosts is not None
-    offsets = hosts["clock_offset_us"]
-    assert isinstance(offsets, list)
-    for h, found in enumerate(offsets):
-        assert abs(found - (_offset_ns(h) - _offset_ns(0)) / 1e3) < 1.0, (h, found)
-    found = hosts["collectives"]
-    assert isinstance(found, list) and found
+    for h, offset in enumerate(hosts.clock_offset_us):
+        assert offset is not None and abs(offset - (_offset_ns(h) - _offset_ns(0)) / 1e3) < 1.0
+    found = hosts.collectives
+    assert found
     for entry in found:
-        last = entry["last_hosts"][0]
-        assert last["host"] == "host02" and last["times_last"] == entry["occurrences"]
-        assert last["median_wait_us"] > 0
+        last = entry.last_hosts[0]
+        assert last.host == "host02" and last.times_last == entry.occurrences
+        assert last.median_wait_us > 0
     # The header says it in a line each: the hosts' step spread, the offsets, the last arrivals.
     from hlogap.render.text import header_lines
 
@@ -205,7 +203,7 @@ def test_the_host_that_arrives_last_at_collectives_is_named(tmp_path: Path, chip
     assert "each host's own step, its first op to its last (wall, median over the steps; " in header
     assert "4 hosts): median" in header
     assert "clock offsets removed: 4 of 4 hosts" in header
-    assert f"last to arrive at {found[0]['name']}: host02 (" in header
+    assert f"last to arrive at {found[0].name}: host02 (" in header
 
 
 def test_without_steps_in_common_the_collective_ends_give_the_offsets() -> None:
@@ -240,7 +238,7 @@ def test_identical_hosts_name_no_slowest(tmp_path: Path) -> None:
     for h in range(3):
         shutil.copy(source, run / f"worker-{h:02d}.xplane.pb")
     report = hlogap.audit(tmp_path / "pod", AuditOptions(chip=str(write_cpu_chip(tmp_path))))
-    assert report.host_skew is not None and report.host_skew["over_median_pct"] == 0.0
+    assert report.host_skew is not None and report.host_skew.over_median_pct == 0.0
     header = "\n".join(header_lines(report))
     assert "hosts alike: none spends 1% more time in ops than the median host" in header
     assert "slowest host" not in header

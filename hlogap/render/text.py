@@ -20,6 +20,7 @@ from hlogap.report.model import (
     steps_summary,
     warmup_of,
 )
+from hlogap.report.sections import HostSkew
 from hlogap.units import fmt_eff, fmt_si, fmt_us, si_scale
 
 
@@ -315,39 +316,35 @@ def skew_lines(report: AuditReport) -> list[str]:
     """Several hosts: the slowest one, the step most skewed and the op that is slowest on some
     host."""
     skew = report.host_skew
-    if not skew:
+    if skew is None:
         return []
-    over = skew.get("over_median_pct")
-    if isinstance(over, (int, float)) and over < SKEW_WORTH_PCT:
+    over = skew.over_median_pct
+    if over is not None and over < SKEW_WORTH_PCT:
         line = (
             f"hosts alike: none spends {SKEW_WORTH_PCT:g}% more time in ops than the median "
-            f"host ({fmt_us(_float(skew.get('median_us')))}, device time)"
+            f"host ({fmt_us(skew.median_us)}, device time)"
         )
     else:
         line = (
-            f"slowest host: {skew.get('slowest_host')}, "
-            f"{fmt_us(_float(skew.get('slowest_us')))} in ops (device time), "
+            f"slowest host: {skew.slowest_host}, "
+            f"{fmt_us(skew.slowest_us)} in ops (device time), "
             f"{_pct_text(over)} over the median host"
         )
-    steps = [
-        s for s in _dicts(skew.get("steps")) if isinstance(s.get("over_median_pct"), (int, float))
-    ]
+    steps = [s for s in skew.steps if s.over_median_pct is not None]
     if steps:
-        worst_step = max(steps, key=lambda s: _float(s.get("over_median_pct")))
+        worst_step = max(steps, key=lambda s: s.over_median_pct or 0.0)
         line += (
-            f"; most skewed step: {worst_step.get('step')} on {worst_step.get('slowest_host')}, "
-            f"{_pct_text(worst_step.get('over_median_pct'))}"
+            f"; most skewed step: {worst_step.step} on {worst_step.slowest_host}, "
+            f"{_pct_text(worst_step.over_median_pct)}"
         )
-    ops = skew.get("ops")
-    if isinstance(ops, list) and ops and isinstance(ops[0], dict):
-        worst = ops[0]
-        worst_over = worst.get("over_median_pct")
-        if not isinstance(worst_over, (int, float)) or worst_over < SKEW_WORTH_PCT:
+    if skew.ops:
+        worst = skew.ops[0]
+        if worst.over_median_pct is None or worst.over_median_pct < SKEW_WORTH_PCT:
             line += f"; no op is {SKEW_WORTH_PCT:g}% slower on one host than its median"
         else:
             line += (
-                f"; most skewed op: {worst.get('name')} on {worst.get('slowest_host')}, "
-                f"{_pct_text(worst.get('over_median_pct'))} over its median host"
+                f"; most skewed op: {worst.name} on {worst.slowest_host}, "
+                f"{_pct_text(worst.over_median_pct)} over its median host"
             )
     return [line, *_pod_lines(skew)]
 
@@ -355,67 +352,47 @@ def skew_lines(report: AuditReport) -> list[str]:
 SHOWN_HOSTS = 3
 
 
-def _pod_lines(skew: dict[str, object]) -> list[str]:
+def _pod_lines(skew: HostSkew) -> list[str]:
     """The hosts' step times (spread and the slowest), their clock offsets, and who arrives
     last at the busiest collective: what stays readable at hundreds of hosts."""
     lines: list[str] = []
-    spread = skew.get("step_time")
-    if isinstance(spread, dict):
+    spread = skew.step_time
+    if spread is not None:
         # Listed by time in ops only where one is slower than the median host at all.
-        over = skew.get("over_median_pct")
-        slow = [
-            f"{h.get('host')} {fmt_us(_float(h.get('measured_us')))}"
-            for h in _dicts(skew.get("slowest_hosts"))[:SHOWN_HOSTS]
-            if isinstance(h.get("measured_us"), (int, float))
-        ]
+        over = skew.over_median_pct
+        slow = [f"{h.host} {fmt_us(h.measured_us)}" for h in skew.slowest_hosts[:SHOWN_HOSTS]]
         lines.append(
             f"each host's own step, its first op to its last (wall, median over the steps; "
-            f"{spread.get('hosts')} hosts): median {fmt_us(_float(spread.get('median_us')))}, "
-            f"p90 {fmt_us(_float(spread.get('p90_us')))}, max "
-            f"{fmt_us(_float(spread.get('max_us')))} on {spread.get('max_host')}"
+            f"{spread.hosts} hosts): median {fmt_us(spread.median_us)}, "
+            f"p90 {fmt_us(spread.p90_us)}, max "
+            f"{fmt_us(spread.max_us)} on {spread.max_host}"
             + (
                 f"; slowest hosts by time in ops (device time): {', '.join(slow)}"
-                if slow and isinstance(over, (int, float)) and over >= SKEW_WORTH_PCT
+                if slow and over is not None and over >= SKEW_WORTH_PCT
                 else ""
             )
         )
-    offsets = skew.get("clock_offset_us")
-    if isinstance(offsets, list) and len(offsets) > 1:
-        known = [abs(o) for o in offsets if isinstance(o, (int, float))]
-        sources = {f for f in _list(skew.get("clock_offset_from")) if isinstance(f, str)}
+    offsets = skew.clock_offset_us
+    if len(offsets) > 1:
+        known = [abs(o) for o in offsets if o is not None]
+        sources = set(skew.clock_offset_from)
         text = f"clock offsets removed: {len(known)} of {len(offsets)} hosts"
         if known:
             text += f", largest {fmt_us(max(known))}"
         lines.append(text + (f" (from {', '.join(sorted(sources))})" if sources else ""))
-    arrivals = _dicts(skew.get("collectives"))
-    if arrivals:
-        top = arrivals[0]
-        last = [
-            f"{h.get('host')} ({h.get('times_last')}x, {fmt_us(_float(h.get('median_wait_us')))})"
-            for h in _dicts(top.get("last_hosts"))
-        ]
+    if skew.collectives:
+        top = skew.collectives[0]
+        last = [f"{h.host} ({h.times_last}x, {fmt_us(h.median_wait_us)})" for h in top.last_hosts]
         if last:
             lines.append(
-                f"last to arrive at {top.get('name')}: {', '.join(last)} "
+                f"last to arrive at {top.name}: {', '.join(last)} "
                 "(times last, median wait it caused)"
             )
     return lines
 
 
-def _list(value: object) -> list[object]:
-    return list(value) if isinstance(value, list) else []
-
-
-def _dicts(value: object) -> list[dict[str, object]]:
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
-
-
-def _float(value: object) -> float:
-    return float(value) if isinstance(value, (int, float)) else 0.0
-
-
-def _pct_text(value: object) -> str:
-    return f"{value:+.0f}%" if isinstance(value, (int, float)) else "?"
+def _pct_text(value: float | None) -> str:
+    return f"{value:+.0f}%" if value is not None else "?"
 
 
 def step_lines(report: AuditReport) -> list[str]:
@@ -793,18 +770,12 @@ CROSS_CHECK_ROWS = 10  # differing ops listed under the table; JSON lists them a
 def cross_check_lines(report: AuditReport) -> list[str]:
     """`audit --cross-check`: the verdict, then the ops where xprof counts differently."""
     check = report.cross_check
-    if not check:
+    if check is None:
         return []
-    rows = check.get("rows")
-    differ = (
-        [r for r in rows if isinstance(r, dict) and not r.get("agrees")]
-        if isinstance(rows, list)
-        else []
-    )
-    lines = [str(check.get("summary", ""))]
+    lines = [check.summary()]
     by_reason: dict[str, list[str]] = {}
-    for r in differ:
-        by_reason.setdefault(str(r.get("why")), []).append(str(r.get("name")))
+    for r in check.differing:
+        by_reason.setdefault(r.why, []).append(r.name)
     shown = 0
     for why, names in by_reason.items():
         if len(names) > 3:  # one reason for many ops: said once

@@ -14,11 +14,11 @@ import json
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from hlogap.errors import InputError, UsageError
 from hlogap.report.model import AuditReport, OpRow
+from hlogap.report.sections import CrossCheck, CrossCheckRow
 from hlogap.source import host_of
 from hlogap.trace.xspace import read_bytes
 
@@ -32,56 +32,6 @@ from xprof.convert import raw_to_tool_data as convert
 data, _ = convert.xspace_to_tool_data(sys.argv[1:], "hlo_stats", {})
 sys.stdout.write(data.decode() if isinstance(data, bytes) else data)
 """
-
-
-@dataclass
-class CrossCheckRow:
-    module: str
-    program_id: str
-    name: str
-    occurrences: int | None  # hlogap's (None: not in its report)
-    xprof_occurrences: int | None  # None: not in xprof's hlo_stats
-    self_us: float | None
-    xprof_self_us: float | None
-    agrees: bool  # same occurrences, self time within tolerance
-    why: str  # what differs and, where known, why ("" when they agree)
-    explained: bool = False  # the difference is one hlogap knows the reason for
-
-
-@dataclass
-class CrossCheck:
-    tool: str
-    rows: list[CrossCheckRow] = field(default_factory=list)
-
-    @property
-    def agreeing(self) -> int:
-        return sum(r.agrees for r in self.rows)
-
-    @property
-    def unexplained(self) -> list[CrossCheckRow]:
-        return [r for r in self.rows if not r.agrees and not r.explained]
-
-    def summary(self) -> str:
-        differ = len(self.rows) - self.agreeing
-        tail = ""
-        if differ:
-            unexplained = len(self.unexplained)
-            tail = f"; {differ} differ, " + (
-                "each for a known reason" if not unexplained else f"{unexplained} unexplained"
-            )
-        return (
-            f"cross-check with {self.tool}: {self.agreeing} of {len(self.rows)} ops agree on "
-            f"occurrences and self time{tail}"
-        )
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "tool": self.tool,
-            "summary": self.summary(),
-            "ops": len(self.rows),
-            "agree": self.agreeing,
-            "rows": [asdict(r) for r in self.rows],
-        }
 
 
 def cross_check(report: AuditReport, selected: bool = False) -> CrossCheck:

@@ -22,6 +22,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from hlogap.report.model import OpRow, StepRow
+from hlogap.report.sections import (
+    CollectiveArrivals,
+    HostSkew,
+    HostSpread,
+    LastArrival,
+    OpSkew,
+    SlowHost,
+    StepSkew,
+)
 from hlogap.trace.model import OpKey
 from hlogap.trace.steps import FIRST_NONE, NOT_RUN, CollectiveTimes, StepTotals
 from hlogap.trace.summary import RunSummary
@@ -84,13 +93,13 @@ def host_skew(
     clocks: ClockOffsets,
     collectives: Sequence[OpKey] = (),
     collective_times: Sequence[CollectiveTimes] = (),
-) -> dict[str, object]:
-    """The `hosts` section (docs/json.md); {} when the events come from fewer than two hosts.
+) -> HostSkew | None:
+    """The `hosts` section (docs/json.md); None when the events come from fewer than two hosts.
     `totals` (on the first host's clock), `clocks` and `collective_times` (of `collectives`)
     are per host, in `run.hosts` order."""
     names = sorted(set(run.hosts))
     if len(names) < 2:
-        return {}
+        return None
     # Files of one host name (rare) count as one host.
     of_name = np.array([names.index(h) for h in run.hosts])
     n_hosts, n_ops = len(names), len(run.ops)
@@ -104,56 +113,51 @@ def host_skew(
     median_host = float(np.median(per_host))
     slowest = int(np.argmax(per_host))
     op_ids = {o.key: i for i, o in enumerate(run.ops)}
-    ops: list[tuple[float, dict[str, object]]] = []  # (excess over the median, the op's entry)
+    ops: list[tuple[float, OpSkew]] = []  # (excess over the median, the op's entry)
     for row in rows:
         i = op_ids[OpKey(row.module, row.program_id, row.name)]
         times = per_op_host[i][ran[i]] / 1e6
         if len(times) < 2:
             continue
         on = np.flatnonzero(ran[i])
-        entry = _slowest(names, on, times)
-        ops.append(
-            (
-                float(times.max()) - float(np.median(times)),
-                {"module": row.module, "program_id": row.program_id, "name": row.name, **entry},
-            )
-        )
+        entry = OpSkew(row.module, row.program_id, row.name, *_slowest(names, on, times))
+        ops.append((entry.slowest_us - entry.median_us, entry))
     ops.sort(key=lambda entry: -entry[0])
     # A name of several files (rare) takes its first file's offset.
     first_file = {name: run.hosts.index(name) for name in names}
     step_time = _host_step_time(names, of_name, totals)
     slowest_first = np.argsort(-per_host, kind="stable")[:SLOWEST_SHOWN]
     ran_steps = np.isfinite(step_time)
-    return {
-        "hosts": names,
-        "clock_offset_us": [
+    return HostSkew(
+        hosts=names,
+        clock_offset_us=[
             None if (o := clocks.offset_ps[first_file[h]]) is None else o / 1e6 for h in names
         ],
-        "clock_offset_from": [clocks.found_from[first_file[h]] for h in names],
-        "slowest_hosts": [
-            {
-                "host": names[h],
-                "measured_us": float(per_host[h]),
-                "over_median_pct": _over(float(per_host[h]), median_host),
-                "step_median_us": float(step_time[h]) if ran_steps[h] else None,
-            }
+        clock_offset_from=[clocks.found_from[first_file[h]] for h in names],
+        slowest_hosts=[
+            SlowHost(
+                host=names[h],
+                measured_us=float(per_host[h]),
+                over_median_pct=_over(float(per_host[h]), median_host),
+                step_median_us=float(step_time[h]) if ran_steps[h] else None,
+            )
             for h in slowest_first.tolist()
         ],
-        "step_time": _spread(names, step_time) if ran_steps.any() else None,
-        "collectives": _last_arrivals(run.hosts, clocks, collectives, collective_times),
-        "measured_us": {h: float(t) for h, t in zip(names, per_host, strict=True)},
-        "slowest_host": names[slowest],
-        "slowest_us": float(per_host[slowest]),
-        "median_us": median_host,
-        "over_median_pct": _over(float(per_host[slowest]), median_host),
-        "steps": _step_skew(names, of_name, steps, totals),
-        "ops": [entry for _, entry in ops],
-    }
+        step_time=_spread(names, step_time) if ran_steps.any() else None,
+        collectives=_last_arrivals(run.hosts, clocks, collectives, collective_times),
+        measured_us={h: float(t) for h, t in zip(names, per_host, strict=True)},
+        slowest_host=names[slowest],
+        slowest_us=float(per_host[slowest]),
+        median_us=median_host,
+        over_median_pct=_over(float(per_host[slowest]), median_host),
+        steps=_step_skew(names, of_name, steps, totals),
+        ops=[entry for _, entry in ops],
+    )
 
 
 def _step_skew(
     names: list[str], of_name: np.ndarray, steps: list[StepRow], totals: list[StepTotals]
-) -> list[dict[str, object]]:
+) -> list[StepSkew]:
     """Per step: the slowest and the median host by time in ops starting in the step."""
     if not steps or len(totals) != len(of_name):
         return []
@@ -162,7 +166,7 @@ def _step_skew(
         per_step_host[:, of_name[k]] += host_totals.measured_ps.sum(axis=0) / 1e6
     everyone = np.arange(len(names))
     return [
-        {"step": step.step, **_slowest(names, everyone, per_step_host[k])}
+        StepSkew(step.step, *_slowest(names, everyone, per_step_host[k]))
         for k, step in enumerate(steps)
     ]
 
@@ -185,18 +189,18 @@ def _host_step_time(names: list[str], of_name: np.ndarray, totals: list[StepTota
     return wall
 
 
-def _spread(names: list[str], times: np.ndarray) -> dict[str, object]:
+def _spread(names: list[str], times: np.ndarray) -> HostSpread:
     """Median, 90th percentile and maximum over the hosts that ran steps, and the host of it."""
     ran = np.flatnonzero(np.isfinite(times))
     values = times[ran]
     worst = int(ran[np.argmax(values)])
-    return {
-        "hosts": len(ran),
-        "median_us": float(np.median(values)),
-        "p90_us": float(np.percentile(values, 90)),
-        "max_us": float(values.max()),
-        "max_host": names[worst],
-    }
+    return HostSpread(
+        hosts=len(ran),
+        median_us=float(np.median(values)),
+        p90_us=float(np.percentile(values, 90)),
+        max_us=float(values.max()),
+        max_host=names[worst],
+    )
 
 
 def _last_arrivals(
@@ -204,14 +208,14 @@ def _last_arrivals(
     clocks: ClockOffsets,
     collectives: Sequence[OpKey],
     times: Sequence[CollectiveTimes],
-) -> list[dict[str, object]]:
+) -> list[CollectiveArrivals]:
     """Per collective, the hosts that arrived last (on the first host's clock; hosts without a
     clock offset are left out) and how long the others waited for them: the latest arrival
     minus the median one, per occurrence that two hosts or more ran."""
     aligned = [h for h in range(len(times)) if clocks.offset_ps[h] is not None]
     if len(aligned) < 2:
         return []
-    found: list[tuple[float, dict[str, object]]] = []
+    found: list[tuple[float, CollectiveArrivals]] = []
     for row, key in enumerate(collectives):
         start = np.stack([times[h].start_ps[row] for h in aligned])  # (hosts, occurrences)
         ran = start != NOT_RUN
@@ -232,37 +236,36 @@ def _last_arrivals(
         found.append(
             (
                 float(waits.sum()),
-                {
-                    "module": key.module,
-                    "program_id": key.program_id,
-                    "name": key.name,
-                    "occurrences": len(matched),
-                    "median_wait_us": float(np.median(waits)) / 1e6,
-                    "last_hosts": [
-                        {
-                            "host": hosts[aligned[h]],
-                            "times_last": n,
-                            "median_wait_us": float(np.median(waits[last == h])) / 1e6,
-                        }
+                CollectiveArrivals(
+                    module=key.module,
+                    program_id=key.program_id,
+                    name=key.name,
+                    occurrences=len(matched),
+                    median_wait_us=float(np.median(waits)) / 1e6,
+                    last_hosts=[
+                        LastArrival(
+                            host=hosts[aligned[h]],
+                            times_last=n,
+                            median_wait_us=float(np.median(waits[last == h])) / 1e6,
+                        )
                         for h, n in counts.most_common(LAST_SHOWN)
                     ],
-                },
+                ),
             )
         )
     found.sort(key=lambda entry: -entry[0])
     return [entry for _, entry in found]
 
 
-def _slowest(names: list[str], on: np.ndarray, times: np.ndarray) -> dict[str, object]:
+def _slowest(
+    names: list[str], on: np.ndarray, times: np.ndarray
+) -> tuple[int, str, float, float, float | None]:
+    """Over the hosts `on` (their `times`): how many, the slowest, its time, the median time
+    and the slowest's excess over it (the last five fields of `OpSkew` and `StepSkew`)."""
     worst = int(on[np.argmax(times)])
     median = float(np.median(times))
-    return {
-        "hosts": len(times),
-        "slowest_host": names[worst],
-        "slowest_us": float(times.max()),
-        "median_us": median,
-        "over_median_pct": _over(float(times.max()), median),
-    }
+    slowest = float(times.max())
+    return len(times), names[worst], slowest, median, _over(slowest, median)
 
 
 def _over(value: float, median: float) -> float | None:

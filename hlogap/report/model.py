@@ -18,6 +18,7 @@ from hlogap.chips import Chip
 from hlogap.errors import InputError
 from hlogap.hlo.mesh import Mesh
 from hlogap.memory.static import MemorySection
+from hlogap.report.sections import CrossCheck, HostSkew
 from hlogap.source import is_url, read_remote, regular_file
 from hlogap.trace.model import Backend, StepSource
 from hlogap.trace.timeline import Timeline
@@ -732,10 +733,10 @@ class AuditReport:
     steps_cover_fraction: float | None = None
     group_by: str | None = None  # `--group-by` (scope, category, source, module), when asked
     groups: list[GroupRow] = field(default_factory=list)
-    # `--cross-check`: xprof's counts beside ours (hlogap.report.crosscheck), as JSON.
-    cross_check: dict[str, object] | None = None
+    # `--cross-check`: xprof's counts beside ours (hlogap.report.crosscheck).
+    cross_check: CrossCheck | None = None
     # Several hosts: the slowest against the median, in all and op by op (hlogap.report.hosts).
-    host_skew: dict[str, object] | None = None
+    host_skew: HostSkew | None = None
     # `--model-flops`: the model's FLOPs per step, whole program (for `summary.mfu`).
     model_flops: float | None = None
     # Each module's static memory (its buffer assignment) and the headroom (hlogap.memory).
@@ -960,8 +961,8 @@ class AuditReport:
             if self.actions is None
             else [a.to_dict(k) for k, a in enumerate(self.actions, 1)],
             "what_if": None if self.what_if is None else [w.to_dict() for w in self.what_if],
-            **({"hosts": self.host_skew} if self.host_skew else {}),
-            **({"cross_check": self.cross_check} if self.cross_check else {}),
+            **({"hosts": asdict(self.host_skew)} if self.host_skew else {}),
+            **({"cross_check": self.cross_check.to_dict()} if self.cross_check else {}),
             "warnings": self.warnings,
         }
 

@@ -86,6 +86,24 @@ def test_no_module_imports_from_a_later_stage(path: Path) -> None:
         )
 
 
+# A renderer lays out the report and words it: it imports the report (its schema, with
+# hlogap.report.schema naming the types of earlier stages the report holds), its own package and
+# the leaves, never the stages that made the report (trace, memory, bounds, chips): a figure a
+# renderer worked out from them would be one the JSON and the other formats do not hold.
+RENDER_IMPORTS = {"report", "render", "units", "errors", "files", "_plugins"}
+RENDERERS = [p for p in MODULES if _top(p) == "render"]
+
+
+@pytest.mark.parametrize("path", RENDERERS, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_renderers_import_only_the_report(path: Path) -> None:
+    for line, module in _imports(path):
+        parts = module.split(".")
+        assert len(parts) < 2 or parts[1] in RENDER_IMPORTS, (
+            f"{path.relative_to(PACKAGE)}:{line} imports {module}: a renderer imports only "
+            f"{sorted(RENDER_IMPORTS)}"
+        )
+
+
 def test_the_walk_sees_a_back_edge(tmp_path: Path) -> None:
     # The check itself: a cost module importing the report stage is caught.
     bad = tmp_path / "bad.py"

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hlogap.render.trace_events import colour_of, lanes
+from hlogap.render.trace_events import colour_of
+from hlogap.report.tracks import lanes
 from tests.conftest import FIXTURES, SHARED
 from tests.test_errors import run_cli
 

@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from hlogap._plugins import import_all
-from hlogap.bounds.instruction import InstructionBound
-from hlogap.chips import Chip
 from hlogap.errors import UsageError
 from hlogap.report.compare import Diff
 from hlogap.report.gate import CheckResult
 from hlogap.report.model import AuditReport
+from hlogap.report.schema import Chip, InstructionBound
 
 DocumentKind = Literal["audit", "diff", "check", "chips", "bound", "memory"]
 

@@ -12,10 +12,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from hlogap.chips import Chip
 from hlogap.errors import HlogapError, UsageError
 from hlogap.files import check_output
 from hlogap.report.model import AuditReport, OpRow
+from hlogap.report.schema import Chip
 from hlogap.units import fmt_si
 
 PLOT_SUFFIXES = (".svg", ".png", ".html")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from hlogap.memory.runtime import AllocatorPeak
 from hlogap.report.model import StepRow
+from hlogap.report.schema import AllocatorPeak
 from hlogap.units import fmt_si, fmt_us
 
 # Eighths of a column's height; a blank is nothing in use, or a time the allocator logged

@@ -6,9 +6,6 @@ import io
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from hlogap.bounds.instruction import InstructionBound
-from hlogap.chips import Chip
-from hlogap.memory.runtime import AllocatorPeak
 from hlogap.render.base import (
     ChipList,
     Document,
@@ -52,6 +49,7 @@ from hlogap.render.text import (
 from hlogap.report.compare import RENAMED, Diff, DiffRow
 from hlogap.report.gate import CheckResult
 from hlogap.report.model import AuditReport
+from hlogap.report.schema import AllocatorPeak, Chip, InstructionBound
 from hlogap.units import fmt_eff, fmt_si, fmt_us
 
 if TYPE_CHECKING:  # Rich is imported on use: JSON output never loads its table machinery

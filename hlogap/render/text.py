@@ -7,8 +7,6 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
-from hlogap.chips import Chip
-from hlogap.memory.runtime import AllocatorPeak
 from hlogap.render.cells import op_totals_line, step_bound_text, step_shares_text
 from hlogap.report.compare import MATCH_METHODS, Diff, DiffRow
 from hlogap.report.gate import CheckResult
@@ -20,6 +18,7 @@ from hlogap.report.model import (
     steps_summary,
     warmup_of,
 )
+from hlogap.report.schema import AllocatorPeak, Chip
 from hlogap.report.sections import HostSkew
 from hlogap.units import fmt_eff, fmt_si, fmt_us, si_scale
 

@@ -10,25 +10,21 @@ each device has a track of its idle gaps (inside its own step, or between its fi
 without steps), one of exposed communication (a collective running while no compute op does)
 and one of exposed host transfers (only host transfers running), the report's split inside the
 device's own steps; a process of its own holds the steps. Times count from the same instant as
-the report's `start_us`.
+the report's `start_us`. The tracks and spans are worked out before (hlogap.report.tracks): this
+module lays them out as events.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import orjson
 
 from hlogap.errors import UsageError
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
-from hlogap.report.model import AuditReport, OpRow, warmup_of
-from hlogap.report.steps import op_step_costs
-from hlogap.trace.model import OpKey
-from hlogap.trace.timeline import HostEvents
-from hlogap.trace.timing import merged_intervals
+from hlogap.report.model import AuditReport, OpRef, OpRow, warmup_of
+from hlogap.report.tracks import DeviceTracks, Spans, device_tracks, step_tracks
 
 # chrome://tracing's reserved colour names, an event's `cname` (and its args' `band`, which
 # Perfetto shows and filters on): efficiency at or above each floor.
@@ -38,7 +34,6 @@ STEPS_PID = 0
 # A host done whose bound is within this fraction of its measured time is bounded by its waits
 # (sums of per-execution bounds equal to the waits differ from their sum by rounding only).
 AT_MEASURED = 1e-9
-IDLE_TRACK, EXPOSED_TRACK, HOST_TRACK = "idle", "exposed communication", "exposed host transfers"
 # Events made Python objects at a time before they are written out as JSON: tens of MB.
 BATCH_EVENTS = 1 << 16
 
@@ -53,73 +48,6 @@ def colour_of(efficiency: float | None, bound_us: float | None = None) -> str:
         if efficiency >= floor:
             return name
     return EFFICIENCY_COLOURS[-1][1]  # below every floor: a negative efficiency
-
-
-def lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """The fewest lanes (numbered from 0) that hold events sorted by start with no two of a
-    lane overlapping: each event takes the free lane that ended first, as interval
-    partitioning does."""
-    lane = np.zeros(len(start), dtype=np.int64)
-    if len(start) < 2 or bool(np.all(start[1:] >= np.maximum.accumulate(end)[:-1])):
-        return lane  # nothing overlaps: one lane, no walk
-    free: list[tuple[int, int]] = []  # (end, lane) of each lane's last event
-    used = 0
-    for k, (s, e) in enumerate(zip(start.tolist(), end.tolist())):
-        if free and free[0][0] <= s:
-            _, lane_k = heapq.heappop(free)
-        else:
-            lane_k, used = used, used + 1
-        lane[k] = lane_k
-        heapq.heappush(free, (e, lane_k))
-    return lane
-
-
-def tracks(
-    line: np.ndarray, start: np.ndarray, end: np.ndarray, line_names: list[str]
-) -> tuple[np.ndarray, list[str]]:
-    """Each event's track (numbered from 0) and the tracks' names: one track per line of the
-    profile, in its order and named as it names them (`Stream #7(Compute)`, `XLA Ops`), and
-    more after a line's own where its events overlap (`XLA Ops (running at once 2)`: a while
-    loop and its body's ops, XLA:CPU's thread pool), as few as keep them apart (`lanes`).
-    Events sorted by start."""
-    track = np.zeros(len(line), dtype=np.int64)
-    names: list[str] = []
-    for k in np.unique(line).tolist():
-        mine = np.flatnonzero(line == k)
-        lane = lanes(start[mine], end[mine])
-        track[mine] = len(names) + lane
-        title = line_names[k] or "ops"
-        names += [
-            title,
-            *(f"{title} (running at once {n + 1})" for n in range(1, int(lane.max()) + 1)),
-        ]
-    return track, names
-
-
-def _gaps(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The gaps between sorted disjoint intervals."""
-    return end[:-1], start[1:]
-
-
-def _minus(
-    a_start: np.ndarray, a_end: np.ndarray, b_start: np.ndarray, b_end: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint sorted intervals `a` less disjoint sorted intervals `b`."""
-    if not len(b_start) or not len(a_start):
-        return a_start, a_end
-    # `a` cut by the gaps of `b` (and what lies before and after `b`).
-    gap_start = np.concatenate([[np.iinfo(np.int64).min], b_end])
-    gap_end = np.concatenate([b_start, [np.iinfo(np.int64).max]])
-    starts, ends = [], []
-    first = np.searchsorted(gap_end, a_start, side="right")
-    last = np.searchsorted(gap_start, a_end, side="left")
-    for lo, hi, s, e in zip(first.tolist(), last.tolist(), a_start.tolist(), a_end.tolist()):
-        for g in range(lo, hi):
-            cut_start, cut_end = max(s, int(gap_start[g])), min(e, int(gap_end[g]))
-            if cut_end > cut_start:
-                starts.append(cut_start)
-                ends.append(cut_end)
-    return np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)
 
 
 class TraceEventRenderer:
@@ -151,163 +79,99 @@ class TraceEventRenderer:
 
     def batches(self, report: AuditReport) -> Iterator[list[dict[str, Any]]]:
         """The trace's events in batches: the steps, then each device's, in the run's order."""
-        timeline = report.timeline
-        assert timeline is not None
-        events: list[dict[str, Any]] = [
-            _name("process_name", STEPS_PID, 0, "steps"),
-            _process_sort_index(STEPS_PID),
-        ]
-        # A step runs from its first device's start to its last device's end: with skew, steps
-        # overlap, and go on tracks of their own there.
-        warmup = {s.step for s in report.steps[: warmup_of(report.steps)]}
-        steps = sorted(report.steps, key=lambda s: s.start_us)
-        start = np.array([s.start_us for s in steps], dtype=np.float64)
-        end = start + np.array([s.wall_us for s in steps], dtype=np.float64)
-        track, names = tracks(np.zeros(len(steps), dtype=np.int32), start, end, ["steps"])
-        for k, title in enumerate(names):
-            events += [_name("thread_name", STEPS_PID, k, title), _sort_index(STEPS_PID, k)]
-        for step, tid in zip(steps, track.tolist(), strict=True):
-            events.append(
-                {
-                    "name": f"step {step.step}",
-                    "cat": "step",
-                    "ph": "X",
-                    "pid": STEPS_PID,
-                    "tid": tid,
-                    "ts": step.start_us,
-                    "dur": step.wall_us,
-                    "args": {
-                        "source": step.source,
-                        # Left out of the summary's steps (and the actions' step figures).
-                        "warmup": step.step in warmup,
-                        "devices": step.devices,
-                        "idle_us": step.idle_us,
-                        "exposed_comm_us": step.exposed_comm_us,
-                        "exposed_host_us": step.exposed_host_us,
-                        "measured_us": step.measured_us,
-                        "bound_us": step.bound_us,
-                    },
-                }
-            )
-        yield events
-        rows = {OpKey(r.module, r.program_id, r.name): r for r in report.ops}
-        costs = op_step_costs(report.ops)
-        windows = _device_windows(report)
-        pid = STEPS_PID
-        for host, host_events in zip(timeline.hosts, timeline.events):
-            for local, device_name in enumerate(host_events.devices):
-                pid += 1
-                yield from self._device(
-                    host_events,
-                    local,
-                    pid,
-                    f"{host} {device_name}",
-                    rows,
-                    (costs.collective, costs.host),
-                    timeline.origin_ps,
-                    windows.get(pid - 1),
-                )
-
-    def _device(
-        self,
-        host_events: HostEvents,
-        local: int,
-        pid: int,
-        name: str,
-        rows: dict[OpKey, OpRow],
-        exposed: tuple[frozenset[OpKey], frozenset[OpKey]],
-        origin_ps: int,
-        windows: list[tuple[float, float]] | None,
-    ) -> Iterator[list[dict[str, Any]]]:
-        mine = host_events.device == local
-        op = host_events.op[mine]
-        start = host_events.start_ps[mine]
-        end = start + host_events.duration_ps[mine]
-        self_ps = host_events.self_ps[mine]
-        line = host_events.line[mine]
-        track, names = tracks(line, start, end, host_events.lines)
-        out = [_name("process_name", pid, 0, name), _process_sort_index(pid)]
-        for k, title in enumerate(names):
-            out += [_name("thread_name", pid, k, title), _sort_index(pid, k)]
-        described = [_describe(key, rows.get(key)) for key in host_events.ops]
-        # Perfetto filters by category: every op event is `op`, then what bounds it
-        # (`op,memory`, `op,unmodeled`); the colour is `cname`.
-        categories = [
-            ",".join(["op", *([a["bound_by"]] if "bound_by" in a else [])]) for _, a, _ in described
-        ]
-        for o, s, e, own, k in zip(
-            op.tolist(), start.tolist(), end.tolist(), self_ps.tolist(), track.tolist()
-        ):
-            title, args, row = described[o]
-            efficiency, gap_us = _occurrence_figures(row, own)
-            band = colour_of(efficiency, args.get("bound_us"))
-            out.append(
-                {
-                    "name": title,
-                    "cat": categories[o],
-                    "ph": "X",
-                    "pid": pid,
-                    "tid": k,
-                    "ts": (s - origin_ps) / 1e6,
-                    "dur": (e - s) / 1e6,
-                    "cname": band,
-                    "args": {
-                        **args,
-                        "self_us": own / 1e6,
-                        "efficiency": efficiency,
-                        "gap_us": gap_us,
-                        "band": band,
-                    },
-                }
-            )
-            if len(out) >= BATCH_EVENTS:
-                yield out
-                out = []
-        idle_tid, exposed_tid, host_tid = len(names), len(names) + 1, len(names) + 2
-        for tid, title in (
-            (idle_tid, IDLE_TRACK),
-            (exposed_tid, EXPOSED_TRACK),
-            (host_tid, HOST_TRACK),
-        ):
-            out += [_name("thread_name", pid, tid, title), _sort_index(pid, tid)]
-        busy_start, busy_end = merged_intervals(start, end)
-        gap_start, gap_end = _gaps(busy_start, busy_end)
-        lo = hi = None
-        if windows is not None:  # idle and exposed time only inside the device's own steps
-            lo = np.array([origin_ps + round(a * 1e6) for a, _ in windows], dtype=np.int64)
-            hi = np.array([origin_ps + round(b * 1e6) for _, b in windows], dtype=np.int64)
-            step_of = np.searchsorted(lo, gap_start, side="right") - 1
-            inside = (step_of >= 0) & (gap_end <= hi[np.maximum(step_of, 0)])
-            gap_start, gap_end = gap_start[inside], gap_end[inside]
-        out += _spans(pid, idle_tid, IDLE_TRACK, gap_start, gap_end, origin_ps)
-        # The report's split (hlogap.trace.steps): exposed communication while a collective
-        # runs and no compute op does; exposed host transfers while only host transfers run.
-        collective_ops, host_ops = exposed
-        is_collective = np.array([key in collective_ops for key in host_events.ops], dtype=bool)
-        is_host = np.array([key in host_ops for key in host_events.ops], dtype=bool)
-        collective, host = is_collective[op], is_host[op]
-        for tid, title, alone, beside in (
-            (exposed_tid, EXPOSED_TRACK, collective, ~(collective | host)),
-            (host_tid, HOST_TRACK, host, ~host),
-        ):
-            if alone.any():
-                spans = _minus(
-                    *merged_intervals(start[alone], end[alone]),
-                    *merged_intervals(start[beside], end[beside]),
-                )
-                if lo is not None and hi is not None:
-                    spans = _within(*spans, lo, hi)
-                out += _spans(pid, tid, title, *spans, origin_ps)
-        yield out
+        yield _steps(report)
+        for pid, device in enumerate(device_tracks(report), STEPS_PID + 1):
+            yield from _device(device, pid)
 
 
-def _within(
-    start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint sorted intervals cut to the sorted disjoint windows `[lo, hi]`: less what lies
-    between the windows (and before the first, after the last)."""
-    big = np.iinfo(np.int64)
-    return _minus(start, end, np.concatenate([[big.min], hi]), np.concatenate([lo, [big.max]]))
+def _steps(report: AuditReport) -> list[dict[str, Any]]:
+    """The steps' process: each step from its first device's start to its last device's end,
+    on tracks of their own where skew makes them overlap."""
+    events: list[dict[str, Any]] = [
+        _name("process_name", STEPS_PID, 0, "steps"),
+        _process_sort_index(STEPS_PID),
+    ]
+    warmup = {s.step for s in report.steps[: warmup_of(report.steps)]}
+    steps = sorted(report.steps, key=lambda s: s.start_us)
+    track, names = step_tracks(steps)
+    for k, title in enumerate(names):
+        events += [_name("thread_name", STEPS_PID, k, title), _sort_index(STEPS_PID, k)]
+    for step, tid in zip(steps, track.tolist(), strict=True):
+        events.append(
+            {
+                "name": f"step {step.step}",
+                "cat": "step",
+                "ph": "X",
+                "pid": STEPS_PID,
+                "tid": tid,
+                "ts": step.start_us,
+                "dur": step.wall_us,
+                "args": {
+                    "source": step.source,
+                    # Left out of the summary's steps (and the actions' step figures).
+                    "warmup": step.step in warmup,
+                    "devices": step.devices,
+                    "idle_us": step.idle_us,
+                    "exposed_comm_us": step.exposed_comm_us,
+                    "exposed_host_us": step.exposed_host_us,
+                    "measured_us": step.measured_us,
+                    "bound_us": step.bound_us,
+                },
+            }
+        )
+    return events
+
+
+def _device(device: DeviceTracks, pid: int) -> Iterator[list[dict[str, Any]]]:
+    """A device's process: its op events on their tracks (`BATCH_EVENTS` at a time), then its
+    idle, exposed communication and exposed host transfer tracks."""
+    names = device.track_names
+    out = [_name("process_name", pid, 0, device.name), _process_sort_index(pid)]
+    for k, title in enumerate(names):
+        out += [_name("thread_name", pid, k, title), _sort_index(pid, k)]
+    described = [_describe(ref, row) for ref, row in zip(device.ops, device.rows, strict=True)]
+    # Perfetto filters by category: every op event is `op`, then what bounds it
+    # (`op,memory`, `op,unmodeled`); the colour is `cname`.
+    categories = [
+        ",".join(["op", *([a["bound_by"]] if "bound_by" in a else [])]) for _, a, _ in described
+    ]
+    for o, s, e, own, k in zip(
+        device.op.tolist(),
+        device.start_ps.tolist(),
+        device.end_ps.tolist(),
+        device.self_ps.tolist(),
+        device.track.tolist(),
+    ):
+        title, args, row = described[o]
+        efficiency, gap_us = _occurrence_figures(row, own)
+        band = colour_of(efficiency, args.get("bound_us"))
+        out.append(
+            {
+                "name": title,
+                "cat": categories[o],
+                "ph": "X",
+                "pid": pid,
+                "tid": k,
+                "ts": s / 1e6,
+                "dur": (e - s) / 1e6,
+                "cname": band,
+                "args": {
+                    **args,
+                    "self_us": own / 1e6,
+                    "efficiency": efficiency,
+                    "gap_us": gap_us,
+                    "band": band,
+                },
+            }
+        )
+        if len(out) >= BATCH_EVENTS:
+            yield out
+            out = []
+    for tid, spans in enumerate(device.spans, len(names)):
+        out += [_name("thread_name", pid, tid, spans.title), _sort_index(pid, tid)]
+    for tid, spans in enumerate(device.spans, len(names)):
+        out += _spans(pid, tid, spans)
+    yield out
 
 
 def _name(kind: str, pid: int, tid: int, name: str) -> dict[str, Any]:
@@ -330,24 +194,22 @@ def _sort_index(pid: int, tid: int) -> dict[str, Any]:
     }
 
 
-def _spans(
-    pid: int, tid: int, title: str, start: np.ndarray, end: np.ndarray, origin_ps: int
-) -> list[dict[str, Any]]:
+def _spans(pid: int, tid: int, spans: Spans) -> list[dict[str, Any]]:
     return [
         {
-            "name": title,
-            "cat": title,
+            "name": spans.title,
+            "cat": spans.title,
             "ph": "X",
             "pid": pid,
             "tid": tid,
-            "ts": (s - origin_ps) / 1e6,
+            "ts": s / 1e6,
             "dur": (e - s) / 1e6,
         }
-        for s, e in zip(start.tolist(), end.tolist())
+        for s, e in zip(spans.start_ps.tolist(), spans.end_ps.tolist())
     ]
 
 
-def _describe(key: OpKey, row: OpRow | None) -> tuple[str, dict[str, Any], OpRow | None]:
+def _describe(key: OpRef, row: OpRow | None) -> tuple[str, dict[str, Any], OpRow | None]:
     """An op's event title and the args every one of its events carries."""
     args: dict[str, Any] = {"module": key.module, "program_id": key.program_id}
     if row is None:  # an op the report does not list
@@ -387,17 +249,6 @@ def _occurrence_figures(row: OpRow | None, self_ps: int) -> tuple[float | None, 
     self_us = self_ps / 1e6
     bound_us = min(row.bound_us / row.occurrences, self_us)
     return bound_us / self_us, self_us - bound_us
-
-
-def _device_windows(report: AuditReport) -> dict[int, list[tuple[float, float]]]:
-    """Per device of the run: its own (start_us, end_us) in each step, in step order."""
-    windows: dict[int, list[tuple[float, float]]] = {}
-    for step in report.steps:
-        for part in step.per_device:
-            windows.setdefault(part.device, []).append(
-                (part.start_us, part.start_us + part.wall_us)
-            )
-    return {d: sorted(w) for d, w in windows.items()}
 
 
 register(TraceEventRenderer())

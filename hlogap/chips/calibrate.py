@@ -15,18 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from hlogap.chips import Chip, load_chip
+# calibrated_path is re-exported: the audit and older callers ask this module for it.
+from hlogap.chips.database import calibrated_path as calibrated_path
+from hlogap.chips.database import load_chip
+from hlogap.chips.spec import Chip
 from hlogap.errors import HlogapError
 from hlogap.files import write_text
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("HLOGAP_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
-    return Path(base) / "hlogap" if base else Path.home() / ".cache" / "hlogap"
-
-
-def calibrated_path() -> Path:
-    return cache_dir() / "cpu.toml"
 
 
 def _best_of(fn: Callable[..., object], args: tuple[object, ...], repeats: int) -> float:

@@ -197,6 +197,8 @@ DEVICE_COUNTS = {
     "sharded_train": SHARDED_DEVICES,
     "documented_sharded": SHARDED_DEVICES,
     "documented_block": SHARDED_DEVICES,
+    "documented_cond_sharded": SHARDED_DEVICES,
+    "documented_all_to_all": SHARDED_DEVICES,
 }
 
 
@@ -1234,8 +1236,237 @@ def block_oracle(functions: Sequence[Callable[..., Any]], args: dict[int, tuple[
     }
 
 
+# Two sharded programs on a (data 2, model 4) mesh of 8 host devices (issue 40: global shapes
+# through control flow and all-to-all), GSPMD with NamedSharding and with_sharding_constraint.
+# documented_cond_sharded: a lax.cond whose branches hold sharded dots (an MLP whose hidden dim
+# is split over model and whose down projection sums partial products; a gate projection),
+# in a 2-trip loop taking each once. documented_all_to_all: a sequence-parallel
+# activation (its sequence split over model) resharded to split its features (XLA moves the
+# split with an all-to-all), then two projections. Their oracle adds `dots`: every
+# dot_general of the jaxpr (the cond's branches included) with its global shapes, and the specs
+# of its operands and result as the program declares them, and the lowered StableHLO's.
+SHARDED_MESH = {"data": 2, "model": 4}
+COND_SHARDED_DIMS = {"batch": 64, "d_model": 96, "d_ff": 512}
+ALL_TO_ALL_DIMS = {"batch": 16, "seq": 64, "d_model": 128, "d_ff": 192}
+
+
+def _sharded_mesh() -> Callable[..., Any]:
+    """`sh(*spec)`: a NamedSharding on the (data 2, model 4) mesh of the 8 host devices."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    devices = jax.devices()
+    if len(devices) != SHARDED_DEVICES:
+        raise RuntimeError(f"the program needs {SHARDED_DEVICES} devices: {len(devices)}")
+    mesh = Mesh(np.array(devices).reshape(*SHARDED_MESH.values()), tuple(SHARDED_MESH))
+
+    def sh(*spec: Any) -> NamedSharding:
+        return NamedSharding(mesh, P(*spec))
+
+    return sh
+
+
+def _put(sh: Callable[..., Any], shape: tuple[int, ...], *spec: Any) -> Any:
+    import jax
+    import numpy as np
+
+    rng = np.random.default_rng(len(shape) * 1000 + sum(shape))
+    return jax.device_put((rng.standard_normal(shape) * 0.05).astype(np.float32), sh(*spec))
+
+
+def build_documented_cond_sharded() -> Documented:
+    """A lax.cond between an MLP and a gate projection, on the (data, model) mesh, in a
+    2-trip loop whose trips alternate (the predicate a runtime input's), so that each branch
+    runs once in every execution."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    sh = _sharded_mesh()
+    b, d, f = (COND_SHARDED_DIMS[n] for n in ("batch", "d_model", "d_ff"))
+
+    def cond_sharded(x: Any, w_up: Any, w_down: Any, w_gate: Any, flag: Any) -> Any:
+        c: Callable[..., Any] = jax.lax.with_sharding_constraint
+
+        def mlp(x: Any) -> Any:
+            hidden = c(jax.nn.relu(jnp.einsum("bd,df->bf", x, w_up)), sh("data", "model"))
+            return c(jnp.einsum("bf,fd->bd", hidden, w_down), sh("data", None))
+
+        def gate(x: Any) -> Any:
+            gated = c(jnp.einsum("bd,de->be", x, w_gate), sh("data", "model"))
+            return c(jax.nn.sigmoid(gated) * x, sh("data", None))
+
+        def body(i: Any, x: Any) -> Any:
+            return jax.lax.cond((i + flag) % 2 == 0, mlp, gate, x)
+
+        return jax.lax.fori_loop(0, 2, body, x)
+
+    args = (
+        _put(sh, (b, d), "data", None),
+        _put(sh, (d, f), None, "model"),
+        _put(sh, (f, d), "model", None),
+        _put(sh, (d, d), None, "model"),
+    )
+    flag = jax.device_put(np.int32(0))
+
+    def step(jitted: Sequence[Callable[..., Any]], state: Any) -> Any:
+        (run,) = jitted
+        return run(*args, flag)
+
+    return Documented([_named(cond_sharded, "cond_sharded")], None, step)
+
+
+def build_documented_all_to_all() -> Documented:
+    """Sequence parallel to feature parallel (an all-to-all), then two projections."""
+    import jax
+    import jax.numpy as jnp
+
+    sh = _sharded_mesh()
+    b, s, d, f = (ALL_TO_ALL_DIMS[n] for n in ("batch", "seq", "d_model", "d_ff"))
+
+    def all_to_all(x: Any, w_in: Any, w_out: Any) -> Any:
+        c: Callable[..., Any] = jax.lax.with_sharding_constraint
+        x = c(x, sh("data", "model", None))  # sequence parallel
+        x = c(x, sh("data", None, "model"))  # features split: an all-to-all
+        hidden = c(jax.nn.gelu(jnp.einsum("bsd,df->bsf", x, w_in)), sh("data", None, None))
+        return c(jnp.einsum("bsf,fd->bsd", hidden, w_out), sh("data", None, None))
+
+    args = (
+        _put(sh, (b, s, d), "data", "model", None),
+        _put(sh, (d, f), "model", None),
+        _put(sh, (f, d), None, None),
+    )
+
+    def step(jitted: Sequence[Callable[..., Any]], state: Any) -> Any:
+        (run,) = jitted
+        return run(*args)
+
+    return Documented([_named(all_to_all, "all_to_all")], None, step)
+
+
+def sharded_dots_oracle(
+    functions: Sequence[Callable[..., Any]], args: dict[int, tuple[Any, ...]]
+) -> Any:
+    """The program as it declares itself, read from JAX (not from its HLO): the mesh, every
+    dot_general of its jaxpr (inside a cond's branches too: `branch`), in program order, with
+    its global operand and result shapes, the einsum's name, the specs its operands are
+    declared with (a program input's, a constraint's, through a cond's operands into the
+    branch) and the constraint its result reaches; and the lowered StableHLO's sharding
+    annotations."""
+    import re
+
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding
+
+    (fn,) = functions
+    call_args = args[0]
+    leaves = jax.tree.leaves(call_args)
+    mesh = next(a.sharding.mesh for a in leaves if isinstance(a.sharding, NamedSharding))
+    closed = jax.make_jaxpr(fn)(*call_args)
+    dots: list[dict[str, Any]] = []
+
+    def walk(jaxpr: Any, declared: dict[Any, list[Any]], branch: int | None) -> None:
+        eqns = jaxpr.eqns
+        for eqn in eqns:
+            if eqn.primitive.name == "sharding_constraint":
+                declared[eqn.outvars[0]] = ["constraint", _spec(eqn.params["sharding"].spec)]
+        for n, eqn in enumerate(eqns):
+            name = eqn.primitive.name
+            if name == "dot_general":
+                (lhs_c, rhs_c), (lhs_b, rhs_b) = eqn.params["dimension_numbers"]
+                dots.append(
+                    {
+                        "einsum": str(eqn.source_info.name_stack).rsplit("/", 1)[-1],
+                        "branch": branch,
+                        "operands": [list(v.aval.shape) for v in eqn.invars],
+                        "result": list(eqn.outvars[0].aval.shape),
+                        "contracting": [list(lhs_c), list(rhs_c)],
+                        "batch": [list(lhs_b), list(rhs_b)],
+                        "operand_specs": [declared.get(v) for v in eqn.invars],
+                        "result_spec": _reached_constraint(eqns, n),
+                    }
+                )
+            elif name == "cond":
+                for k, sub in enumerate(eqn.params["branches"]):
+                    walk(sub.jaxpr, _into(declared, sub.jaxpr.invars, eqn.invars[1:]), k)
+            elif name == "scan":  # consts, carry, xs in the order the loop takes them
+                sub = eqn.params["jaxpr"].jaxpr
+                walk(sub, _into(declared, sub.invars, eqn.invars), branch)
+            elif name == "while":  # the condition's consts, then the body's, then the carry
+                sub = eqn.params["body_jaxpr"].jaxpr
+                rest = eqn.invars[eqn.params["cond_nconsts"] :]
+                walk(sub, _into(declared, sub.invars, rest), branch)
+
+    inputs = {
+        var: ["input", _spec(a.sharding.spec)]
+        for var, a in zip(closed.jaxpr.invars, leaves, strict=True)
+        if isinstance(a.sharding, NamedSharding)
+    }
+    walk(closed.jaxpr, inputs, None)
+    text = jax.jit(fn).lower(*call_args).as_text()
+    ids = np.asarray(mesh.device_ids)
+    return {
+        "dots": {
+            "mesh": {
+                "axes": {n: int(v) for n, v in mesh.shape.items()},
+                "device_ids": ids.tolist(),
+                # the device-id distance between neighbours along each axis
+                "strides": {
+                    n: int(ids[tuple(1 if j == k else 0 for j in range(ids.ndim))] - ids.flat[0])
+                    for k, n in enumerate(mesh.axis_names)
+                },
+            },
+            "inputs": [
+                {"shape": list(a.shape), "spec": _spec(a.sharding.spec)}
+                for a in leaves
+                if isinstance(a.sharding, NamedSharding)
+            ],
+            "dot_generals": dots,
+            "stablehlo_arguments": re.findall(
+                r"%arg\d+: tensor<([^>]*)> \{sdy\.sharding = #sdy\.sharding<@\w+, (\[[^\]]*\])>",
+                text,
+            ),
+            "stablehlo_constraints": re.findall(
+                r"sdy\.sharding_constraint %\w+ <@\w+, (\[[^\]]*\])> : tensor<([^>]*)>", text
+            ),
+        }
+    }
+
+
+def _into(declared: dict[Any, list[Any]], inner: Sequence[Any], outer: Sequence[Any]) -> Any:
+    """The specs of a sub-jaxpr's inputs: those of the values passed to them."""
+    # A literal passed in (a loop's bound) is no declared value (nor hashable).
+    return {
+        v: declared[o]
+        for v, o in zip(inner, outer, strict=True)
+        if not hasattr(o, "val") and o in declared
+    }
+
+
+def _reached_constraint(eqns: Sequence[Any], start: int) -> list[Any] | None:
+    """The constraint a dot's result reaches through the ops that take it alone (a scale, an
+    activation), if any."""
+    var = eqns[start].outvars[0]
+    for eqn in eqns[start + 1 :]:
+        if var not in eqn.invars:
+            continue
+        if eqn.primitive.name == "sharding_constraint":
+            return _spec(eqn.params["sharding"].spec)
+        if len([v for v in eqn.invars if hasattr(v, "aval") and v.aval.shape]) != 1:
+            return None
+        var = eqn.outvars[0]
+    return None
+
+
 # Programs whose oracle adds what the program itself declares (read from JAX in the child).
-DOCUMENTED_ORACLES: dict[str, Callable[..., Any]] = {"documented_block": block_oracle}
+DOCUMENTED_ORACLES: dict[str, Callable[..., Any]] = {
+    "documented_block": block_oracle,
+    "documented_cond_sharded": sharded_dots_oracle,
+    "documented_all_to_all": sharded_dots_oracle,
+}
 
 
 # Programs whose pieces are also compiled alone for the oracle's `parts`.
@@ -1328,6 +1559,8 @@ DOCUMENTED: dict[str, Callable[[], Documented]] = {
     "documented_attention_fused": lambda: build_documented_attention(fused=True),
     "documented_logits_chunked": lambda: build_documented_logits(chunked=True),
     "documented_block": build_documented_block,
+    "documented_cond_sharded": build_documented_cond_sharded,
+    "documented_all_to_all": build_documented_all_to_all,
 }
 
 

@@ -100,45 +100,50 @@ def rows(cpu_chip_file: Path) -> dict[str, Any]:
 
 
 def test_every_dot_of_the_block_has_its_declared_global_shapes(rows: dict[str, Any]) -> None:
-    names = rows["_names"]
     dots = _dots()
     assert len(dots) == len(ORACLE["einsums"]) == 8
     assert sorted(_einsum(d)["einsum"] for _, d in dots) == sorted(
         e["einsum"] for e in ORACLE["einsums"]
     )
     for owner, inst in dots:
-        row = rows[owner]
-        declared = _einsum(inst)
-        assert row.global_shapes is not None, (owner, declared["einsum"])
-        lhs, rhs, result = (_dims(s) for s in row.global_shapes)
-        assert _regroups(result, declared["result"]), (owner, row.global_shapes, declared)
-        # XLA may take the einsum's operands in either order.
-        dims = inst.dot_dims
-        assert dims is not None
-        matched = False
-        for order in ((0, 1), (1, 0)):
-            want = [declared["operands"][k] for k in order]
-            contracting = [declared["contracting"][k] for k in order]
-            batch = [declared["batch"][k] for k in order]
-            if not (_regroups(lhs, want[0]) and _regroups(rhs, want[1])):
-                continue
-            # The contracted and batch sizes are the declared ones.
-            assert math.prod(lhs[d] for d in dims.lhs_contracting) == math.prod(
-                want[0][d] for d in contracting[0]
-            )
-            assert math.prod(rhs[d] for d in dims.rhs_contracting) == math.prod(
-                want[1][d] for d in contracting[1]
-            )
-            assert math.prod(lhs[d] for d in dims.lhs_batch) == math.prod(
-                want[0][d] for d in batch[0]
-            )
-            matched = True
-        assert matched, (owner, row.global_shapes, declared)
-        # Split over the axes the program names for the einsum's operands and result.
-        specs = [s[1] for s in declared["operand_specs"] if s]
-        specs += [declared["result_spec"]] if declared["result_spec"] else []
-        axes = {a for spec in specs for part in spec if part for a in _names(part)}
-        assert row.sharding == {names[a]: ORACLE["mesh"]["axes"][a] for a in axes}, owner
+        _assert_declared(rows[owner], inst, _einsum(inst), rows["_names"], ORACLE["mesh"])
+
+
+def _assert_declared(
+    row: Any, inst: Instruction, declared: dict[str, Any], names: dict[str, str], mesh: Any
+) -> None:
+    """The row's global shapes are the declared einsum's (its dims regrouped where XLA merged
+    them, its operands in either order), none unknown, and it is split over the mesh axes the
+    program names for the einsum's operands and result, each as many ways as the mesh has."""
+    owner = row.name
+    assert row.global_shapes is not None, (owner, declared["einsum"])
+    lhs, rhs, result = (_dims(s) for s in row.global_shapes)
+    assert _regroups(result, declared["result"]), (owner, row.global_shapes, declared)
+    # XLA may take the einsum's operands in either order.
+    dims = inst.dot_dims
+    assert dims is not None
+    matched = False
+    for order in ((0, 1), (1, 0)):
+        want = [declared["operands"][k] for k in order]
+        contracting = [declared["contracting"][k] for k in order]
+        batch = [declared["batch"][k] for k in order]
+        if not (_regroups(lhs, want[0]) and _regroups(rhs, want[1])):
+            continue
+        # The contracted and batch sizes are the declared ones.
+        assert math.prod(lhs[d] for d in dims.lhs_contracting) == math.prod(
+            want[0][d] for d in contracting[0]
+        )
+        assert math.prod(rhs[d] for d in dims.rhs_contracting) == math.prod(
+            want[1][d] for d in contracting[1]
+        )
+        assert math.prod(lhs[d] for d in dims.lhs_batch) == math.prod(want[0][d] for d in batch[0])
+        matched = True
+    assert matched, (owner, row.global_shapes, declared)
+    # Split over the axes the program names for the einsum's operands and result.
+    specs = [s[1] for s in declared["operand_specs"] if s]
+    specs += [declared["result_spec"]] if declared["result_spec"] else []
+    axes = {a for spec in specs for part in spec if part for a in _names(part)}
+    assert row.sharding == {names[a]: mesh["axes"][a] for a in axes}, owner
 
 
 def _names(part: str | list[str]) -> list[str]:
@@ -158,3 +163,99 @@ def test_the_ffn_reads_the_merged_batch_and_its_tensor_split(rows: dict[str, Any
         f"f32[{rows_global},{dims['d_ff']}]",
     ]
     assert not any("?" in h for h in rows[up].hints if "local view" in h)
+
+
+# Global shapes through control flow and all-to-all (issue 40): two programs on a (data 2,
+# model 4) mesh of 8 CPU devices (scripts/make_fixtures.py), GSPMD with NamedSharding and
+# with_sharding_constraint. Their oracle's `dots` was read from JAX: every dot_general of the
+# jaxpr (a cond's branches included) with its global shapes and the specs its operands and
+# result are declared with. documented_cond_sharded's dots sit in a `conditional`'s branch
+# computations, the conditional in a 2-trip loop (before: none had global shapes);
+# documented_all_to_all's first dot reads an activation XLA resharded with an all-to-all from
+# its sequence to its features (before: `f32[512*?,128] x f32[128,192] -> f32[512*?,192]`, the
+# second dot none).
+COND = FIXTURES / "documented_cond_sharded"
+ALL_TO_ALL = FIXTURES / "documented_all_to_all"
+
+
+def _program(where: Path, module: str, cpu_chip_file: Path) -> tuple[dict[str, Any], Any]:
+    """The audit's rows of `module` by name, `_names` our axis name of each declared one, and
+    the oracle's `dots`."""
+    declared = json.loads((where / "oracle.json").read_text())["dots"]
+    report = audit(where, AuditOptions(chip=str(cpu_chip_file)))
+    mesh = declared["mesh"]
+    assert report.mesh is not None and report.mesh.devices == math.prod(mesh["axes"].values())
+    ours = {(a.size, a.stride): a.name for a in report.mesh.axes}
+    rows: dict[str, Any] = {r.name: r for r in report.ops if r.module == module}
+    rows["_names"] = {n: ours[(mesh["axes"][n], mesh["strides"][n])] for n in mesh["axes"]}
+    return rows, declared
+
+
+def _dots_of(where: Path, module: str) -> list[tuple[str, Instruction, str]]:
+    """Every dot of the module, the row it belongs to, and the computation it sits in."""
+    parsed = parse_module((where / f"{module}.hlo.txt").read_text())
+    owner = {
+        inst.called[0]: inst.name
+        for comp in parsed.computations
+        for inst in comp.instructions
+        if inst.opcode == "fusion" and inst.called
+    }
+    return [
+        (owner.get(comp.name, inst.name), inst, comp.name)
+        for comp in parsed.computations
+        for inst in comp.instructions
+        if inst.opcode == "dot"
+    ]
+
+
+def _declared_dot(inst: Instruction, declared: Any) -> dict[str, Any]:
+    """The oracle's dot_general whose einsum name the dot's op_name carries."""
+    name = (inst.op_name or "").split("/")[-2]
+    (found,) = [d for d in declared["dot_generals"] if d["einsum"] == name]
+    return found
+
+
+def test_dots_in_a_conditionals_branches_have_their_declared_global_shapes(
+    cpu_chip_file: Path,
+) -> None:
+    module = "jit_cond_sharded"
+    rows, declared = _program(COND, module, cpu_chip_file)
+    parsed = parse_module((COND / f"{module}.hlo.txt").read_text())
+    (cond,) = [i for c in parsed.computations for i in c.instructions if i.opcode == "conditional"]
+    dots = _dots_of(COND, module)
+    assert len(dots) == len(declared["dot_generals"]) == 3
+    for owner, inst, _ in dots:
+        want = _declared_dot(inst, declared)
+        # The program puts it in a branch (the jaxpr's cond), and XLA in the conditional's
+        # branch computation of that index (through the fusion that holds it).
+        assert want["branch"] is not None
+        assert _calls(parsed, cond.called[want["branch"]], owner)
+        _assert_declared(rows[owner], inst, want, rows["_names"], declared["mesh"])
+        assert not any("?" in h for h in rows[owner].hints if "local view" in h)
+
+
+def _calls(module: Any, computation: str, name: str) -> bool:
+    """Whether `computation` holds the instruction `name` (a branch's fusion)."""
+    comp = module.computation(computation)
+    return comp is not None and any(i.name == name for i in comp.instructions)
+
+
+def test_dots_after_an_all_to_all_have_their_declared_global_shapes(cpu_chip_file: Path) -> None:
+    """The activation [16,64,128] is declared split (data, model, None), then (data, None,
+    model): XLA exchanges it with an all-to-all over model. The first projection reads it
+    [16*64 merged, 128] with its rows split over data and its features over model."""
+    module = "jit_all_to_all"
+    rows, declared = _program(ALL_TO_ALL, module, cpu_chip_file)
+    text = (ALL_TO_ALL / f"{module}.hlo.txt").read_text()
+    assert " all-to-all(" in text
+    dots = _dots_of(ALL_TO_ALL, module)
+    assert len(dots) == len(declared["dot_generals"]) == 2
+    for owner, inst, _ in dots:
+        _assert_declared(
+            rows[owner], inst, _declared_dot(inst, declared), rows["_names"], declared["mesh"]
+        )
+        assert not any("?" in h for h in rows[owner].hints if "local view" in h)
+    first = next(o for o, d, _ in dots if _declared_dot(d, declared)["einsum"] == "bsd,df->bsf")
+    b, s, d = declared["dot_generals"][0]["operands"][0]
+    f = declared["dot_generals"][0]["operands"][1][1]
+    assert rows[first].global_shapes == [f"f32[{b * s},{d}]", f"f32[{d},{f}]", f"f32[{b * s},{f}]"]

@@ -12,12 +12,12 @@ axes of (`axis_0` the major one, with the largest stride, as XLA names mesh axes
 Global shapes: the shardings are carried from where they are written (parameters, and any
 instruction XLA keeps one on) through the ops that keep or move them (elementwise, transpose,
 broadcast, reduce, reshapes and bitcasts that merge or split dims, all-gather, reduce-scatter,
-fusions, loop bodies) to dots and convolutions; a dimension whose chain is lost is unknown, never
-guessed. A dot's paired dims are split alike on both sides, and a sharding on its result names
-its operands' dims. An all-reduce of a dot's result says that the dot's contracting dimension
-was split over the all-reduce's axes (partial sums), and that is carried back to the dot that
-produced its operand; a contracting dim whose result reaches no collective over an axis it could
-be split over is unsplit (docs/mesh.md).
+all-to-all, fusions, loop bodies, a conditional's branches) to dots and convolutions; a
+dimension whose chain is lost is unknown, never guessed. A dot's paired dims are split alike on
+both sides, and a sharding on its result names its operands' dims. An all-reduce of a dot's
+result says that the dot's contracting dimension was split over the all-reduce's axes (partial
+sums), and that is carried back to the dot that produced its operand; a contracting dim whose
+result reaches no collective over an axis it could be split over is unsplit (docs/mesh.md).
 """
 
 from __future__ import annotations
@@ -599,9 +599,6 @@ class _Propagation:
         """An instruction's value, and the dot whose result it is: (dot, True) through ops that
         keep its dims, (dot, False) through ops that move them (its partial sums all the same)."""
         ops = [env.get(o) for o in inst.operands]
-        first = ops[0] if ops else None
-        from_first = made.get(inst.operands[0]) if inst.operands else None
-        moved = (from_first[0], False) if from_first else None
         op = inst.opcode
         declared = self._declared(inst)
         if declared is not None and op not in _CARRIED_THROUGH:
@@ -609,6 +606,28 @@ class _Propagation:
         if op == "parameter":
             number = inst.parameter_number or 0
             return params.get(number), param_dots.get(number)
+        if op in ("dot", "convolution") or (op == "custom-call" and inst.conv_dims):
+            sources = [made.get(o) for o in inst.operands[:2]]
+            exact = [m[0] if m and m[1] else None for m in sources]
+            value, product = self._dot(inst, ops, exact, owner or inst.name, declared)
+            its = (product, True) if product else None
+            return ([value] if inst.shape.is_tuple else value), its
+        if op in ("while", "conditional", "fusion", "call") and inst.called:
+            return self._called(inst, ops, made, owner, declared)
+        from_first = made.get(inst.operands[0]) if inst.operands else None
+        kept = self._kept(inst, ops, from_first)
+        if kept is not None:
+            return kept
+        return self._reshaped_data(inst, ops), None
+
+    def _kept(
+        self, inst: Instruction, ops: list[Value], from_first: tuple[_Dot, bool] | None
+    ) -> tuple[Value, _Made] | None:
+        """The ops whose result holds their operand's data (re-typed, moved, re-tupled):
+        its value and the dot it still is; None for the others."""
+        op = inst.opcode
+        first = ops[0] if ops else None
+        moved = (from_first[0], False) if from_first else None
         if op in ("constant", "iota", "rng", "rng-bit-generator"):
             return tuple(() for _ in inst.shape.dims), None
         if op == "get-tuple-element":
@@ -630,45 +649,105 @@ class _Propagation:
             if sorted(inst.dimensions) == list(range(len(first))):
                 return tuple(first[d] for d in inst.dimensions), moved
             return None, None
+        return None
+
+    def _reshaped_data(self, inst: Instruction, ops: list[Value]) -> Value:
+        """The ops whose result is their operand's data cut, grown, reduced or exchanged
+        between devices; what the program declares of the others."""
+        op = inst.opcode
+        first = ops[0] if ops else None
         if op == "reduce" and isinstance(first, tuple) and not inst.shape.is_tuple:
             gone = set(inst.dimensions or ())
             kept = tuple(a for d, a in enumerate(first) if d not in gone)
-            return (kept if len(kept) == inst.shape.rank else None), None
+            return kept if len(kept) == inst.shape.rank else None
         if op in _SAME_SIZE_KEEPS and isinstance(first, tuple):
-            return _same_size_dims(first, inst), None
+            return _same_size_dims(first, inst)
         if op == "broadcast" and isinstance(first, tuple) and inst.dimensions is not None:
             out: list[DimAxes] = [() for _ in inst.shape.dims]
             for j, d in enumerate(inst.dimensions):
                 if j < len(first) and 0 <= d < len(out):
                     out[d] = first[j]
-            return tuple(out), None
+            return tuple(out)
         if op in ("all-gather", "reduce-scatter") and isinstance(first, tuple):
-            return self._regathered(inst, first), None
-        if op in ("dot", "convolution") or (op == "custom-call" and inst.conv_dims):
-            sources = [made.get(o) for o in inst.operands[:2]]
-            exact = [m[0] if m and m[1] else None for m in sources]
-            value, product = self._dot(inst, ops, exact, owner or inst.name, declared)
-            its = (product, True) if product else None
-            return ([value] if inst.shape.is_tuple else value), its
-        if op == "while" and isinstance(first, list):
+            return self._regathered(inst, first)
+        if op == "all-to-all":
+            return self._exchanged(inst, ops)
+        return self._declared(inst)
+
+    def _called(
+        self,
+        inst: Instruction,
+        ops: list[Value],
+        made: dict[str, tuple[_Dot, bool]],
+        owner: str | None,
+        declared: Value,
+    ) -> tuple[Value, _Made]:
+        """A loop's, a conditional's, a fusion's or a call's value, its computations carried
+        from its operands'."""
+        first = ops[0] if ops else None
+        if inst.opcode == "while":
             # A partitioned loop keeps one sharding for its operand, the body's parameter and
             # root, and its result: the body's dots are carried from the operand's.
             body = self.module.computation(inst.attrs.get("body", "").lstrip("%"))
-            if body is not None and body.name not in self.seen:
+            if isinstance(first, list) and body is not None and body.name not in self.seen:
                 self._computation(body, {0: first}, {}, owner)
-            return first, None
-        if op in ("fusion", "call") and inst.called:
-            called = self.module.computation(inst.called[0])
-            if called is None or (called.name in self.seen and op == "call"):
-                return declared, None
-            dots = {k: made.get(o) for k, o in enumerate(inst.operands)}
-            value, dot = self._computation(called, dict(enumerate(ops)), dots, owner or inst.name)
-            if isinstance(declared, tuple):  # what the program says of the result
-                if dot is not None and dot[1]:
-                    dot[0].declare_result(declared)
-                return declared, dot
-            return value, dot
-        return declared, None
+            return (first if isinstance(first, list) else declared), None
+        if inst.opcode == "conditional":
+            return self._branches(inst, ops, made, owner), None
+        called = self.module.computation(inst.called[0])
+        if called is None or (called.name in self.seen and inst.opcode == "call"):
+            return declared, None
+        dots = {k: made.get(o) for k, o in enumerate(inst.operands)}
+        value, dot = self._computation(called, dict(enumerate(ops)), dots, owner or inst.name)
+        if isinstance(declared, tuple):  # what the program says of the result
+            if dot is not None and dot[1]:
+                dot[0].declare_result(declared)
+            return declared, dot
+        return value, dot
+
+    def _branches(
+        self,
+        inst: Instruction,
+        ops: list[Value],
+        made: dict[str, tuple[_Dot, bool]],
+        owner: str | None,
+    ) -> Value:
+        """A conditional: branch k runs on operand k + 1 (operand 0 picks it); each branch's
+        dots are carried from its operand's. Its value is the branches' where they agree
+        (every branch makes the same split of the same result), else unknown."""
+        results: list[Value] = []
+        for k, name in enumerate(inst.called):
+            branch = self.module.computation(name)
+            if branch is None or branch.name in self.seen or k + 1 >= len(ops):
+                return self._declared(inst)
+            dots = {0: made.get(inst.operands[k + 1])}
+            results.append(self._computation(branch, {0: ops[k + 1]}, dots, owner)[0])
+        agreed = results[0] if results and all(r == results[0] for r in results) else None
+        return agreed if agreed is not None else self._declared(inst)
+
+    def _exchanged(self, inst: Instruction, ops: list[Value]) -> Value:
+        """An all-to-all over a group's axes: each device sends its operand's pieces (the
+        chunks of `dimensions`, or the tuple's operands) one to each device of the group and
+        keeps what it receives. The dim those axes split now holds every device's block (with
+        the received pieces side by side along the chunked dim, XLA merges them back into it),
+        and the axes split the chunked data: the one dim of the operand that is unsplit and
+        more than 1 a device besides the chunked one. Where several could be it, each is
+        unknown, never guessed."""
+        group = self.groups.get(id(inst))
+        arrays = [v for v in ops if isinstance(v, tuple)]
+        unknown = tuple(None for _ in _result_shape(inst).dims)
+        if group is None or len(arrays) != len(ops) or not arrays:
+            return [unknown for _ in ops] if inst.shape.is_tuple else unknown
+        axes = _axes_of(self.mesh, group)
+        chunked = inst.dimensions[0] if inst.dimensions and len(inst.dimensions) == 1 else None
+        shape = _result_shape(inst)
+        values: list[Value | None] = [
+            _moved_split(v, shape.dims, axes, chunked, len(group))
+            if all(" " not in a for a in axes)
+            else unknown
+            for v in arrays
+        ]
+        return values if inst.shape.is_tuple else values[0]
 
     def _declared(self, inst: Instruction) -> Value:
         """What the program says of an instruction's result: its tiled sharding's split, or
@@ -1010,6 +1089,30 @@ def _same_size_dims(value: Dims, inst: Instruction) -> Dims | None:
         a if n == m or a == () else None
         for a, n, m in zip(value, src, inst.shape.dims, strict=True)
     )
+
+
+def _moved_split(
+    value: Dims, sizes: Sequence[int], axes: tuple[str, ...], chunked: int | None, devices: int
+) -> Dims:
+    """An all-to-all's result dims (see _Propagation._exchanged): `axes` leave the dim they
+    split and split the one candidate for the chunked data; `chunked`, the array form's
+    dimension, holds a piece from each device (whole when 1 a device: its blocks side by side)."""
+    if len(value) != len(sizes):
+        return tuple(None for _ in sizes)
+    holding = [d for d, a in enumerate(value) if a and set(axes) <= set(_unfold(a)[1])]
+    if len(holding) != 1 or _FOLDED in (value[holding[0]] or ()):
+        return tuple(None for _ in sizes)
+    out: list[DimAxes] = list(value)
+    held = holding[0]
+    out[held] = tuple(a for a in value[held] or () if a not in axes)
+    if chunked is not None and 0 <= chunked < len(out):
+        out[chunked] = () if value[chunked] == () and sizes[chunked] == devices else None
+    candidates = [
+        d for d, a in enumerate(value) if a == () and sizes[d] > 1 and d not in (held, chunked)
+    ]
+    for d in candidates:
+        out[d] = axes if len(candidates) == 1 else None
+    return tuple(out)
 
 
 def _free_dims(dot: _Dot) -> tuple[list[int], list[int]]:

@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -236,23 +237,60 @@ def _connect(address: str, hosts: DaskHosts) -> Client:
         # threshold: every large numpy temporary is then a fresh mmap, and reading a host
         # takes 3.5x as long (measured: 3.9 s instead of 1.1 s for 0.73 M events).
         unset = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
-        # Ctrl-C is held while the workers start: they inherit it held and never print Dask's
-        # tracebacks of an interrupted start; here it is delivered once the cluster is up, and
-        # the audit ends (exit 130) closing it.
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            with dask.config.set(unset):
-                hosts._cluster = LocalCluster(
-                    n_workers=int(count) if count else None,
-                    threads_per_worker=1,
-                    processes=True,
-                    dashboard_address=":0",  # any free port: two audits at once never collide
-                    silence_logs=logging.ERROR,
-                )
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        with dask.config.set(unset), _workers_ignore_ctrl_c():
+            hosts._cluster = LocalCluster(
+                n_workers=int(count) if count else None,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=":0",  # any free port: two audits at once never collide
+                silence_logs=logging.ERROR,
+            )
         return Client(hosts._cluster)
     return _remote_client(address)
+
+
+@contextmanager
+def _workers_ignore_ctrl_c() -> Iterator[None]:
+    """Local workers started inside ignore SIGINT; this process gets a Ctrl-C pressed meanwhile
+    once they are up (and ends, exit 130, closing them).
+
+    A terminal's Ctrl-C goes to every process of its group: workers that took it printed Dask's
+    and multiprocessing's tracebacks of an interrupted start. A blocked signal is no help: the
+    workers are spawned through `_posixsubprocess`, which clears the child's signal mask. An
+    ignored one is kept across fork and exec, so SIGINT is ignored while they start; it is also
+    blocked first, in this thread and so in the threads Dask starts from it, and Linux keeps a
+    blocked signal pending even while it is ignored: it is delivered when the mask is restored,
+    after the handler."""
+    _start_resource_tracker()  # first: starting it unblocks SIGINT in the thread that does
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _start_resource_tracker() -> None:
+    """multiprocessing's resource tracker, started with its stderr on /dev/null.
+
+    It is the one process of the local cluster that outlives an interrupted audit: the workers'
+    queues hold named semaphores, and an audit ended by Ctrl-C exits at once (exit 130,
+    `cli/process.exit_now`), leaving them to the tracker, which unlinks them and printed a
+    `leaked semaphore objects` warning beside the one line. Starting it ourselves, once and
+    before the workers, also keeps its start (which unblocks SIGINT in the calling thread) out
+    of `_workers_ignore_ctrl_c`."""
+    from multiprocessing import resource_tracker
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        resource_tracker.ensure_running()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _remote_client(address: str) -> Client:

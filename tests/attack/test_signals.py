@@ -76,3 +76,47 @@ def test_a_signal_ends_every_process(sig: int, code: int, command: str, tmp_path
     time.sleep(0.5)
     assert leftover_processes(marker) == []
     assert list(temp.iterdir()) == []
+
+
+@pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
+@pytest.mark.parametrize(
+    ("processes", "after_s"),
+    [(2, 0.0), (3, 0.0), (3, 0.6)],
+    ids=["as-the-first-child-starts", "as-the-worker-starts", "while-the-worker-reads"],
+)
+def test_ctrl_c_while_a_local_cluster_starts(
+    processes: int, after_s: float, tmp_path: Path
+) -> None:
+    """Ctrl-C as a terminal sends it (to the whole process group) once the run has
+    `processes` processes (itself, multiprocessing's resource tracker, the Dask worker), and
+    `after_s` later: the one line and exit 130, or, where the audit had already finished, its
+    output and exit 0; never a worker's traceback (the workers took it mid-start) or the
+    tracker's `leaked semaphore` warning, and no process left behind."""
+    pytest.importorskip("distributed")
+    marker = uuid.uuid4().hex
+    args = ["audit", str(FIXTURES / "documented_sharded"), "--chip", str(chip_file(tmp_path))]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hlogap", *args, "--cluster", "local:1"],
+        cwd=tmp_path,
+        env={**os.environ, "HLOGAP_ATTACK_MARKER": marker},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group, as a terminal's foreground job
+        preexec_fn=_interruptible,
+    )
+    deadline = time.monotonic() + 60
+    while len(leftover_processes(marker)) < processes and time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        time.sleep(0.005)
+    time.sleep(after_s)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        assert err == "" and "ops, device-time" in out, err
+    else:
+        assert (proc.returncode, err) == (130, "hlogap: interrupted\n")
+    time.sleep(0.5)
+    assert leftover_processes(marker) == []

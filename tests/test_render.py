@@ -31,6 +31,7 @@ def test_every_format_module_registers_itself() -> None:
         "plot",
         "cells",
         "sparkline",
+        "sections",
     }
     # The trace-event module's format is named after the viewer users know it by.
     named = {"perfetto" if m == "trace_events" else m for m in modules}
@@ -270,19 +271,21 @@ def test_table_cells_are_literal_text(cpu_chip_file: Path, width: int | None) ->
 
 def test_markdown_has_the_actions_its_rows_name(cpu_chip_file: Path) -> None:
     # The op rows' hints say "action 1: exposed collective"; the Markdown listed no actions.
-    from hlogap.render.text import action_lines
-
     report = audit(FIXTURES / "sharded_train", AuditOptions(chip=str(cpu_chip_file)))
     assert report.actions and any("(action 1: " in h for r in report.ops for h in r.hints)
     md = render(report, "md", RenderOptions(top=0))
     section = md[md.index("### What to change") :]
-    text = action_lines(report, 0)
+    table = render(report, "table", RenderOptions(top=0))
+    text = table[table.index("what to change, ") :].splitlines()
     assert len(report.actions) > 5
     for rank, a in enumerate(report.actions, 1):
         line = text[1 + 3 * (rank - 1)]  # " 1. saves 477.9 us (148.9 us a step: ...): cause: ..."
         saves = line[len(f" {rank}. ") : line.index(f": {a.cause}: ")]
         assert f"\n{rank}. **{saves}**: {a.cause}: `{a.ops[0].name}`" in section
         assert f"   - why: {a.evidence}\n   - change: {a.change}" in section
+    # The same lead, the table's clause as the Markdown's sentence.
+    lead = text[0].removeprefix("what to change, ").removesuffix(":")
+    assert f"\n{lead[0].upper()}{lead[1:]}.\n" in section
     # --top 5 shows five, and says how many there are, as the text does.
     short = render(report, "md", RenderOptions(top=5))
     assert f"(5 of {len(report.actions)} actions; --top 0 or --format json: all)" in short

@@ -22,7 +22,7 @@ from string import Template
 
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.render.cells import op_labels
-from hlogap.render.text import header_lines, steps_overview
+from hlogap.render.sections import audit_sections, sentence
 from hlogap.report.groups import DEFAULT_DEPTH, group_rows
 from hlogap.report.model import AuditReport
 
@@ -69,8 +69,15 @@ class HtmlRenderer:
         # The command buffers' ops under their calls: a box to hide them where there are some.
         hidden = "" if any(r.command_buffer_ops for r in shown) else " hidden"
         checked = " checked" if options.sub_rows else ""
-        header = escape("\n".join(header_lines(document)))
-        steps = escape("\n".join(steps_overview(document)[:2]))
+        # The sections as hlogap words them, every row: the header and the steps' overview
+        # here, the actions and the steps' rows drawn by the page's script.
+        sections = audit_sections(document, 0)
+        data["sections"] = {
+            "actions": sections.actions.to_dict(),
+            "steps": sections.steps.to_dict(),
+        }
+        header = escape("\n".join(sections.header))
+        steps = escape("\n".join(sections.steps.overview[:2]))
         return Template(page_resource("report.html")).substitute(
             title=title,
             header=header,
@@ -78,6 +85,8 @@ class HtmlRenderer:
             checked=checked,
             depth=depth,
             steps=steps,
+            steps_legend=escape(sentence(legend) if (legend := sections.steps.legend) else ""),
+            actions_title=escape(sections.actions.title),
             style=page_resource("report.css"),
             report=_json_for_script(data),
             script=page_resource("report.js"),

@@ -18,21 +18,16 @@ from hlogap.render.cells import (
     sub_row_cells,
     sub_rows,
 )
+from hlogap.render.sections import ActionsSection, StepsSection, audit_sections, sentence
 from hlogap.render.text import (
     CHECK_ROWS,
     DIFF_COLUMNS,
-    STEP_COLUMNS,
-    action_items,
-    actions_frame,
     check_notes,
     diff_cells,
     diff_header,
     diff_step_lines,
-    header_lines,
     more_line,
     multi_module,
-    step_cells,
-    steps_overview,
 )
 from hlogap.report.compare import Diff, DiffRow
 from hlogap.report.gate import CheckResult
@@ -63,8 +58,9 @@ def _cell(text: str) -> str:
 
 
 def _audit(report: AuditReport, top: int, steps: bool, subs: bool = True) -> str:
+    sections = audit_sections(report, top)
     lines = ["## hlogap audit", ""]
-    lines += [f"- {_cell(line)}" for line in header_lines(report)]
+    lines += [f"- {_cell(line)}" for line in sections.header]
     if report.group_by:
         groups = report.groups if top <= 0 else report.groups[:top]
         unmodeled = any_unmodeled(groups)
@@ -80,7 +76,7 @@ def _audit(report: AuditReport, top: int, steps: bool, subs: bool = True) -> str
             + (f" {fmt_us(g.unmodeled_us)} |" if unmodeled else "")
             for rank, g in enumerate(groups, 1)
         ]
-        return "\n".join([*lines, *_actions(report, top)]) + "\n"
+        return "\n".join([*lines, *_actions(sections.actions)]) + "\n"
     lines += [
         "",
         "| # | op | category | n | measured | time | bound | gap | eff | bound by | hint |",
@@ -104,37 +100,33 @@ def _audit(report: AuditReport, top: int, steps: bool, subs: bool = True) -> str
         lines += [_sub_row(more_sub_cells(left_out), code=False)] if left_out else []
         estimated = estimated or bool(under)
     lines += ["", f"{_cell(SUB_ROWS_NOTE)}"] if estimated else []
-    lines += _actions(report, top)
+    lines += _actions(sections.actions)
     if steps:
-        lines += ["", *(f"- {_cell(line)}" for line in steps_overview(report)), ""]
-        lines += ["| " + " | ".join(STEP_COLUMNS) + " |", "|" + "---:|" * len(STEP_COLUMNS)]
-        shown = report.steps if top <= 0 else report.steps[:top]
-        for step in shown:
-            cells = step_cells(step)
-            lines.append("| " + " | ".join(cells[c] for c in STEP_COLUMNS) + " |")
-        lines += more_line(len(shown), len(report.steps), "--top 0 shows all", "steps")
+        lines += _steps(sections.steps)
     return "\n".join(lines) + "\n"
 
 
-def _actions(report: AuditReport, top: int) -> list[str]:
-    """What to change, as the text has it: each action's saving, cause, ops, why, change."""
-    items, more = action_items(report, top)
-    if not items:
+def _steps(section: StepsSection) -> list[str]:
+    """`--steps`: the overview as a list, then the steps' table."""
+    lines = ["", *(f"- {_cell(line)}" for line in section.overview), ""]
+    lines += ["| " + " | ".join(section.columns) + " |", "|" + "---:|" * len(section.columns)]
+    lines += ["| " + " | ".join(cells[c] for c in section.columns) + " |" for cells in section.rows]
+    return lines + section.more
+
+
+def _actions(section: ActionsSection) -> list[str]:
+    """What to change: a numbered list, each action's saving, cause and ops, its why and
+    change under it."""
+    if not section.items:
         return []
-    lines = [
-        "",
-        "### What to change",
-        "",
-        f"By the time each saves ({actions_frame(report)}); each op in one action.",
-        "",
-    ]
-    for rank, a in enumerate(items, 1):
+    lines = ["", f"### {section.title}", "", sentence(section.lead), ""]
+    for a in section.items:
         lines += [
-            f"{rank}. **{a.saves}**: {_cell(a.cause)}: {_cell(a.ops(code=True))}",
+            f"{a.rank}. **{a.saves}**: {_cell(a.cause)}: {_cell(a.ops(code=True))}",
             f"   - why: {_cell(a.evidence)}",
             f"   - change: {_cell(a.change)}",
         ]
-    return [*lines, "", *more] if more else lines
+    return [*lines, "", section.more] if section.more else lines
 
 
 def _sub_row(cells: dict[str, str], code: bool) -> str:

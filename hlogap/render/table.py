@@ -25,26 +25,20 @@ from hlogap.render.cells import (
     sub_row_cells,
     sub_rows,
 )
+from hlogap.render.sections import ActionsSection, StepsSection, audit_sections
 from hlogap.render.sparkline import allocator_timeline_lines
 from hlogap.render.text import (
     CHECK_ROWS,
     DIFF_COLUMNS,
     DIFF_LEGEND,
-    STEP_COLUMNS,
-    action_lines,
     check_notes,
-    cross_check_lines,
     diff_cells,
     diff_header,
     diff_step_lines,
     faster_or_slower,
-    header_lines,
     more_line,
     multi_module,
     outside_steps,
-    step_cells,
-    steps_overview,
-    what_if_lines,
 )
 from hlogap.report.compare import RENAMED, Diff, DiffRow
 from hlogap.report.gate import CheckResult
@@ -143,6 +137,7 @@ def _print(
 
 def _audit(report: AuditReport, options: RenderOptions) -> str:
     top, color = options.top, options.color
+    sections = audit_sections(report, top)
     # A terminal's width when known (every op one line, fitted to it); else wide: piped output
     # keeps whole rows for grep and diff.
     width = options.width or WIDE
@@ -151,16 +146,32 @@ def _audit(report: AuditReport, options: RenderOptions) -> str:
         drawn, after = _groups(report, top, options.width)
     else:
         drawn, after = _ops(report, top, options.width, color, options.sub_rows)
-    checked = cross_check_lines(report)
+    checked = sections.cross_check
     after = [*after, *(["", *checked] if checked else [])]
-    actions = [*action_lines(report, top), *what_if_lines(report)]
+    actions = [*_actions(sections.actions), *sections.what_if]
     after += ["", *actions] if actions else []
-    after += [f"warning: {w}" for w in report.warnings]
-    text = _print([*header_lines(report), ""], drawn, after, width=width, color=color)
+    after += sections.warnings
+    text = _print([*sections.header, ""], drawn, after, width=width, color=color)
     if options.steps:
-        table, more = _steps(report, top, options.width)
-        text += _print(["", *steps_overview(report), ""], table, more, width=width, color=color)
+        steps = sections.steps
+        table = _steps(steps, options.width)
+        text += _print(["", *steps.overview, ""], table, steps.more, width=width, color=color)
     return text
+
+
+def _actions(section: ActionsSection) -> list[str]:
+    """What to change: each action's saving, cause and ops on a line, its why and change on
+    lines of their own under it."""
+    if not section.items:
+        return []
+    lines = [f"{section.title.lower()}, {section.lead}:"]
+    for a in section.items:
+        lines += [
+            f" {a.rank}. {a.saves}: {a.cause}: {a.ops()}",
+            f"    why: {a.evidence}",
+            f"    change: {a.change}",
+        ]
+    return lines + ([section.more] if section.more else [])
 
 
 def _columns(table: Table, columns: tuple[tuple[str, str], ...]) -> None:
@@ -396,17 +407,15 @@ def _left(text: str, width: int) -> str:
     return text if len(text) <= width else "…" + text[len(text) - width + 1 :]
 
 
-def _steps(report: AuditReport, top: int, width: int | None) -> tuple[Table, list[str]]:
-    rows = report.steps if top <= 0 else report.steps[:top]
+def _steps(section: StepsSection, width: int | None) -> Table:
     # The start column goes first where the terminal is narrow: the step number says the order.
-    columns = [c for c in STEP_COLUMNS if c != "start" or not width or width >= 90]
+    columns = [c for c in section.columns if c != "start" or not width or width >= 90]
     table = _new_table()
     for c in columns:  # a header is never split mid-word: its column is at least as wide
         table.add_column(c, justify="right", min_width=len(c), no_wrap=True)
-    for s in rows:
-        cells = step_cells(s)
+    for cells in section.rows:
         _row(table, (cells[c] for c in columns))
-    return table, more_line(len(rows), len(report.steps), "--top 0 shows all", "steps")
+    return table
 
 
 DIFF_TABLE_COLUMNS = tuple(

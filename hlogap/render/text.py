@@ -1,17 +1,17 @@
-"""What the human-readable renderers (table, md) share: headers and the cells of diff rows."""
+"""The words the human-readable renderers share: an audit's header lines (source, chip, steps,
+memory, mesh, hosts), the steps' cells, and the lines and cells of diff and check. An audit's
+sections are assembled from them once, in hlogap.render.sections."""
 
 from __future__ import annotations
 
 import math
 import statistics
 from collections import Counter
-from dataclasses import dataclass
 
 from hlogap.render.cells import op_totals_line, step_bound_text, step_shares_text
 from hlogap.report.compare import MATCH_METHODS, Diff, DiffRow
 from hlogap.report.gate import CheckResult
 from hlogap.report.model import (
-    Action,
     AuditReport,
     StepRow,
     steady_steps,
@@ -81,95 +81,6 @@ def raised_lines(report: AuditReport) -> list[str]:
         "raised to what this profile's ops reached (the calibration measured less: rerun "
         "`hlogap calibrate` on an idle machine): " + "; ".join(r.describe() for r in report.raised)
     ]
-
-
-SHOWN_ACTIONS = 5
-
-
-@dataclass(frozen=True)
-class ActionItem:
-    """One action as the text and Markdown print it."""
-
-    saves: str  # `saves 198.04 ms (35.68 ms a step: the median step 1.40x faster)`
-    cause: str
-    names: tuple[str, ...]  # its first three ops' names
-    more_ops: int  # its ops after them
-    evidence: str
-    change: str
-
-    def ops(self, code: bool = False) -> str:
-        """`a, b, c and 2 more`; each name in backticks with `code` (Markdown)."""
-        quote = "`" if code else ""
-        names = ", ".join(f"{quote}{n}{quote}" for n in self.names)
-        return names + (f" and {self.more_ops} more" if self.more_ops else "")
-
-
-def actions_frame(report: AuditReport) -> str:
-    """The frame of the actions' savings: wall time over all the steps, and the step figures'
-    median over the steady ones; or device time."""
-    actions = report.actions
-    if not actions or actions[0].frame != "wall":
-        return "device time (no steps to re-time)"
-    steps = len(report.steps)
-    warmup = warmup_of(report.steps)
-    if report.ops_frame == "steady steps" and warmup:
-        return (
-            f"wall time, summed over the {steps - warmup} steady steps (warm-up left out); "
-            "a step: their median"
-        )
-    return f"wall time, summed over the {steps} steps; a step: the median of the " + (
-        f"{steps - warmup} steady steps" if warmup else "steps"
-    )
-
-
-def cause_text(action: Action) -> str:
-    """The cause, with the layers it covers and where a device idle's gaps sit."""
-    extra = [f"{action.layers} layers"] if action.layers > 1 else []
-    extra += [action.where] if action.where else []
-    return action.cause + (f" ({', '.join(extra)})" if extra else "")
-
-
-def action_items(report: AuditReport, top: int) -> tuple[list[ActionItem], list[str]]:
-    """The first few actions (all with `top` 0), then a line saying how many were left out."""
-    actions = report.actions or []
-    shown = actions[: min(SHOWN_ACTIONS, top)] if top > 0 else actions
-    items = []
-    for a in shown:
-        each = (
-            f" ({fmt_us(a.step_saving_us)} a step: the median step {a.step_speedup:.2f}x faster)"
-            if a.step_saving_us is not None and a.step_speedup is not None
-            else ""
-        )
-        # An action of a cause run after the step pass (device idle) claims no step time.
-        saves = f"saves {fmt_us(a.saving_us)}{each}" if a.saving_us > 0 else "no step time claimed"
-        names = tuple(o.name for o in a.ops[:3])
-        items.append(
-            ActionItem(saves, cause_text(a), names, len(a.ops) - len(names), a.evidence, a.change)
-        )
-    more = (
-        [f"({len(shown)} of {len(actions)} actions; --top 0 or --format json: all)"]
-        if len(shown) < len(actions)
-        else []
-    )
-    return items, more
-
-
-def action_lines(report: AuditReport, top: int) -> list[str]:
-    """What to change, by the step time it saves: the first few actions, each with its ops,
-    the numbers that show it and the change."""
-    items, more = action_items(report, top)
-    if not items:
-        return []
-    lines = [
-        f"what to change, by the time it saves ({actions_frame(report)}; each op in one action):"
-    ]
-    for rank, a in enumerate(items, 1):
-        lines += [
-            f" {rank}. {a.saves}: {a.cause}: {a.ops()}",
-            f"    why: {a.evidence}",
-            f"    change: {a.change}",
-        ]
-    return lines + more
 
 
 def what_if_lines(report: AuditReport) -> list[str]:

@@ -225,30 +225,27 @@ function renderScopes() {
 }
 
 function renderSteps() {
+  // The steps section's cells as hlogap words them (times wall time, shares of the devices'
+  // own step time); a click shows the step's devices.
   const table = document.getElementById("steps");
-  if (!R.steps || !R.steps.length) { table.replaceWith(el("p", {class: "muted"}, "No steps in this profile.")); return; }
-  // Times are wall time; shares are of the devices' own step time (their walls summed).
-  const share = (s, v) => pct(s.device_wall_us > 0 ? v / s.device_wall_us : null);
-  const cols = [["step", (s) => String(s.step)], ["wall", (s) => fmtUs(s.wall_us)],
-    ["at bound", (s) => s.bound_wall_us == null ? "-" : fmtUs(s.bound_wall_us)], ["skew", (s) => fmtUs(s.skew_us)],
-    ["idle", (s) => share(s, s.idle_us)], ["exposed coll", (s) => share(s, s.exposed_comm_us)],
-    ["exposed host", (s) => share(s, s.exposed_host_us)],
-    ["slowest device", (s) => s.slowest_device == null ? "-" : String(s.slowest_device)]];
+  const S = R.sections.steps;
+  if (!S.rows.length) { table.remove(); return; }
   const dcols = [["device", (d) => String(d.device)], ["start", (d) => fmtUs(d.start_us)], ["wall", (d) => fmtUs(d.wall_us)],
     ["at bound", (d) => fmtUs(d.bound_wall_us)], ["busy", (d) => fmtUs(d.busy_us)], ["idle", (d) => fmtUs(d.idle_us)],
     ["exposed coll", (d) => fmtUs(d.exposed_comm_us)], ["exposed host", (d) => fmtUs(d.exposed_host_us)],
     ["measured", (d) => fmtUs(d.measured_us)], ["bound", (d) => fmtUs(d.bound_us)]];
   const head = el("tr");
-  for (const [h] of cols) head.appendChild(el("th", {class: "num"}, h));
+  for (const h of S.columns) head.appendChild(el("th", {class: "num"}, h));
   table.appendChild(head);
-  for (const s of R.steps) {
+  S.rows.forEach((cells, k) => {
+    const s = R.steps[k];
     const tr = el("tr", {class: "step"});
-    for (const [, f] of cols) tr.appendChild(el("td", {class: "num"}, f(s)));
+    for (const v of cells) tr.appendChild(el("td", {class: "num"}, v));
     tr.addEventListener("click", () => {
       const next = tr.nextElementSibling;
       if (next && next.classList.contains("detail")) { next.remove(); return; }
       const row = el("tr", {class: "detail"});
-      const td = el("td", {colspan: String(cols.length)});
+      const td = el("td", {colspan: String(S.columns.length)});
       const inner = el("table");
       const ihead = el("tr");
       for (const [h] of dcols) ihead.appendChild(el("th", {class: "num"}, h));
@@ -263,7 +260,7 @@ function renderSteps() {
       tr.after(row);
     });
     table.appendChild(tr);
-  }
+  });
 }
 
 // --- memory: each module's static peak, its live temporaries over program order ------------
@@ -411,35 +408,19 @@ function renderHosts() {
   }
 }
 
-// --- actions: ranked by the step time they save ------------------------------------------
+// --- actions: the section as hlogap words it, ranked by the step time each saves ----------
 function renderActions() {
   const box = document.getElementById("actions");
-  const A = R.actions || [];
-  if (!A.length) { box.appendChild(el("p", {class: "muted"}, "No change found that saves step time.")); return; }
-  // Two frames: the saving is wall time summed over every step; the step figures are the
-  // median over the steady steps (the warm-up ones left out), as the text prints them.
-  const steps = (R.steps || []).length;
-  const warmup = (R.summary || {}).warmup_steps || 0;
-  const wall = A[0].frame === "wall";
-  const median = warmup ? `the median of the ${steps - warmup} steady steps (${warmup} warm-up left out)` : "the median step";
-  const frame = wall
-    ? `saves: wall time, summed over all ${steps} steps, each re-timed on every device's critical path; a step: ${median}, and how much faster that step would be`
-    : "saves: device time (no steps to re-time)";
-  box.appendChild(el("p", {class: "muted"}, `By the time each saves. ${frame}. Each op in one action.`));
+  const S = R.sections.actions;
+  if (!S.rows.length) { box.appendChild(el("p", {class: "muted"}, S.none)); return; }
+  box.appendChild(el("p", {class: "muted"}, S.lead));
   const table = el("table");
   const head = el("tr");
-  const saves = wall ? `saves (wall, all ${steps} steps)` : "saves (device time)";
-  for (const h of ["#", saves, "a step (median)", "median step", "cause", "ops", "why", "change"]) head.appendChild(el("th", {}, h));
+  for (const h of S.columns) head.appendChild(el("th", {}, h));
   table.appendChild(head);
-  for (const a of A) {
+  for (const cells of S.rows) {
     const tr = el("tr");
-    const ops = a.ops.slice(0, 3).map((o) => o.name).join(", ") + (a.ops.length > 3 ? ` and ${a.ops.length - 3} more` : "");
-    const each = a.step_saving_us == null ? "-" : fmtUs(a.step_saving_us);
-    const faster = a.step_speedup == null ? "-" : `${a.step_speedup.toFixed(2)}x faster`;
-    const extra = [...(a.layers > 1 ? [`${a.layers} layers`] : []), ...(a.where ? [a.where] : [])];
-    const cause = extra.length ? `${a.cause} (${extra.join(", ")})` : a.cause;
-    for (const [v, num] of [[String(a.rank), true], [fmtUs(a.saving_us), true], [each, true], [faster, true], [cause, false], [ops, false], [a.evidence, false], [a.change, false]])
-      tr.appendChild(el("td", num ? {class: "num"} : {}, v));
+    cells.forEach((v, k) => tr.appendChild(el("td", k < S.figures ? {class: "num"} : {}, v)));
     table.appendChild(tr);
   }
   box.appendChild(table);

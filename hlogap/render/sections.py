@@ -1,0 +1,217 @@
+"""The audit's sections, worded once: the header, what to change, the what-ifs, the steps and
+the cross-check, each as a typed section holding its sentences and its table's cells. The
+table, the Markdown and the HTML page lay these out (the page's script draws the actions' and
+the steps' JSON, their `to_dict`) and word none of it themselves, so that a section reads the
+same in every format. The header's lines (with the mesh, memory and hosts) are those of
+hlogap.render.text, which diff and check share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hlogap.render.text import (
+    STEP_COLUMNS,
+    cross_check_lines,
+    header_lines,
+    more_line,
+    step_cells,
+    steps_overview,
+    what_if_lines,
+)
+from hlogap.report.model import Action, AuditReport, warmup_of
+from hlogap.units import fmt_us
+
+SHOWN_ACTIONS = 5  # in the table and Markdown; `--top 0`, the JSON and the page hold them all
+# The actions' table (the page's): the first `ACTION_FIGURES` columns are figures.
+ACTION_COLUMNS = ("#", "saves", "a step (median)", "median step", "cause", "ops", "why", "change")
+ACTION_FIGURES = 4
+NO_ACTIONS = "No change found that saves step time."
+
+
+def sentence(text: str) -> str:
+    """A clause as a sentence of its own: capitalised, with its full stop."""
+    return text[:1].upper() + text[1:] + "."
+
+
+@dataclass(frozen=True)
+class ActionItem:
+    """One action, worded: its saving in the actions' frame, the median step's, the cause,
+    its ops, the numbers that show it and the change."""
+
+    rank: int
+    saving: str  # `198.04 ms`: the actions' frame (`ActionsSection.frame`)
+    claimed: bool  # False: a cause run after the step pass (device idle) claims no step time
+    step_saving: str | None  # `35.68 ms`: off the median step; None without steps
+    step_faster: str | None  # `1.40x faster`: the median step with the change
+    cause: str  # with the layers it covers and where a device idle's gaps sit
+    names: tuple[str, ...]  # its first three ops' names
+    more_ops: int  # its ops after them
+    evidence: str
+    change: str
+
+    @property
+    def saves(self) -> str:
+        """`saves 198.04 ms (35.68 ms a step: the median step 1.40x faster)`."""
+        if not self.claimed:
+            return "no step time claimed"
+        each = (
+            f" ({self.step_saving} a step: the median step {self.step_faster})"
+            if self.step_saving is not None and self.step_faster is not None
+            else ""
+        )
+        return f"saves {self.saving}{each}"
+
+    def ops(self, code: bool = False) -> str:
+        """`a, b, c and 2 more`; each name in backticks with `code` (Markdown)."""
+        quote = "`" if code else ""
+        names = ", ".join(f"{quote}{n}{quote}" for n in self.names)
+        return names + (f" and {self.more_ops} more" if self.more_ops else "")
+
+    def cells(self) -> list[str]:
+        """The action's cells, by `ACTION_COLUMNS`."""
+        return [
+            str(self.rank),
+            self.saving,
+            self.step_saving or "-",
+            self.step_faster or "-",
+            self.cause,
+            self.ops(),
+            self.evidence,
+            self.change,
+        ]
+
+
+@dataclass(frozen=True)
+class ActionsSection:
+    """What to change, ranked by the step time each saves: the first few actions (all with
+    `top` 0) and a line saying how many were left out."""
+
+    frame: str  # what the savings are: wall time over which steps, or device time
+    items: list[ActionItem]
+    more: str | None
+    title: str = "What to change"
+
+    @property
+    def lead(self) -> str:
+        """The clause that says how the actions are ranked and what their figures are."""
+        return f"by the time it saves ({self.frame}; each op in one action)"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "title": self.title,
+            "lead": sentence(self.lead),
+            "none": NO_ACTIONS,
+            "columns": list(ACTION_COLUMNS),
+            "figures": ACTION_FIGURES,
+            "rows": [item.cells() for item in self.items],
+        }
+
+
+@dataclass(frozen=True)
+class StepsSection:
+    """`--steps`: the overview (how many steps, how long, the slowest, the columns' legend),
+    then a row per step."""
+
+    overview: list[str]
+    columns: tuple[str, ...]
+    rows: list[dict[str, str]]  # each step's cells, by `columns`
+    more: list[str]  # the line saying how many steps were left out
+
+    @property
+    def legend(self) -> str:
+        """What the columns mean ("" without steps)."""
+        return self.overview[2] if len(self.overview) > 2 else ""
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "columns": list(self.columns),
+            "rows": [[row[c] for c in self.columns] for row in self.rows],
+        }
+
+
+@dataclass(frozen=True)
+class AuditSections:
+    """Every section of an audit, worded, with `top` rows of its tables (0: all)."""
+
+    header: list[str]
+    actions: ActionsSection
+    what_if: list[str]
+    steps: StepsSection
+    cross_check: list[str]
+    warnings: list[str]
+
+
+def audit_sections(report: AuditReport, top: int) -> AuditSections:
+    return AuditSections(
+        header=header_lines(report),
+        actions=actions_section(report, top),
+        what_if=what_if_lines(report),
+        steps=steps_section(report, top),
+        cross_check=cross_check_lines(report),
+        warnings=[f"warning: {w}" for w in report.warnings],
+    )
+
+
+def actions_frame(report: AuditReport) -> str:
+    """The frame of the actions' savings: wall time over all the steps, and the step figures'
+    median over the steady ones; or device time."""
+    actions = report.actions
+    if not actions or actions[0].frame != "wall":
+        return "device time (no steps to re-time)"
+    steps = len(report.steps)
+    warmup = warmup_of(report.steps)
+    if report.ops_frame == "steady steps" and warmup:
+        return (
+            f"wall time, summed over the {steps - warmup} steady steps (warm-up left out); "
+            "a step: their median"
+        )
+    return f"wall time, summed over the {steps} steps; a step: the median of the " + (
+        f"{steps - warmup} steady steps" if warmup else "steps"
+    )
+
+
+def cause_text(action: Action) -> str:
+    """The cause, with the layers it covers and where a device idle's gaps sit."""
+    extra = [f"{action.layers} layers"] if action.layers > 1 else []
+    extra += [action.where] if action.where else []
+    return action.cause + (f" ({', '.join(extra)})" if extra else "")
+
+
+def actions_section(report: AuditReport, top: int) -> ActionsSection:
+    """The first `SHOWN_ACTIONS` actions (all with `top` 0)."""
+    actions = report.actions or []
+    shown = actions[: min(SHOWN_ACTIONS, top)] if top > 0 else actions
+    items = []
+    for rank, a in enumerate(shown, 1):
+        names = tuple(o.name for o in a.ops[:3])
+        items.append(
+            ActionItem(
+                rank=rank,
+                saving=fmt_us(a.saving_us),
+                claimed=a.saving_us > 0,
+                step_saving=None if a.step_saving_us is None else fmt_us(a.step_saving_us),
+                step_faster=None if a.step_speedup is None else f"{a.step_speedup:.2f}x faster",
+                cause=cause_text(a),
+                names=names,
+                more_ops=len(a.ops) - len(names),
+                evidence=a.evidence,
+                change=a.change,
+            )
+        )
+    more = (
+        f"({len(shown)} of {len(actions)} actions; --top 0 or --format json: all)"
+        if len(shown) < len(actions)
+        else None
+    )
+    return ActionsSection(actions_frame(report), items, more)
+
+
+def steps_section(report: AuditReport, top: int) -> StepsSection:
+    rows = report.steps if top <= 0 else report.steps[:top]
+    return StepsSection(
+        steps_overview(report),
+        STEP_COLUMNS,
+        [step_cells(s) for s in rows],
+        more_line(len(rows), len(report.steps), "--top 0 shows all", "steps"),
+    )

@@ -1242,12 +1242,13 @@ def block_oracle(functions: Sequence[Callable[..., Any]], args: dict[int, tuple[
 # is split over model and whose down projection sums partial products; a gate projection),
 # in a 2-trip loop taking each once. documented_all_to_all: a sequence-parallel
 # activation (its sequence split over model) resharded to split its features (XLA moves the
-# split with an all-to-all), then two projections. Their oracle adds `dots`: every
+# split with an all-to-all), then two projections; and sequence-parallel queries and keys
+# resharded to split their heads, then the attention scores. Their oracle adds `dots`: every
 # dot_general of the jaxpr (the cond's branches included) with its global shapes, and the specs
 # of its operands and result as the program declares them, and the lowered StableHLO's.
 SHARDED_MESH = {"data": 2, "model": 4}
 COND_SHARDED_DIMS = {"batch": 64, "d_model": 96, "d_ff": 512}
-ALL_TO_ALL_DIMS = {"batch": 16, "seq": 64, "d_model": 128, "d_ff": 192}
+ALL_TO_ALL_DIMS = {"batch": 16, "seq": 64, "d_model": 128, "d_ff": 192, "heads": 8, "head_dim": 16}
 
 
 def _sharded_mesh() -> Callable[..., Any]:
@@ -1268,11 +1269,11 @@ def _sharded_mesh() -> Callable[..., Any]:
     return sh
 
 
-def _put(sh: Callable[..., Any], shape: tuple[int, ...], *spec: Any) -> Any:
+def _put(sh: Callable[..., Any], shape: tuple[int, ...], *spec: Any, seed: int = 0) -> Any:
     import jax
     import numpy as np
 
-    rng = np.random.default_rng(len(shape) * 1000 + sum(shape))
+    rng = np.random.default_rng(seed * 100_000 + len(shape) * 1000 + sum(shape))
     return jax.device_put((rng.standard_normal(shape) * 0.05).astype(np.float32), sh(*spec))
 
 
@@ -1319,24 +1320,33 @@ def build_documented_cond_sharded() -> Documented:
 
 
 def build_documented_all_to_all() -> Documented:
-    """Sequence parallel to feature parallel (an all-to-all), then two projections."""
+    """Sequence parallel to feature parallel (an all-to-all), then two projections; queries
+    and keys from sequence to heads split, then their scores."""
     import jax
     import jax.numpy as jnp
 
     sh = _sharded_mesh()
     b, s, d, f = (ALL_TO_ALL_DIMS[n] for n in ("batch", "seq", "d_model", "d_ff"))
 
-    def all_to_all(x: Any, w_in: Any, w_out: Any) -> Any:
+    h, k = ALL_TO_ALL_DIMS["heads"], ALL_TO_ALL_DIMS["head_dim"]
+
+    def all_to_all(x: Any, w_in: Any, w_out: Any, q: Any, key: Any) -> Any:
         c: Callable[..., Any] = jax.lax.with_sharding_constraint
         x = c(x, sh("data", "model", None))  # sequence parallel
         x = c(x, sh("data", None, "model"))  # features split: an all-to-all
         hidden = c(jax.nn.gelu(jnp.einsum("bsd,df->bsf", x, w_in)), sh("data", None, None))
-        return c(jnp.einsum("bsf,fd->bsd", hidden, w_out), sh("data", None, None))
+        out = c(jnp.einsum("bsf,fd->bsd", hidden, w_out), sh("data", None, None))
+        # Sequence-parallel queries and keys to heads split (as DeepSpeed-Ulysses does).
+        q = c(q, sh("data", None, "model", None))
+        key = c(key, sh("data", None, "model", None))
+        return out, jnp.einsum("bshk,bthk->bhst", q, key)
 
     args = (
         _put(sh, (b, s, d), "data", "model", None),
         _put(sh, (d, f), "model", None),
         _put(sh, (f, d), None, None),
+        _put(sh, (b, s, h, k), "data", "model", None, None),
+        _put(sh, (b, s, h, k), "data", "model", None, None, seed=1),
     )
 
     def step(jitted: Sequence[Callable[..., Any]], state: Any) -> Any:

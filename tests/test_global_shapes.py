@@ -243,13 +243,15 @@ def _calls(module: Any, computation: str, name: str) -> bool:
 def test_dots_after_an_all_to_all_have_their_declared_global_shapes(cpu_chip_file: Path) -> None:
     """The activation [16,64,128] is declared split (data, model, None), then (data, None,
     model): XLA exchanges it with an all-to-all over model. The first projection reads it
-    [16*64 merged, 128] with its rows split over data and its features over model."""
+    [16*64 merged, 128] with its rows split over data and its features over model. The
+    queries and keys [16,64,8,16] go from (data, model, None, None) to (data, None, model,
+    None): the scores' dot reads them [b,h,s,k] with the heads split over model."""
     module = "jit_all_to_all"
     rows, declared = _program(ALL_TO_ALL, module, cpu_chip_file)
     text = (ALL_TO_ALL / f"{module}.hlo.txt").read_text()
     assert " all-to-all(" in text
     dots = _dots_of(ALL_TO_ALL, module)
-    assert len(dots) == len(declared["dot_generals"]) == 2
+    assert len(dots) == len(declared["dot_generals"]) == 3
     for owner, inst, _ in dots:
         _assert_declared(
             rows[owner], inst, _declared_dot(inst, declared), rows["_names"], declared["mesh"]
@@ -259,3 +261,12 @@ def test_dots_after_an_all_to_all_have_their_declared_global_shapes(cpu_chip_fil
     b, s, d = declared["dot_generals"][0]["operands"][0]
     f = declared["dot_generals"][0]["operands"][1][1]
     assert rows[first].global_shapes == [f"f32[{b * s},{d}]", f"f32[{d},{f}]", f"f32[{b * s},{f}]"]
+    scores = next(
+        o for o, d, _ in dots if _declared_dot(d, declared)["einsum"] == "bshk,bthk->bhst"
+    )
+    b, s, h, k = declared["dot_generals"][2]["operands"][0]
+    assert rows[scores].global_shapes == [
+        f"f32[{b},{h},{s},{k}]",
+        f"f32[{b},{h},{k},{s}]",
+        f"f32[{b},{h},{s},{s}]",
+    ]

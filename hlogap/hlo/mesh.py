@@ -539,6 +539,11 @@ class _Propagation:
         # The dot whose result each value is (through ops that keep shardings), per value.
         self.made_by: dict[int, _Dot] = {}
         self.seen: set[str] = set()
+        # Instructions by (computation, name), each one's computation, the fusion or call of
+        # each called computation: the all-to-all's operand is looked up through them.
+        self.by_name: dict[tuple[str, str], Instruction] = {}
+        self.owner_of: dict[int, str] = {}
+        self.fused_by: dict[str, Instruction] = {}
         # A module with manual shardings (shard_map) holds code as the user wrote it per
         # device, whose partial sums may leave it as they are: nothing is concluded from
         # where they are summed.
@@ -726,28 +731,77 @@ class _Propagation:
         return agreed if agreed is not None else self._declared(inst)
 
     def _exchanged(self, inst: Instruction, ops: list[Value]) -> Value:
-        """An all-to-all over a group's axes: each device sends its operand's pieces (the
-        chunks of `dimensions`, or the tuple's operands) one to each device of the group and
-        keeps what it receives. The dim those axes split now holds every device's block (with
-        the received pieces side by side along the chunked dim, XLA merges them back into it),
-        and the axes split the chunked data: the one dim of the operand that is unsplit and
-        more than 1 a device besides the chunked one. Where several could be it, each is
-        unknown, never guessed."""
+        """An all-to-all over a group's axes: each device cuts its operand into pieces (along
+        `dimensions`, or the tuple's operands: slices along one dim), sends one to each device
+        of the group and keeps what it receives. The dim those axes split now holds every
+        device's block (XLA puts the received pieces side by side along the cut dim), and the
+        axes split the data that was cut: XLA cut it from a dim it reshaped into [pieces,
+        rest], so `rest`, the dim after the cut one, now holds the device's own block of it.
+        Where the cut is not seen so, every unsplit dim is unknown, never guessed."""
         group = self.groups.get(id(inst))
         arrays = [v for v in ops if isinstance(v, tuple)]
-        unknown = tuple(None for _ in _result_shape(inst).dims)
-        if group is None or len(arrays) != len(ops) or not arrays:
-            return [unknown for _ in ops] if inst.shape.is_tuple else unknown
-        axes = _axes_of(self.mesh, group)
-        chunked = inst.dimensions[0] if inst.dimensions and len(inst.dimensions) == 1 else None
         shape = _result_shape(inst)
+        unknown = tuple(None for _ in shape.dims)
+        axes = _axes_of(self.mesh, group) if group is not None else ()
+        if not axes or any(" " in a for a in axes) or len(arrays) != len(ops) or not arrays:
+            return [unknown for _ in ops] if inst.shape.is_tuple else unknown
+        cut = self._cut_dim(inst)
         values: list[Value | None] = [
-            _moved_split(v, shape.dims, axes, chunked, len(group))
-            if all(" " not in a for a in axes)
-            else unknown
+            _moved_split(v, shape.dims, axes, inst.dimensions, cut, len(group or ()))
             for v in arrays
         ]
         return values if inst.shape.is_tuple else values[0]
+
+    def _cut_dim(self, inst: Instruction) -> int | None:
+        """The dim an all-to-all's pieces are cut along, where the operand shows it was split
+        off the front of one dim by a reshape (its rest the next dim): the array form's
+        `dimensions`, or the dim the tuple form's pieces slice to 1, made by a reshape (or a
+        bitcast in the default layout) inside or before the fusion that slices it."""
+        first: Instruction | None = self._producer(inst.operands[0]) if inst.operands else None
+        if first is not None and first.opcode == "fusion" and first.called:
+            body = self.module.computation(first.called[0])
+            first = body.root if body is not None else None
+        if first is None:
+            return None
+        made: Instruction | None = first
+        if inst.dimensions:
+            cut = inst.dimensions[0]
+        else:
+            shapes = first.operand_shapes
+            if first.opcode != "slice" or not shapes or shapes[0] is None:
+                return None
+            cuts = [
+                d
+                for d, (n, m) in enumerate(zip(shapes[0].dims, first.shape.dims, strict=False))
+                if n != m
+            ]
+            if len(cuts) != 1 or first.shape.dims[cuts[0]] != 1:
+                return None
+            cut, made = cuts[0], self._producer(first.operands[0], within=first)
+        return cut if made is not None and _splits_front(made, cut) else None
+
+    def _producer(self, name: str, within: Instruction | None = None) -> Instruction | None:
+        """The instruction of that name (in `within`'s computation where given); through a
+        fused computation's parameter, the fusion's operand it is."""
+        if not self.by_name:
+            for computation in self.module.computations:
+                for i in computation.instructions:
+                    self.by_name[(computation.name, i.name)] = i
+                    self.owner_of[id(i)] = computation.name
+                    for called in i.called:
+                        self.fused_by.setdefault(called, i)
+        comp = self.owner_of.get(id(within)) if within is not None else None
+        found = (
+            self.by_name.get((comp, name))
+            if comp is not None
+            else next((i for (_, n), i in self.by_name.items() if n == name), None)
+        )
+        if found is not None and found.opcode == "parameter" and comp in self.fused_by:
+            fusion = self.fused_by[comp]
+            number = found.parameter_number or 0
+            if number < len(fusion.operands):
+                return self._producer(fusion.operands[number], within=fusion)
+        return found
 
     def _declared(self, inst: Instruction) -> Value:
         """What the program says of an instruction's result: its tiled sharding's split, or
@@ -1092,27 +1146,54 @@ def _same_size_dims(value: Dims, inst: Instruction) -> Dims | None:
 
 
 def _moved_split(
-    value: Dims, sizes: Sequence[int], axes: tuple[str, ...], chunked: int | None, devices: int
+    value: Dims,
+    sizes: Sequence[int],
+    axes: tuple[str, ...],
+    dimensions: Sequence[int] | None,
+    cut: int | None,
+    devices: int,
 ) -> Dims:
     """An all-to-all's result dims (see _Propagation._exchanged): `axes` leave the dim they
-    split and split the one candidate for the chunked data; `chunked`, the array form's
-    dimension, holds a piece from each device (whole when 1 a device: its blocks side by side)."""
-    if len(value) != len(sizes):
-        return tuple(None for _ in sizes)
+    split and split `cut + 1`, the rest of the dim the pieces were cut from; the array form's
+    cut dim holds a piece from each device (whole when 1 a device: its blocks side by side)."""
+    unknown = tuple(None for _ in sizes)
     holding = [d for d, a in enumerate(value) if a and set(axes) <= set(_unfold(a)[1])]
-    if len(holding) != 1 or _FOLDED in (value[holding[0]] or ()):
-        return tuple(None for _ in sizes)
+    if len(value) != len(sizes) or len(holding) != 1 or _FOLDED in (value[holding[0]] or ()):
+        return unknown
     out: list[DimAxes] = list(value)
     held = holding[0]
     out[held] = tuple(a for a in value[held] or () if a not in axes)
-    if chunked is not None and 0 <= chunked < len(out):
-        out[chunked] = () if value[chunked] == () and sizes[chunked] == devices else None
-    candidates = [
-        d for d, a in enumerate(value) if a == () and sizes[d] > 1 and d not in (held, chunked)
-    ]
-    for d in candidates:
-        out[d] = axes if len(candidates) == 1 else None
+    if dimensions:
+        c = dimensions[0]
+        if not 0 <= c < len(out):
+            return unknown
+        out[c] = () if value[c] == () and sizes[c] == devices else None
+    rest = cut + 1 if cut is not None else None
+    if rest is not None and rest < len(out) and rest != held and value[rest] == ():
+        out[rest] = axes
+    else:  # which dim holds the device's block is not seen: any unsplit one could
+        for d, a in enumerate(value):
+            if a == () and d != held and sizes[d] > 1 and not (dimensions and d == dimensions[0]):
+                out[d] = None
     return tuple(out)
+
+
+def _splits_front(made: Instruction, cut: int) -> bool:
+    """Whether `made` (a reshape, or a bitcast in the default layout) split one of its
+    operand's dims into dims `cut` and `cut + 1`, and others."""
+    shapes = made.operand_shapes
+    if made.opcode not in ("reshape", "bitcast") or not shapes or shapes[0] is None:
+        return False
+    src, dst = shapes[0], made.shape
+    if made.opcode == "bitcast" and (
+        _major_first(src) != list(range(src.rank)) or _major_first(dst) != list(range(dst.rank))
+    ):
+        return False
+    groups = _reshape_groups(src.dims, dst.dims) or []
+    return any(
+        len(ins) == 1 and cut in outs and cut + 1 in outs and src.dims[ins[0]] > 1
+        for ins, outs in groups
+    )
 
 
 def _free_dims(dot: _Dot) -> tuple[list[int], list[int]]:

@@ -63,3 +63,46 @@ def test_depth_with_scope_groups_cuts_the_path(
     assert code == 0
     scopes = [line.split(",")[1] for line in out.splitlines()[1:]]
     assert scopes and all("/" not in s for s in scopes), scopes
+
+
+# The document each command writes (docs/cli.md): what its --format may name.
+WRITES = {
+    "audit": "audit",
+    "demo": "audit",
+    "memory": "memory",
+    "chips": "chips",
+    "bound": "bound",
+    "check": "check",
+    "diff": "diff",
+}
+
+
+@pytest.mark.parametrize("command", list(WRITES))
+def test_format_help_is_the_renderer_registry(command: str) -> None:
+    from hlogap.render.base import formats
+
+    text = _help(command)
+    listed = text[text.index("Output format: ") :].split(";")[0].removeprefix("Output format: ")
+    assert listed.split(", ") == formats(WRITES[command])  # every one, in the registry's order
+    # Where the command takes -o, the file's extension chooses the format (render.base).
+    takes_output = "-o, --output" in text
+    default = "from --output's extension, else table" if takes_output else "table"
+    assert f"; default: {default}." in text
+
+
+def test_commands_without_a_document_take_no_format() -> None:
+    assert "--format" not in _help("calibrate")
+    assert set(WRITES) == set(COMMANDS) - {"calibrate"}
+
+
+def test_memory_output_extension_chooses_the_format(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cpu_chip_file: Path
+) -> None:
+    # memory --help says the extension chooses: a .json file is the JSON document, no --format.
+    import json
+
+    target = tmp_path / "memory.json"
+    args = ["memory", str(SAMPLE), "--chip", str(cpu_chip_file), "-o", str(target)]
+    code, out, err = run_cli(args, capsys)
+    assert (code, out) == (0, ""), err
+    assert json.loads(target.read_text())["schema"] == "hlogap.memory/1"

@@ -116,3 +116,33 @@ def test_a_renderer_is_one_new_file(
     )
     assert code == 0, err
     assert target.read_text().splitlines() == lines
+    # The command line offers it: audit's --format help and shell completion, and only there.
+    assert "tsv" in _format_help("audit")
+    assert "tsv" not in _format_help("diff")
+    assert "tsv" in _completed("hlogap audit p --format ")
+    assert _completed("hlogap audit p --format t") == ["table", "tsv"]
+
+
+def _format_help(command: str) -> str:
+    from typer.testing import CliRunner
+
+    from hlogap.cli import app
+
+    text = " ".join(CliRunner().invoke(app, [command, "--help"]).output.split())
+    return text[text.index("Output format: ") :].split(";")[0]
+
+
+def _completed(words: str) -> list[str]:
+    """What bash completes `words` to, through Click's completion protocol in this process
+    (the plug-in folder is on the renderer package's path here only)."""
+    from typer.testing import CliRunner
+
+    from hlogap.cli import app
+
+    env = {
+        "_HLOGAP_COMPLETE": "complete_bash",
+        "COMP_WORDS": words,
+        "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1)),
+    }
+    done = CliRunner().invoke(app, [], env=env, prog_name="hlogap")
+    return sorted(done.output.split())

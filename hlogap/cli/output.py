@@ -20,6 +20,7 @@ from hlogap.errors import HlogapError
 
 if TYPE_CHECKING:
     from hlogap.render.base import Document, DocumentKind
+    from hlogap.report.model import AuditReport
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,19 @@ def check_target(output: Path | None) -> Path | None:
 
         check_output(target)
     return target
+
+
+def refuse_overwriting_inputs(
+    outputs: Iterable[Path | None], report: AuditReport, chip: str | None
+) -> None:
+    """Refuse (exit 2) an output onto a file the audit read: the profile's host files, and the
+    chip file where `--chip` named one (hlogap.source.refuse_to_overwrite)."""
+    from hlogap.source import refuse_to_overwrite
+
+    read = [*report.files, *([chip] if chip and Path(chip).is_file() else [])]
+    for written in outputs:
+        if written is not None:
+            refuse_to_overwrite(written, read)
 
 
 def write_document(document: Document, kind: DocumentKind, choice: OutputChoice) -> None:

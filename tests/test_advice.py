@@ -16,6 +16,7 @@ from hlogap import audit, load_report
 from hlogap.chips import load_chip
 from hlogap.hlo.text import parse_module
 from hlogap.options import AuditOptions
+from hlogap.report.codec import encode
 from hlogap.report.model import IDLE_PLACES, AuditReport, OpRow
 from tests.conftest import AMD_FILES, FIXTURES, SHARED, step_row
 
@@ -344,4 +345,4 @@ def test_an_action_per_step_is_in_the_summary_frame() -> None:
     assert action.step_speedup == pytest.approx(11.0 / 9.0)  # median of 10/9, 11/9, 12/9
     # The saving is what that ratio takes off the median step (11 us): one step's frame.
     assert action.step_saving_us == pytest.approx(11.0 - 11.0 / action.step_speedup)
-    assert action.to_dict(1)["step_speedup"] == pytest.approx(11.0 / 9.0)
+    assert encode(action, rank=1)["step_speedup"] == pytest.approx(11.0 / 9.0)

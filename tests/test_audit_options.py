@@ -66,7 +66,7 @@ def test_what_if_and_axis_scenarios_are_read_by_name(tmp_path: Path) -> None:
     assert [w.chip for w in report.what_if] == ["h100-sxm", "tpu-v6e"]
     alone = hlogap.audit(FIXTURES / "sharded_train", AuditOptions(chip=chip, what_if=("tpu-v6e",)))
     assert alone.what_if is not None
-    assert alone.what_if[0].to_dict() == report.what_if[1].to_dict()
+    assert alone.what_if[0] == report.what_if[1]
     assert report.exposed_by_axis == pytest.approx(alone.exposed_by_axis)
     assert [a.saving_us for a in report.actions or []] == pytest.approx(
         [a.saving_us for a in alone.actions or []]

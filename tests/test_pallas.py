@@ -20,6 +20,7 @@ from hlogap import audit
 from hlogap.cost import cost_instruction
 from hlogap.hlo.text import parse_instruction
 from hlogap.proto import hlo_pb2, xplane_pb2
+from hlogap.report.codec import decode
 from hlogap.report.model import OpRow
 from tests import tpu_trace as tt
 from tests.conftest import SHARED
@@ -187,7 +188,7 @@ def test_real_kernel_counters() -> None:
     assert "MXU 78%" in row.hints[-1]
     saved = json.loads(json.dumps(row.to_dict(1)))
     assert saved["counters"] == row.counters
-    assert OpRow.from_dict(saved, "ops[0]").counters == row.counters
+    assert decode(OpRow, saved, "ops[0]").counters == row.counters
 
 
 def _mxu_by_scope(path: Path, own_duration: bool) -> dict[str, float]:

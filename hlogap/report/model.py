@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Literal, TypeVar, get_args
+from typing import ClassVar, Literal, TypeVar, get_args
 
 from hlogap._version import __version__
 from hlogap.bounds.measured import RaisedFigure
@@ -18,6 +17,7 @@ from hlogap.chips import Chip
 from hlogap.errors import InputError
 from hlogap.hlo.mesh import Mesh
 from hlogap.memory.static import MemorySection
+from hlogap.report.codec import count, decode, encode, meta, number, optional_number, text
 from hlogap.report.sections import CrossCheck, HostSkew
 from hlogap.source import is_url, read_remote, regular_file
 from hlogap.trace.model import Backend, StepSource
@@ -47,35 +47,69 @@ class Totals:
         return self.bound_us / self.measured_us if self.measured_us > 0 else None
 
 
+def _axis_sizes(value: object, what: str) -> dict[str, int] | None:
+    """`sharding`: each mesh axis's count of ways (null: the mesh does not say)."""
+    if value is not None and not (
+        isinstance(value, dict)
+        and all(
+            isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool)
+            for k, n in value.items()
+        )
+    ):
+        raise ValueError(f"{what} is not an object of axis sizes")
+    return value
+
+
+def _command_buffer_ops(value: object, what: str) -> list[OpRow]:
+    if not isinstance(value, list):
+        raise ValueError(f"{what} is not a list")
+    if any(isinstance(r, dict) and r.get("command_buffer_ops") for r in value):
+        # XLA nests no command buffer in another's rows: refused before recursing.
+        raise ValueError(f"{what} holds an op with command buffer ops of its own")
+    return [decode(OpRow, r, f"{what}[{k}]") for k, r in enumerate(value)]
+
+
 @dataclass(kw_only=True)
 class OpRow(Totals):
+    # JSON keys beyond the fields (hlogap.report.codec): derived, or the writer's (rank,
+    # share and cum_share: the row's place in the report), each after the key named.
+    JSON_EXTRA: ClassVar[dict[str, str | None]] = {
+        "rank": None,
+        "gap_us": "bound_us",
+        "efficiency": "gap_us",
+        "share": "efficiency",
+        "cum_share": "share",
+        "intensity": "comm_bytes",
+    }
+
     module: str
     program_id: str = ""
     name: str
     opcode: str = "unknown"
     category: str = ""
-    occurrences: int = 0
+    occurrences: int = field(default=0, metadata=meta(required=True))
     # Runs of the op in one occurrence: a while body's trips (per-occurrence counts cover all).
     runs_per_occurrence: int = 1
     events: int = 0
-    measured_us: float = 0.0  # total over occurrences and devices (self time)
+    # Total over occurrences and devices (self time).
+    measured_us: float = field(default=0.0, metadata=meta(required=True))
     total_us: float = 0.0  # the same with nested ops included (xprof's "total time")
     # Median time of one occurrence: what `check` compares, robust to noise (None: a report
     # saved before medians existed).
     median_us: float | None = None
     bound_us: float = 0.0  # total lower bound
-    upper_bound_us: float = 0.0  # total sum-of-times bound
     bound_by: BoundBy = "unmodeled"
     flops: float = 0.0  # per occurrence
-    bytes: float = 0.0  # HBM bytes per occurrence
-    comm_bytes: float = 0.0  # per occurrence
-    transcendentals: float = 0.0
     # The element type whose peak bounds the op's FLOPs (its matrix work's, else its vector
     # work's); "" when it does none.
     dtype: str = ""
+    bytes: float = 0.0  # HBM bytes per occurrence
+    comm_bytes: float = 0.0  # per occurrence
+    transcendentals: float = 0.0
     t_compute_us: float = 0.0  # per occurrence
     t_memory_us: float = 0.0
     t_comm_us: float = 0.0
+    upper_bound_us: float = 0.0  # total sum-of-times bound
     hlo: str = ""
     fingerprint: str = ""  # stable across recompiles (hlogap.hlo.fingerprint); "" without HLO
     op_name: str = ""  # the framework op path from the HLO metadata (`jit(f)/.../dot_general`)
@@ -86,7 +120,7 @@ class OpRow(Totals):
     # ways each mesh axis splits it. None where the mesh does not say.
     mesh_axes: list[str] | None = None
     global_shapes: list[str] | None = None
-    sharding: dict[str, int] | None = None
+    sharding: dict[str, int] | None = field(default=None, metadata=meta(read=_axis_sizes))
     # `--what-if CHIP`: the op's bound on each other chip (total, like `bound_us`); a chip
     # that cannot bound it is left out.
     what_if_us: dict[str, float] | None = None
@@ -98,7 +132,9 @@ class OpRow(Totals):
     estimated: bool = False
     # A command buffer's call: the ops it runs, each with its bound and an estimated share of
     # the call's time (they add up to it). Not rows of the report: totals count the call once.
-    command_buffer_ops: list[OpRow] = field(default_factory=list)
+    command_buffer_ops: list[OpRow] = field(
+        default_factory=list, metadata=meta(read=_command_buffer_ops, ranked=True)
+    )
     # Device time (summed over devices and steps) the devices sat idle inside their steps
     # waiting to start this op: each idle gap in a device's part of a step goes to the op
     # that ends it (hlogap.trace.steps.OpWaits). None: no steps (or a report saved before).
@@ -115,106 +151,12 @@ class OpRow(Totals):
     def to_dict(
         self, rank: int, share: float | None = None, cum_share: float | None = None
     ) -> dict[str, object]:
-        return {
-            "rank": rank,
-            "module": self.module,
-            "program_id": self.program_id,
-            "name": self.name,
-            "opcode": self.opcode,
-            "category": self.category,
-            "occurrences": self.occurrences,
-            "runs_per_occurrence": self.runs_per_occurrence,
-            "events": self.events,
-            "measured_us": self.measured_us,
-            "total_us": self.total_us,
-            "median_us": self.median_us,
-            "bound_us": self.bound_us,
-            "gap_us": self.gap_us,
-            "efficiency": self.efficiency,
-            "share": share,
-            "cum_share": cum_share,
-            "bound_by": self.bound_by,
-            "flops": self.flops,
-            "dtype": self.dtype,
-            "bytes": self.bytes,
-            "comm_bytes": self.comm_bytes,
-            "intensity": self.intensity,
-            "transcendentals": self.transcendentals,
-            "t_compute_us": self.t_compute_us,
-            "t_memory_us": self.t_memory_us,
-            "t_comm_us": self.t_comm_us,
-            "upper_bound_us": self.upper_bound_us,
-            "hlo": self.hlo,
-            "fingerprint": self.fingerprint,
-            "op_name": self.op_name,
-            "source": self.source,
-            "hints": self.hints,
-            "mesh_axes": self.mesh_axes,
-            "global_shapes": self.global_shapes,
-            "sharding": self.sharding,
-            "what_if_us": self.what_if_us,
-            "counters": self.counters,
-            "estimated": self.estimated,
-            "command_buffer_ops": [r.to_dict(k) for k, r in enumerate(self.command_buffer_ops, 1)],
-            "idle_before_us": self.idle_before_us,
-            "idle_gaps": self.idle_gaps,
-        }
+        return encode(self, rank=rank, share=share, cum_share=cum_share)
 
     @classmethod
     def from_dict(cls, raw: object, where: str) -> OpRow:
         """An op of a saved report; keys a report of an older hlogap lacks keep their defaults."""
-        if not isinstance(raw, dict):
-            raise ValueError(f"{where} is not an object")
-        values: dict[str, object] = {}
-        for f in fields(cls):
-            if f.name not in raw:
-                continue
-            value, what = raw[f.name], f"{where}.{f.name}"
-            if f.name in ("hints", "mesh_axes", "global_shapes"):
-                if value is None and f.name != "hints":
-                    pass
-                elif not isinstance(value, list) or not all(isinstance(h, str) for h in value):
-                    raise ValueError(f"{what} is not a list of strings")
-            elif f.name == "sharding":
-                if value is not None and not (
-                    isinstance(value, dict)
-                    and all(
-                        isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool)
-                        for k, n in value.items()
-                    )
-                ):
-                    raise ValueError(f"{what} is not an object of axis sizes")
-            elif f.name in ("counters", "what_if_us"):
-                if value is not None:
-                    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-                        raise ValueError(f"{what} is not an object of numbers")
-                    value = {k: _number(u, f"{what}.{k}") for k, u in value.items()}
-            elif f.name == "estimated":
-                if not isinstance(value, bool):
-                    raise ValueError(f"{what} is {value!r}, not true or false")
-            elif f.name == "command_buffer_ops":
-                if not isinstance(value, list):
-                    raise ValueError(f"{what} is not a list")
-                if any(isinstance(r, dict) and r.get("command_buffer_ops") for r in value):
-                    # XLA nests no command buffer in another's rows: refused before recursing.
-                    raise ValueError(f"{what} holds an op with command buffer ops of its own")
-                value = [OpRow.from_dict(r, f"{what}[{k}]") for k, r in enumerate(value)]
-            elif f.name == "bound_by":
-                if value not in get_args(BoundBy):
-                    raise ValueError(f"{what} is {value!r}, not one of {get_args(BoundBy)}")
-            elif f.name in ("occurrences", "events", "runs_per_occurrence", "idle_gaps"):
-                value = int(_number(value, what))
-            elif f.name in ("median_us", "idle_before_us"):
-                value = None if value is None else _number(value, what)
-            elif f.type in ("float", float):
-                value = _number(value, what)
-            else:
-                value = _text(value, what)
-            values[f.name] = value
-        for required in ("module", "name", "occurrences", "measured_us"):
-            if required not in raw:
-                raise KeyError(f"{where}.{required}")
-        return cls(**values)  # type: ignore[arg-type]
+        return decode(cls, raw, where)
 
 
 @dataclass(slots=True)  # 160 k of them for a 40 k-step pod profile: small, quick to make
@@ -239,42 +181,79 @@ DEVICE_STEP_KEYS = tuple(f.name for f in fields(DeviceStep))
 DeviceRow = tuple[float, ...]
 
 
+def _device_rows(raw: object, where: str) -> tuple[DeviceRow, ...]:
+    """`per_device`: each device's part as the values of DEVICE_STEP_KEYS."""
+    if not isinstance(raw, list):
+        raise ValueError(f"{where} is not a list")
+    return tuple(_device_row(d, f"{where}[{i}]") for i, d in enumerate(raw))
+
+
 def _device_row(raw: object, where: str) -> DeviceRow:
     if not isinstance(raw, dict):
         raise ValueError(f"{where} is not an object")
     return tuple(
-        int(_number(raw[k], f"{where}.{k}")) if k == "device" else _number(raw[k], f"{where}.{k}")
+        count(raw[k], f"{where}.{k}") if k == "device" else number(raw[k], f"{where}.{k}")
         for k in DEVICE_STEP_KEYS
     )
 
 
-@dataclass(slots=True)  # not frozen: its init sets 18 fields, for each of 40 k steps
+def _device_steps(rows: object) -> list[DeviceStep]:
+    assert isinstance(rows, tuple)
+    return [DeviceStep(*r) for r in rows]
+
+
+STEP_SOURCES: tuple[StepSource, ...] = get_args(StepSource)
+
+
+def _step_source(value: object, what: str) -> StepSource:
+    source = next((k for k in STEP_SOURCES if k == value), None)
+    if source is None:
+        raise ValueError(f"{what} is {value!r}")
+    return source
+
+
+@dataclass(slots=True, kw_only=True)  # not frozen: its init sets 18 fields, for each of 40 k steps
 class StepRow:
     """A step: `wall_us`, `skew_us`, `bound_wall_us` are wall time; the other times are summed
     over the step's devices (device time)."""
 
+    JSON_EXTRA: ClassVar[dict[str, str | None]] = {"gap_us": "bound_us"}
+
     step: int
-    source: StepSource
+    source: StepSource = field(metadata=meta(read=_step_source, absent=None))
     start_us: float  # from the profile's first op event
     wall_us: float  # earliest device start to latest device end (the step's window)
-    devices: int
-    busy_us: float  # device time: when at least one op ran on the device
-    measured_us: float  # the op executions that started in the step, as in `ops`
-    bound_us: float
-    exposed_comm_us: float  # device time: a collective ran and no compute op did
-    exposed_host_us: float = 0.0  # device time: only host transfers ran
-    # Device time: each device's own idle (its wall - busy); skew between devices is not idle.
-    idle_us: float = 0.0
-    device_wall_us: float = 0.0  # the devices' own walls summed (busy + idle)
     skew_us: float = 0.0  # latest device start - earliest
     slowest_device: int | None = None  # the device with the longest own wall
     # The step's wall if every op ran at its bound, each device keeping its start, its idle
     # gaps and what ran at once (None: a report saved before it existed).
     bound_wall_us: float | None = None
+    devices: int
+    # The devices' own walls summed (busy + idle); see `json_older` for a report without it.
+    device_wall_us: float = 0.0
+    busy_us: float  # device time: when at least one op ran on the device
+    # Device time: each device's own idle (its wall - busy); skew between devices is not idle.
+    idle_us: float = 0.0
+    exposed_comm_us: float = 0.0  # device time: a collective ran and no compute op did
+    exposed_host_us: float = 0.0  # device time: only host transfers ran
+    measured_us: float  # the op executions that started in the step, as in `ops`
+    bound_us: float
     flops: float = 0.0  # device time: FLOPs of the occurrences that started in the step
-    device_rows: tuple[DeviceRow, ...] = ()  # per device: the values of DEVICE_STEP_KEYS
+    # Per device: the values of DEVICE_STEP_KEYS (in JSON, an object of them per device).
+    device_rows: tuple[DeviceRow, ...] = field(
+        default=(), metadata=meta(key="per_device", read=_device_rows, write=_device_steps)
+    )
     # `lost_in_ops_us` as the step's builder summed it (None: summed from the rows on use).
-    lost_us: float | None = field(default=None, compare=False)
+    lost_us: float | None = field(default=None, compare=False, metadata=meta(written="never"))
+
+    @staticmethod
+    def json_older(values: dict[str, object]) -> None:
+        """A report of version 2 lacks the per-device keys: its devices spanned the whole
+        step."""
+        wall, devices, busy = values["wall_us"], values["devices"], values["busy_us"]
+        assert isinstance(wall, float) and isinstance(devices, int) and isinstance(busy, float)
+        values.setdefault("device_wall_us", wall * devices)
+        values.setdefault("idle_us", max(wall * devices - busy, 0.0))
 
     @property
     def per_device(self) -> list[DeviceStep]:
@@ -304,76 +283,14 @@ class StepRow:
         """Busy time that would remain with every op at its bound (unmodeled ops keep theirs)."""
         return max(self.busy_us - self.lost_in_ops_us, 0.0)
 
-    @classmethod
-    def from_dict(cls, raw: object, where: str) -> StepRow:
-        if not isinstance(raw, dict):
-            raise ValueError(f"{where} is not an object")
-        source = next((k for k in get_args(StepSource) if k == raw.get("source")), None)
-        if source is None:
-            raise ValueError(f"{where}.source is {raw.get('source')!r}")
-        values = {
-            k: _number(raw[k], f"{where}.{k}")
-            for k in ("start_us", "wall_us", "busy_us", "measured_us", "bound_us")
-        }
-        devices = int(_number(raw["devices"], f"{where}.devices"))
-        # Reports of version 2 lack the per-device keys: their devices spanned the whole step.
-        device_wall = raw.get("device_wall_us", values["wall_us"] * devices)
-        idle = raw.get("idle_us", max(values["wall_us"] * devices - values["busy_us"], 0.0))
-        slowest = raw.get("slowest_device")
-        bound_wall = raw.get("bound_wall_us")
-        per_device = raw.get("per_device", [])
-        if not isinstance(per_device, list):
-            raise ValueError(f"{where}.per_device is not a list")
-        return cls(
-            step=int(_number(raw["step"], f"{where}.step")),
-            source=source,
-            devices=devices,
-            exposed_comm_us=_number(raw.get("exposed_comm_us", 0.0), f"{where}.exposed_comm_us"),
-            exposed_host_us=_number(raw.get("exposed_host_us", 0.0), f"{where}.exposed_host_us"),
-            idle_us=_number(idle, f"{where}.idle_us"),
-            device_wall_us=_number(device_wall, f"{where}.device_wall_us"),
-            skew_us=_number(raw.get("skew_us", 0.0), f"{where}.skew_us"),
-            slowest_device=None
-            if slowest is None
-            else int(_number(slowest, f"{where}.slowest_device")),
-            bound_wall_us=None
-            if bound_wall is None
-            else _number(bound_wall, f"{where}.bound_wall_us"),
-            flops=_number(raw.get("flops", 0.0), f"{where}.flops"),
-            device_rows=tuple(
-                _device_row(d, f"{where}.per_device[{i}]") for i, d in enumerate(per_device)
-            ),
-            **values,
-        )
-
     def to_dict(self, plain: bool = True) -> dict[str, object]:
         """The step as JSON data. `plain=False` gives each device's part as a `DeviceStep`
         (orjson writes a dataclass as the object of its fields): a 40 k-step profile's 160 k
         parts cost 16 MB that way, 144 MB as dicts."""
-        return {
-            "step": self.step,
-            "source": self.source,
-            "start_us": self.start_us,
-            "wall_us": self.wall_us,
-            "skew_us": self.skew_us,
-            "slowest_device": self.slowest_device,
-            "bound_wall_us": self.bound_wall_us,
-            "devices": self.devices,
-            "device_wall_us": self.device_wall_us,
-            "busy_us": self.busy_us,
-            "idle_us": self.idle_us,
-            "exposed_comm_us": self.exposed_comm_us,
-            "exposed_host_us": self.exposed_host_us,
-            "measured_us": self.measured_us,
-            "bound_us": self.bound_us,
-            "gap_us": self.gap_us,
-            "flops": self.flops,
-            "per_device": (
-                [dict(zip(DEVICE_STEP_KEYS, r)) for r in self.device_rows]
-                if plain
-                else self.per_device
-            ),
-        }
+        data = encode(self)
+        if plain:
+            data["per_device"] = [dict(zip(DEVICE_STEP_KEYS, r)) for r in self.device_rows]
+        return data
 
 
 def _median(values: list[float]) -> float | None:
@@ -467,6 +384,17 @@ def steps_summary(steps: list[StepRow]) -> dict[str, object]:
 class GroupRow(Totals):
     """Ops rolled up (`--group-by`): their totals summed."""
 
+    JSON_EXTRA: ClassVar[dict[str, str | None]] = {
+        "rank": None,
+        "gap_us": "bound_us",
+        "efficiency": "gap_us",
+        "share": "efficiency",
+        "cum_share": "share",
+        "bus_bw": "comm_bytes",
+        "modeled_gap_us": "unmodeled_us",
+        "modeled_efficiency": "modeled_gap_us",
+    }
+
     name: str
     ops: int
     occurrences: int
@@ -509,25 +437,7 @@ class GroupRow(Totals):
     def to_dict(
         self, rank: int, share: float | None = None, cum_share: float | None = None
     ) -> dict[str, object]:
-        return {
-            "rank": rank,
-            "name": self.name,
-            "ops": self.ops,
-            "occurrences": self.occurrences,
-            "measured_us": self.measured_us,
-            "bound_us": self.bound_us,
-            "gap_us": self.gap_us,
-            "efficiency": self.efficiency,
-            "share": share,
-            "cum_share": cum_share,
-            "comm_bytes": self.comm_bytes,
-            "bus_bw": self.bus_bw,
-            "exposed_us": self.exposed_us,
-            "idle_before_us": self.idle_before_us,
-            "unmodeled_us": self.unmodeled_us,
-            "modeled_gap_us": self.modeled_gap_us,
-            "modeled_efficiency": self.modeled_efficiency,
-        }
+        return encode(self, rank=rank, share=share, cum_share=cum_share)
 
 
 # An open set (contract version 4): a newer hlogap's cause is kept as written. The causes this
@@ -552,6 +462,7 @@ KNOWN_CAUSES: tuple[str, ...] = (
 # Where a `device idle` action's gaps sit (contract version 4).
 IDLE_PLACES: tuple[str, ...] = ("between steps", "between programs", "inside an execution")
 SavingFrame = Literal["wall", "device-time"]
+FRAMES: tuple[SavingFrame, ...] = get_args(SavingFrame)
 
 
 @dataclass(frozen=True)
@@ -561,7 +472,23 @@ class OpRef:
     name: str
 
 
-@dataclass
+def _op_refs(raw: object, where: str) -> tuple[OpRef, ...]:
+    """An action's ops: each object's module, program id and name ("" where absent)."""
+    assert isinstance(raw, list)  # Action.json_check
+    return tuple(
+        OpRef(*(text(o.get(k, ""), where) for k in ("module", "program_id", "name")))
+        for o in raw
+        if isinstance(o, dict)
+    )
+
+
+def _layers(raw: object, where: str) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        raise ValueError(f"{where} is {raw!r}, not a count of 1 or more")
+    return raw
+
+
+@dataclass(kw_only=True)
 class Action:
     """One change to make (hlogap.advice), with the time it would save.
 
@@ -572,93 +499,43 @@ class Action:
     summary's frame: the median over the steady steps of each step's wall saved, and of each
     step's wall over its wall with the change (None: no steps)."""
 
+    JSON_EXTRA: ClassVar[dict[str, str | None]] = {"rank": None}
+
+    # Any cause is kept (a newer hlogap's too): `json_check` checks only its type.
     cause: ActionCause
-    ops: tuple[OpRef, ...]
-    saving_us: float
-    frame: SavingFrame
-    op_saving_us: float
-    evidence: str
-    change: str
+    ops: tuple[OpRef, ...] = field(metadata=meta(read=_op_refs))
+    saving_us: float = field(metadata=meta(absent=None))
+    frame: SavingFrame = field(metadata=meta(absent="wall"))
+    op_saving_us: float = field(metadata=meta(absent=0.0))
     step_saving_us: float | None = None
     step_speedup: float | None = None
-    layers: int = 1  # repeated layers the action covers (the same cause and change on each)
+    # Repeated layers the action covers (the same cause and change on each).
+    layers: int = field(default=1, metadata=meta(read=_layers))
     where: str | None = None  # a `device idle` action's place (IDLE_PLACES), else None
+    evidence: str = field(metadata=meta(absent=""))
+    change: str = field(metadata=meta(absent=""))
 
-    def to_dict(self, rank: int) -> dict[str, object]:
-        return {
-            "rank": rank,
-            "cause": self.cause,
-            "ops": [
-                {"module": o.module, "program_id": o.program_id, "name": o.name} for o in self.ops
-            ],
-            "saving_us": self.saving_us,
-            "frame": self.frame,
-            "op_saving_us": self.op_saving_us,
-            "step_saving_us": self.step_saving_us,
-            "step_speedup": self.step_speedup,
-            "layers": self.layers,
-            "where": self.where,
-            "evidence": self.evidence,
-            "change": self.change,
-        }
-
-    @classmethod
-    def from_dict(cls, raw: object, where: str) -> Action:
+    @staticmethod
+    def json_check(raw: object, where: str) -> None:
+        """What a saved action must have before its fields are read."""
         if not isinstance(raw, dict) or not isinstance(raw.get("ops"), list):
             raise ValueError(f"{where} is not an action with an 'ops' list")
-        # Any cause is kept (a newer hlogap's too): only its type is checked.
         cause = raw.get("cause")
-        frame = next((f for f in get_args(SavingFrame) if f == raw.get("frame", "wall")), None)
-        if not isinstance(cause, str) or not cause or frame is None:
+        if not isinstance(cause, str) or not cause or raw.get("frame", "wall") not in FRAMES:
             raise ValueError(f"{where}: cause {cause!r} or its frame is not known")
-        layers = raw.get("layers", 1)
-        if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
-            raise ValueError(f"{where}.layers is {layers!r}, not a count of 1 or more")
-        place = raw.get("where")
-        if place is not None and not isinstance(place, str):
-            raise ValueError(f"{where}.where is {place!r}, not a string")
-        ops = tuple(
-            OpRef(*(_text(o.get(k, ""), f"{where}.ops") for k in ("module", "program_id", "name")))
-            for o in raw["ops"]
-            if isinstance(o, dict)
-        )
-        return cls(
-            cause=cause,
-            ops=ops,
-            saving_us=_number(raw.get("saving_us"), f"{where}.saving_us"),
-            frame=frame,
-            op_saving_us=_number(raw.get("op_saving_us", 0.0), f"{where}.op_saving_us"),
-            evidence=_text(raw.get("evidence", ""), f"{where}.evidence"),
-            change=_text(raw.get("change", ""), f"{where}.change"),
-            step_saving_us=_optional_number(raw.get("step_saving_us"), f"{where}.step_saving_us"),
-            step_speedup=_optional_number(raw.get("step_speedup"), f"{where}.step_speedup"),
-            layers=layers,
-            where=place,
-        )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class WhatIf:
     """`--what-if CHIP`: the same ops bounded on another chip (hlogap.advice.what_if)."""
 
     chip: str
     speedup: float | None  # op time now / op time at the other chip's bounds (device time)
     step_speedup: float | None  # median step wall now / with every op at the other's bound
+    step_unavailable: str | None = None  # why `step_speedup` is null (None when it is not)
     new_top_ops: list[str]  # the ops that take longest at the other chip's bounds
     capped_by: list[str]  # ops that gain least: at or near this chip's roof already
     unmodeled_us: float  # device time of ops neither chip bounds, kept as measured
-    step_unavailable: str | None = None  # why `step_speedup` is null (None when it is not)
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "chip": self.chip,
-            "speedup": self.speedup,
-            "step_speedup": self.step_speedup,
-            "step_unavailable": self.step_unavailable,
-            "new_top_ops": self.new_top_ops,
-            "capped_by": self.capped_by,
-            "unmodeled_us": self.unmodeled_us,
-        }
 
 
 @dataclass(frozen=True)
@@ -674,21 +551,7 @@ class OutsideSteps:
 
     @property
     def total_us(self) -> float:
-        return sum(self.to_dict().values())
-
-    def to_dict(self) -> dict[str, float]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: object) -> OutsideSteps | None:
-        if not isinstance(data, dict):
-            return None
-        return cls(
-            **{
-                f.name: _number(data.get(f.name, 0.0), f"summary.outside_steps.{f.name}")
-                for f in fields(cls)
-            }
-        )
+        return self.warmup_us + self.autotuning_us + self.compile_us + self.other_us
 
 
 OpsFrame = Literal["steady steps", "all"]
@@ -890,7 +753,7 @@ class AuditReport:
             "speedup": self.speedup,
             **steps_summary(self.steps),
             "ops_frame": self.ops_frame,
-            "outside_steps": None if self.outside_steps is None else self.outside_steps.to_dict(),
+            "outside_steps": None if self.outside_steps is None else encode(self.outside_steps),
             "steps_cover_fraction": self.steps_cover_fraction,
             "step_speedup": self.step_speedup,
             "flops_per_s": self.flops_per_s,
@@ -959,9 +822,9 @@ class AuditReport:
             "mesh": self.mesh.to_dict() if self.mesh else None,
             "actions": None
             if self.actions is None
-            else [a.to_dict(k) for k, a in enumerate(self.actions, 1)],
-            "what_if": None if self.what_if is None else [w.to_dict() for w in self.what_if],
-            **({"hosts": asdict(self.host_skew)} if self.host_skew else {}),
+            else [encode(a, rank=k) for k, a in enumerate(self.actions, 1)],
+            "what_if": None if self.what_if is None else [encode(w) for w in self.what_if],
+            **({"hosts": encode(self.host_skew)} if self.host_skew else {}),
             **({"cross_check": self.cross_check.to_dict()} if self.cross_check else {}),
             "warnings": self.warnings,
         }
@@ -972,18 +835,18 @@ class AuditReport:
         raw_ops, summary = data["ops"], data["summary"]
         if not isinstance(raw_ops, list) or not isinstance(summary, dict):
             raise ValueError("'ops' is not a list or 'summary' not an object")
-        ops = [OpRow.from_dict(o, f"ops[{i}]") for i, o in enumerate(raw_ops)]
+        ops = [decode(OpRow, o, f"ops[{i}]") for i, o in enumerate(raw_ops)]
         source = data.get("source")
         source = source if isinstance(source, dict) else {}
         backend = source.get("backend", "none")
         sort = data.get("sort", "gap")
         listed_measured = sum(o.measured_us for o in ops)
         listed_bound = sum(o.bound_us for o in ops)
-        total_ops = int(_number(summary.get("ops", len(ops)), "summary.ops"))
+        total_ops = count(summary.get("ops", len(ops)), "summary.ops")
         unlisted = Unlisted(
             ops=max(total_ops - len(ops), 0),
-            measured_us=_number(summary["measured_us"], "summary.measured_us") - listed_measured,
-            bound_us=_number(summary["bound_us"], "summary.bound_us") - listed_bound,
+            measured_us=number(summary["measured_us"], "summary.measured_us") - listed_measured,
+            bound_us=number(summary["bound_us"], "summary.bound_us") - listed_bound,
         )
         warnings = data.get("warnings", [])
         raw_steps = data.get("steps", [])  # version 1 reports have none
@@ -998,18 +861,18 @@ class AuditReport:
             chip=_chip(data.get("chip")),
             chip_reason=f"from the report {path}",
             raised=_raised(data.get("chip")),
-            devices=int(_number(summary.get("devices", 0), "summary.devices")),
-            events=int(_number(summary.get("events", 0), "summary.events")),
+            devices=count(summary.get("devices", 0), "summary.devices"),
+            events=count(summary.get("events", 0), "summary.events"),
             ops=ops,
             sort=sort if sort in SORT_KEYS else "gap",
             warnings=[str(w) for w in warnings] if isinstance(warnings, list) else [],
             kind="report",
             unlisted=unlisted if unlisted.ops else Unlisted(),
-            steps=[StepRow.from_dict(r, f"steps[{i}]") for i, r in enumerate(raw_steps)],
-            model_flops=_optional_number(summary.get("model_flops"), "summary.model_flops"),
+            steps=[decode(StepRow, r, f"steps[{i}]") for i, r in enumerate(raw_steps)],
+            model_flops=optional_number(summary.get("model_flops"), "summary.model_flops"),
             ops_frame="steady steps" if summary.get("ops_frame") == "steady steps" else "all",
-            outside_steps=OutsideSteps.from_dict(summary.get("outside_steps")),
-            steps_cover_fraction=_optional_number(
+            outside_steps=_outside_steps(summary.get("outside_steps")),
+            steps_cover_fraction=optional_number(
                 summary.get("steps_cover_fraction"), "summary.steps_cover_fraction"
             ),
             memory=MemorySection.from_dict(data.get("memory")),
@@ -1031,14 +894,14 @@ def load_json(path: str | Path, role: str) -> AuditReport:
     `role` ("baseline", "BASE"...) names it in errors."""
     try:
         if is_url(path):
-            text = read_remote(str(path)).decode("utf-8")
+            document = read_remote(str(path)).decode("utf-8")
         else:
-            text = regular_file(Path(path), role).read_text(encoding="utf-8")
+            document = regular_file(Path(path), role).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise InputError(f"cannot read {role} {path}: {reason}") from exc
     try:
-        data = json.loads(text)
+        data = json.loads(document)
     except (json.JSONDecodeError, RecursionError) as exc:
         detail = (
             f"line {exc.lineno}: {exc.msg}"
@@ -1076,27 +939,6 @@ def refuse_truncated(report: AuditReport, role: str) -> None:
     )
 
 
-def _number(value: object, what: str) -> float:
-    """A count or a time of a saved report: a finite number, never negative. The JSON writer
-    turns non-finite numbers into null, so null here means a degenerate report."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{what} is {value!r}, not a number")
-    number = float(value)
-    if not math.isfinite(number) or number < 0:
-        raise ValueError(f"{what} is {value!r}, not a finite number >= 0")
-    return number
-
-
-def _optional_number(value: object, what: str) -> float | None:
-    return None if value is None else _number(value, what)
-
-
-def _text(value: object, what: str) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{what} is {value!r}, not a string")
-    return value
-
-
 def _chip(raw: object) -> Chip | None:
     """The chip a saved report names (its peaks as written); None when it gives none."""
     if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
@@ -1131,11 +973,11 @@ def _raised(raw: object) -> list[RaisedFigure]:
         return []
     return [
         RaisedFigure(
-            _text(r.get("figure"), f"chip.raised[{i}].figure"),
-            _number(r.get("calibrated"), f"chip.raised[{i}].calibrated"),
-            _number(r.get("raised"), f"chip.raised[{i}].raised"),
-            _text(r.get("module"), f"chip.raised[{i}].module"),
-            _text(r.get("op"), f"chip.raised[{i}].op"),
+            text(r.get("figure"), f"chip.raised[{i}].figure"),
+            number(r.get("calibrated"), f"chip.raised[{i}].calibrated"),
+            number(r.get("raised"), f"chip.raised[{i}].raised"),
+            text(r.get("module"), f"chip.raised[{i}].module"),
+            text(r.get("op"), f"chip.raised[{i}].op"),
         )
         for i, r in enumerate(found)
         if isinstance(r, dict)
@@ -1171,4 +1013,9 @@ def _actions(raw: object) -> list[Action] | None:
         return None
     if not isinstance(raw, list):
         raise ValueError("'actions' is not a list")
-    return [Action.from_dict(a, f"actions[{k}]") for k, a in enumerate(raw)]
+    return [decode(Action, a, f"actions[{k}]") for k, a in enumerate(raw)]
+
+
+def _outside_steps(raw: object) -> OutsideSteps | None:
+    """`summary.outside_steps` (None: a report saved before it existed)."""
+    return decode(OutsideSteps, raw, "summary.outside_steps") if isinstance(raw, dict) else None

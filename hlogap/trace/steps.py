@@ -39,10 +39,12 @@ def module_spans(trace: TraceData, selection: Selection, module: str | None) -> 
     for part in blocks(trace.num_events):  # a block at a time: the post-read peak
         execution = trace.execution[part]
         mine = selected[part] & (execution >= 0) & in_module[trace.op_index[part]]
-        key = trace.device_index[part][mine].astype(np.int64) * executions + execution[mine]
-        start = trace.start_ps[part][mine]
+        device, start, duration = (
+            take(c[part], mine) for c in (trace.device_index, trace.start_ps, trace.duration_ps)
+        )
+        key = device.astype(np.int64) * executions + take(execution, mine)
         np.minimum.at(first, key, start)
-        np.maximum.at(last, key, start + trace.duration_ps[part][mine])
+        np.maximum.at(last, key, start + duration)
     ran = np.flatnonzero(last > np.iinfo(np.int64).min)
     spans: Spans = {}
     for d in devices_in(ran // executions):
@@ -238,122 +240,217 @@ def step_totals(
     of its time each of some ops would take) gets its own saving, the other ops kept. The ops'
     waits count the idle of the steps from `waits_from` on (the warm-up ones before it are
     left out, as the summary leaves them)."""
-    steps, n_dev = len(windows), len(trace.devices)
-    first = np.full((n_dev, steps), FIRST_NONE, dtype=np.int64)
-    last = np.full((n_dev, steps), FIRST_NONE, dtype=np.int64)
-    sums = {name: np.zeros((n_dev, steps)) for name in _SUMS}
-    changed = np.zeros((len(changes), n_dev, steps))
-    # Per op of the host: idle device time before it, and in how many gaps (exact int64).
-    idle_before = np.zeros(len(trace.ops), dtype=np.int64)
-    idle_gaps = np.zeros(len(trace.ops), dtype=np.int64)
-    longest: dict[int, list[tuple[int, int]]] = {}  # per op index: its longest gaps
+    table = _Table.empty(len(trace.devices), len(windows), len(changes), len(trace.ops))
     selected = selection.events(trace)
-    if not steps or not selected.any():
-        return StepTotals(first, last, **sums, change_saving_ps=changed, waits=OpWaits({}, {}))
-    window_start = np.array([a for a, _ in windows], dtype=np.int64)
-    window_end = np.array([b for _, b in windows], dtype=np.int64)
-    keys = [o.key for o in trace.ops]
-    at_bound = np.array([min(max(costs.at_bound.get(k, 1.0), 0.0), 1.0) for k in keys])
-    change_ratios = [
-        np.array([min(max(change.get(k, 1.0), 0.0), 1.0) for k in keys]) for change in changes
-    ]
-    is_collective = np.array([k in costs.collective for k in keys], dtype=bool)
-    is_host = np.array([k in costs.host for k in keys], dtype=bool)
+    if not windows or not selected.any():
+        return table.totals([])
+    per_op = _PerOp.of(trace, costs, changes)
     # Views of the trace's columns where everything is selected (`take`), and one device's
     # events at a time: the temporaries of a pass over every event were the post-read peak.
-    op = take(trace.op_index, selected)
-    device = take(trace.device_index, selected)
-    start = take(trace.start_ps, selected)
-    duration = take(trace.duration_ps, selected)
-    self_ps = take(trace.self_ps, selected)
+    op, device, start, duration, self_ps = (
+        take(c, selected)
+        for c in (
+            trace.op_index,
+            trace.device_index,
+            trace.start_ps,
+            trace.duration_ps,
+            trace.self_ps,
+        )
+    )
     executions = module_spans(trace, selection, module) if module else {}
     occurrences = trace.occurrence_first[selected[trace.occurrence_first]]
     occurrence_device = trace.device_index[occurrences]
-    per_bound = np.array([costs.bound_us.get(k, 0.0) for k in keys])
-    per_flops = np.array([costs.flops.get(k, 0.0) for k in keys])
+    window_start = np.array([a for a, _ in windows], dtype=np.int64)
+    window_end = np.array([b for _, b in windows], dtype=np.int64)
     for d in devices_in(device):
         if module:
-            # Executions past the device's last are empty windows at the end: still sorted.
-            window_start = np.full(steps, np.iinfo(np.int64).max)
-            window_end = window_start.copy()
-            own_start, own_end = executions.get(d, (window_start[:0], window_end[:0]))
-            window_start[: len(own_start)] = own_start[:steps]
-            window_end[: len(own_end)] = own_end[:steps]
+            window_start, window_end = _own_windows(executions, d, len(windows))
         mine = device == d
-        d_op, d_start, d_duration, d_self = (take(c, mine) for c in (op, start, duration, self_ps))
-        d_end = d_start + d_duration
-        # Each event counts in the step it starts in (sums of int64 ps below 2**53: exact in
-        # float64 in any order); the device's span in a step runs from the first of them to
-        # start to the last to end, within the step's window.
-        step_of, inside = _step_of(d_start, window_start, window_end)
-        k = step_of[inside]
-        np.minimum.at(first[d], k, d_start[inside])
-        ends = np.full(steps, np.iinfo(np.int64).min)
-        np.maximum.at(ends, k, d_end[inside])
-        ran = first[d] != FIRST_NONE
-        last[d] = np.where(ran, np.minimum(ends, window_end), FIRST_NONE)
-        # A step the device did not run in is an empty span at its window's start: the
-        # spans stay in window order for the searches below.
-        lo = np.where(ran, first[d], window_start)
-        hi = np.where(ran, last[d], window_start)
-        busy_start, busy_end, opener = _busy_spans(d_start, d_end)
-        covered = _covered(busy_start, busy_end, lo, hi)
-        sums["busy_ps"][d] = covered
-        # Each gap goes to the op that opens the span it ends at. One device's gaps over a
-        # profile sum below 2**53 ps (2.5 hours): exact in float64.
-        in_windows, gap_ps = _gaps_in(busy_start, busy_end, lo[waits_from:], hi[waits_from:])
-        waited_for = d_op[opener[1:]]
-        for total, weight in ((idle_before, gap_ps), (idle_gaps, in_windows)):
-            total += np.bincount(waited_for, weights=weight, minlength=len(total)).astype(np.int64)
-        _keep_longest(longest, busy_start, busy_end, in_windows, waited_for)
-        sums["compute_ps"][d] = sums["no_host_ps"][d] = covered
-        d_collective, d_host = is_collective[d_op], is_host[d_op]
-        if d_collective.any() or d_host.any():
-            work = ~(d_collective | d_host)
-            sums["compute_ps"][d] = _covered(*merged_intervals(d_start[work], d_end[work]), lo, hi)
-            if d_host.any():
-                no_host = ~d_host
-                sums["no_host_ps"][d] = _covered(
-                    *merged_intervals(d_start[no_host], d_end[no_host]), lo, hi
-                )
-            else:
-                sums["no_host_ps"][d] = covered
-        sums["measured_ps"][d] = np.bincount(k, weights=d_self[inside], minlength=steps)
-        leaf = d_self == d_duration  # nothing nests inside it
-        if leaf.all():  # GPU kernels, TPU lines without loops: the steps found above serve
-            sums["saving_ps"][d] = _saving(d_start, d_end, at_bound[d_op], lo, hi, step_of)
-        else:
-            sums["saving_ps"][d] = _saving(d_start[leaf], d_end[leaf], at_bound[d_op[leaf]], lo, hi)
-        if change_ratios:
-            # The leaf events by start: views of the device's columns where they already are.
-            leaf_start, leaf_end, leaf_op = (
-                (d_start, d_end, d_op) if leaf.all() else (d_start[leaf], d_end[leaf], d_op[leaf])
-            )
-            if len(leaf_start) > 1 and bool((leaf_start[1:] < leaf_start[:-1]).any()):
-                by_start = np.argsort(leaf_start, kind="stable")
-                leaf_start, leaf_end = leaf_start[by_start], leaf_end[by_start]
-                leaf_op = leaf_op[by_start]
-            for c, ratio in enumerate(change_ratios):
-                changed[c, d] = _change_saving(leaf_start, leaf_end, ratio[leaf_op], lo, hi)
-        # Each occurrence counts in the step its first event starts in.
+        d_start, d_duration = take(start, mine), take(duration, mine)
+        events = _DeviceEvents(
+            take(op, mine), d_start, d_start + d_duration, d_duration, take(self_ps, mine)
+        )
+        _device_totals(table, d, events, window_start, window_end, per_op, waits_from)
         at = occurrences[occurrence_device == d]
         step, inside = _step_of(trace.start_ps[at], window_start, window_end)
+        # Each occurrence counts in the step its first event starts in.
         at_op = trace.op_index[at[inside]]
-        sums["bound_us"][d] = np.bincount(step[inside], weights=per_bound[at_op], minlength=steps)
-        sums["flops"][d] = np.bincount(step[inside], weights=per_flops[at_op], minlength=steps)
-        del mine, d_end
-    waited = np.flatnonzero(idle_gaps)
-    return StepTotals(
-        first,
-        last,
-        **sums,
-        change_saving_ps=changed,
-        waits=OpWaits(
-            {keys[i]: int(idle_before[i]) for i in waited},
-            {keys[i]: int(idle_gaps[i]) for i in waited},
-            {keys[i]: _longest(spans) for i, spans in longest.items()},
-        ),
+        for name, per in (("bound_us", per_op.bound_us), ("flops", per_op.flops)):
+            table.sums[name][d] = np.bincount(
+                step[inside], weights=per[at_op], minlength=len(windows)
+            )
+    return table.totals(per_op.keys)
+
+
+def _own_windows(executions: Spans, device: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """A device's windows where step k is its own k-th execution of the module. Executions
+    past the device's last are empty windows at the end: still sorted."""
+    window_start = np.full(steps, np.iinfo(np.int64).max)
+    window_end = window_start.copy()
+    own_start, own_end = executions.get(device, (window_start[:0], window_end[:0]))
+    window_start[: len(own_start)] = own_start[:steps]
+    window_end[: len(own_end)] = own_end[:steps]
+    return window_start, window_end
+
+
+@dataclass(frozen=True)
+class _PerOp:
+    """What the step pass reads of each op of the host (arrays by `trace.ops` index)."""
+
+    keys: list[OpKey]
+    at_bound: np.ndarray  # float64 in [0, 1]: `OpStepCosts.at_bound`, clipped
+    change_ratios: list[np.ndarray]  # per change: the fraction of its time the op would take
+    collective: np.ndarray  # bool
+    host: np.ndarray  # bool
+    bound_us: np.ndarray  # float64, per occurrence
+    flops: np.ndarray  # float64, per occurrence
+
+    @classmethod
+    def of(
+        cls, trace: TraceData, costs: OpStepCosts, changes: Sequence[Mapping[OpKey, float]]
+    ) -> _PerOp:
+        keys = [o.key for o in trace.ops]
+        return cls(
+            keys,
+            np.array([min(max(costs.at_bound.get(k, 1.0), 0.0), 1.0) for k in keys]),
+            [np.array([min(max(c.get(k, 1.0), 0.0), 1.0) for k in keys]) for c in changes],
+            np.array([k in costs.collective for k in keys], dtype=bool),
+            np.array([k in costs.host for k in keys], dtype=bool),
+            np.array([costs.bound_us.get(k, 0.0) for k in keys]),
+            np.array([costs.flops.get(k, 0.0) for k in keys]),
+        )
+
+
+@dataclass(frozen=True)
+class _DeviceEvents:
+    """One device's selected events, in the columns' order."""
+
+    op: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    duration: np.ndarray
+    self_ps: np.ndarray
+
+
+@dataclass
+class _Table:
+    """`StepTotals` being filled, a device at a time, and the ops' waits (per op index)."""
+
+    first: np.ndarray
+    last: np.ndarray
+    sums: dict[str, np.ndarray]
+    changed: np.ndarray
+    # Per op of the host: idle device time before it, and in how many gaps (exact int64).
+    idle_before: np.ndarray
+    idle_gaps: np.ndarray
+    longest: dict[int, list[tuple[int, int]]]  # per op index: its longest gaps
+
+    @classmethod
+    def empty(cls, devices: int, steps: int, changes: int, ops: int) -> _Table:
+        return cls(
+            np.full((devices, steps), FIRST_NONE, dtype=np.int64),
+            np.full((devices, steps), FIRST_NONE, dtype=np.int64),
+            {name: np.zeros((devices, steps)) for name in _SUMS},
+            np.zeros((changes, devices, steps)),
+            np.zeros(ops, dtype=np.int64),
+            np.zeros(ops, dtype=np.int64),
+            {},
+        )
+
+    def totals(self, keys: list[OpKey]) -> StepTotals:
+        waited = np.flatnonzero(self.idle_gaps)
+        return StepTotals(
+            self.first,
+            self.last,
+            **self.sums,
+            change_saving_ps=self.changed,
+            waits=OpWaits(
+                {keys[i]: int(self.idle_before[i]) for i in waited},
+                {keys[i]: int(self.idle_gaps[i]) for i in waited},
+                {keys[i]: _longest(spans) for i, spans in self.longest.items()},
+            ),
+        )
+
+
+def _device_totals(
+    table: _Table,
+    d: int,
+    events: _DeviceEvents,
+    window_start: np.ndarray,
+    window_end: np.ndarray,
+    per_op: _PerOp,
+    waits_from: int,
+) -> None:
+    """Fill device `d`'s row of `table` but for the occurrences' bounds and FLOPs."""
+    steps = len(window_start)
+    # Each event counts in the step it starts in (sums of int64 ps below 2**53: exact in
+    # float64 in any order); the device's span in a step runs from the first of them to
+    # start to the last to end, within the step's window.
+    step_of, inside = _step_of(events.start, window_start, window_end)
+    k = take(step_of, inside)
+    first = table.first[d]
+    ends = np.full(steps, np.iinfo(np.int64).min)
+    _first_and_last(k, take(events.start, inside), take(events.end, inside), first, ends)
+    ran = first != FIRST_NONE
+    table.last[d] = np.where(ran, np.minimum(ends, window_end), FIRST_NONE)
+    # A step the device did not run in is an empty span at its window's start: the
+    # spans stay in window order for the searches below.
+    lo = np.where(ran, first, window_start)
+    hi = np.where(ran, table.last[d], window_start)
+    covered = _busy_and_waits(table, events, lo, hi, waits_from)
+    sums = table.sums
+    sums["busy_ps"][d] = sums["compute_ps"][d] = sums["no_host_ps"][d] = covered
+    d_collective, d_host = per_op.collective[events.op], per_op.host[events.op]
+    if d_collective.any() or d_host.any():
+        work = ~(d_collective | d_host)
+        sums["compute_ps"][d] = _covered(
+            *merged_intervals(events.start[work], events.end[work]), lo, hi
+        )
+        if d_host.any():
+            no_host = ~d_host
+            sums["no_host_ps"][d] = _covered(
+                *merged_intervals(events.start[no_host], events.end[no_host]), lo, hi
+            )
+    sums["measured_ps"][d] = np.bincount(k, weights=take(events.self_ps, inside), minlength=steps)
+    leaves = _Leaves.of(events, step_of)
+    sums["saving_ps"][d] = _saving(
+        leaves.start, leaves.end, per_op.at_bound[leaves.op], lo, hi, leaves.step, leaves.alone
     )
+    for c, saving in enumerate(_change_savings(leaves, per_op.change_ratios, lo, hi)):
+        table.changed[c, d] = saving
+
+
+def _first_and_last(
+    step: np.ndarray, start: np.ndarray, end: np.ndarray, first: np.ndarray, last: np.ndarray
+) -> None:
+    """Lower `first` and raise `last` (per step) to each step's first start and last end of
+    the events (`step` each). Where the steps run in order, as they do for events in start
+    order (mostly), one reduction over each step's run of events, not a scatter per event."""
+    if not len(step):
+        return
+    if bool((step[1:] < step[:-1]).any()):
+        np.minimum.at(first, step, start)
+        np.maximum.at(last, step, end)
+        return
+    runs = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
+    at = step[runs]
+    first[at] = np.minimum(first[at], np.minimum.reduceat(start, runs))
+    last[at] = np.maximum(last[at], np.maximum.reduceat(end, runs))
+
+
+def _busy_and_waits(
+    table: _Table, events: _DeviceEvents, lo: np.ndarray, hi: np.ndarray, waits_from: int
+) -> np.ndarray:
+    """The device's busy time in each of its spans [lo, hi); its idle gaps in the spans from
+    `waits_from` on added to `table`'s waits, each to the op that opens the span it ends at."""
+    busy_start, busy_end, opener = _busy_spans(events.start, events.end)
+    # One device's gaps over a profile sum below 2**53 ps (2.5 hours): exact in float64.
+    in_windows, gap_ps = _gaps_in(busy_start, busy_end, lo[waits_from:], hi[waits_from:])
+    waited_for = events.op[opener[1:]]
+    for total, weight in ((table.idle_before, gap_ps), (table.idle_gaps, in_windows)):
+        total += np.bincount(waited_for, weights=weight, minlength=len(total)).astype(np.int64)
+    _keep_longest(table.longest, busy_start, busy_end, in_windows, waited_for)
+    return _covered(busy_start, busy_end, lo, hi)
 
 
 def _keep_longest(
@@ -402,7 +499,7 @@ def _busy_spans(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndar
         # The first member (in sorted, so column, order) that reaches the run's longest end.
         is_longest = np.flatnonzero(e[members] == np.repeat(longest, count))
         opener[tied] = members[is_longest[np.searchsorted(is_longest, offsets)]]
-    return s[at], span_end, order[opener]
+    return s[at], span_end, opener if order is None else order[opener]
 
 
 def _gaps_in(
@@ -422,19 +519,101 @@ def _gaps_in(
     return windows, (gap_end - gap_start) * windows
 
 
+@dataclass(frozen=True)
+class _Leaves:
+    """One device's leaf events (nothing nests inside them: the events the savings cut into
+    segments) by start: views of the device's columns where they already are in order."""
+
+    start: np.ndarray
+    end: np.ndarray
+    op: np.ndarray
+    step: np.ndarray | None  # each one's window by `_step_of`, where found already
+    alone: np.ndarray  # bool: overlaps no other leaf event (`_alone`)
+
+    @classmethod
+    def of(cls, events: _DeviceEvents, step_of: np.ndarray) -> _Leaves:
+        leaf = events.self_ps == events.duration
+        if leaf.all():  # GPU kernels, TPU lines without loops: the steps found serve
+            start, end, op, step = events.start, events.end, events.op, step_of
+        else:
+            start, end, op, step = events.start[leaf], events.end[leaf], events.op[leaf], None
+        if len(start) > 1 and bool((start[1:] < start[:-1]).any()):
+            by_start = np.argsort(start, kind="stable")
+            start, end, op = start[by_start], end[by_start], op[by_start]
+            step = None if step is None else step[by_start]
+        return cls(start, end, op, step, _alone(start, end))
+
+    def lonely(self, at: np.ndarray) -> np.ndarray:
+        """Of the leaves at positions `at`: which overlap no other leaf, have a length and
+        start after the one before them (no other leaf starts with them): a change of such
+        ops meets no other event, its re-timing is over its own events (`_change_savings`)."""
+        previous = self.start[np.maximum(at - 1, 0)]
+        lonely: np.ndarray = (
+            self.alone[at]
+            & (self.end[at] > self.start[at])
+            & ((at == 0) | (self.start[at] > previous))
+        )
+        return lonely
+
+
+def _change_savings(
+    leaves: _Leaves, ratios: Sequence[np.ndarray], lo: np.ndarray, hi: np.ndarray
+) -> list[np.ndarray]:
+    """Per change (the fraction of its time each op would take: `ratios`, by op index),
+    `_saving` with only that change's ops shortened, the others kept (ratio 1). The events of
+    every change's ops are found in one pass over the device's; a change whose events each
+    overlap no other leaf (`_Leaves.lonely`: GPU streams, mostly) is re-timed over them
+    alone, another over the events that meet them too (`_met_saving`): both are exactly
+    `_saving` of every leaf with the change's ratios, the same sub-problem summed in the
+    same order."""
+    if not ratios:
+        return []
+    touched = np.zeros(len(ratios[0]), dtype=bool)
+    for ratio in ratios:
+        touched |= ratio < 1.0
+    candidates = np.flatnonzero(touched[leaves.op])
+    candidate_op = leaves.op[candidates]
+    lonely = leaves.lonely(candidates)
+    found = []
+    for ratio in ratios:
+        mine = ratio[candidate_op] < 1.0
+        at = candidates[mine]
+        if not len(at):
+            found.append(np.zeros(len(lo)))
+        elif lonely[mine].all():
+            found.append(_saving(leaves.start[at], leaves.end[at], ratio[leaves.op[at]], lo, hi))
+        else:
+            found.append(_met_saving(leaves.start, leaves.end, at, ratio[leaves.op[at]], lo, hi))
+    return found
+
+
 def _change_saving(
     start: np.ndarray, end: np.ndarray, ratio: np.ndarray, lo: np.ndarray, hi: np.ndarray
 ) -> np.ndarray:
-    """`_saving` for a change of a few ops (the others keep their time, ratio 1), over only
-    what it needs. `start` is sorted. A segment shrinks only where nothing but changed ops run,
-    so of the other events only those that meet a changed op's span count: those starting
-    inside it, and the ones running at its start, as the one span they cover from there (all
-    of them hold that instant). Exactly `_saving`'s result, over about as many events as the
-    change's ops have."""
-    changed = ratio < 1.0
-    if not changed.any():
+    """`_met_saving` of a change given as a ratio per event (sorted by start; 1: kept)."""
+    changed_at = np.flatnonzero(ratio < 1.0)
+    if not len(changed_at):
         return np.zeros(len(lo))
-    span_start, span_end = merged_intervals(start[changed], end[changed])
+    return _met_saving(start, end, changed_at, ratio[changed_at], lo, hi)
+
+
+def _met_saving(
+    start: np.ndarray,
+    end: np.ndarray,
+    changed_at: np.ndarray,
+    ratio: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+) -> np.ndarray:
+    """`_saving` for a change of the events at positions `changed_at` (sorted by start, as
+    `start` is; `ratio` each), the others kept, over only what it needs. A segment shrinks
+    only where nothing but changed ops run, so of the other events only those that meet a
+    changed op's span count: those starting inside it, and the ones running at its start, as
+    the one span they cover from there (all of them hold that instant). Exactly `_saving`'s
+    result, over about as many events as the change's ops have."""
+    changed = np.zeros(len(start), dtype=bool)
+    changed[changed_at] = True
+    span_start, span_end = merged_intervals(start[changed_at], end[changed_at])
     # The reach of the kept events so far, index by index (a changed one reaches nothing): no
     # copies of the kept events' columns (a 3 M-event host's step pass held three of them).
     reach = np.maximum.accumulate(np.where(changed, np.iinfo(np.int64).min, end))
@@ -446,9 +625,9 @@ def _change_saving(
     inside = inside[~changed[inside]]
     held = reach[np.maximum(first - 1, 0)]
     running = (first > 0) & (held > span_start)
-    sub_start = np.concatenate([start[changed], start[inside], span_start[running]])
-    sub_end = np.concatenate([end[changed], end[inside], held[running]])
-    sub_ratio = np.concatenate([ratio[changed], np.ones(len(inside) + int(running.sum()))])
+    sub_start = np.concatenate([start[changed_at], start[inside], span_start[running]])
+    sub_end = np.concatenate([end[changed_at], end[inside], held[running]])
+    sub_ratio = np.concatenate([ratio, np.ones(len(inside) + int(running.sum()))])
     order = np.argsort(sub_start, kind="stable")
     return _saving(sub_start[order], sub_end[order], sub_ratio[order], lo, hi)
 
@@ -474,6 +653,7 @@ def _saving(
     lo: np.ndarray,
     hi: np.ndarray,
     step: np.ndarray | None = None,
+    alone: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per window [lo, hi) of one device: how much shorter the device's busy time in it would
     be if every op ran at its bound, keeping what ran at once, idle gaps and order.
@@ -482,23 +662,18 @@ def _saving(
     shortened to `at_bound` of their time, so the segment can shrink no further than its
     slowest op allows: it takes `max(at_bound)` of its length. Time when only an enclosing op
     (a while loop's own time) runs is kept whole. `at_bound` <= 1, so no segment grows.
-    `step`, where given, is each event's window by `_step_of` (found already).
+    `step`, where given, is each event's window by `_step_of` (found already); `alone`, where
+    given, is `_alone` of the events, which are then in start order.
     """
     saving = np.zeros(len(lo))  # float64 even where no event falls in a window
     if not len(start):
         return saving
-    if (start[1:] < start[:-1]).any():
-        order = np.argsort(start, kind="stable")
-        start, end, at_bound = start[order], end[order], at_bound[order]
-        step = None if step is None else step[order]
-    # Events that overlap no other (most of them: a GPU stream, a TPU op line) are each their
-    # own segment; only the clusters of overlapping events need cutting. Event i overlaps no
-    # earlier one when it starts after all of them end, and no later one when the next starts
-    # after it ends.
-    opens = np.ones(len(start) + 1, dtype=bool)
-    opens[1:-1] = start[1:] >= np.maximum.accumulate(end)[:-1]
-    alone = opens[:-1] & opens[1:]
-    del opens
+    if alone is None:
+        if (start[1:] < start[:-1]).any():
+            order = np.argsort(start, kind="stable")
+            start, end, at_bound = start[order], end[order], at_bound[order]
+            step = None if step is None else step[order]
+        alone = _alone(start, end)
     if alone.all():
         saving += _saving_alone(start, end, at_bound, lo, hi, step)
         return saving
@@ -508,6 +683,17 @@ def _saving(
     )
     saving += _saving_together(start[together], end[together], at_bound[together], lo, hi)
     return saving
+
+
+def _alone(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Bool per event (sorted by start): it overlaps no other. Events that overlap no other
+    (most of them: a GPU stream, a TPU op line) are each their own segment; only the clusters
+    of overlapping events need cutting. Event i overlaps no earlier one when it starts after
+    all of them end, and no later one when the next starts after it ends."""
+    opens = np.ones(len(start) + 1, dtype=bool)
+    opens[1:-1] = start[1:] >= np.maximum.accumulate(end)[:-1]
+    alone: np.ndarray = opens[:-1] & opens[1:]
+    return alone
 
 
 def _saving_alone(

@@ -149,12 +149,16 @@ def async_pairs(trace: TraceData, selected: np.ndarray, start_op: int, done_op: 
 
 def sorted_spans(
     start: np.ndarray, end: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray]:
     """(order, start, end, at): the intervals sorted by start (`order`, stable: a tie keeps the
-    columns' order), their starts and ends in that order, and the positions where each
-    disjoint span of their union begins. Not for empty input."""
-    order = np.argsort(start, kind="stable")
-    s, e = start[order], end[order]
+    columns' order; None where they are in order already, as a device's events mostly are:
+    then `start` and `end` themselves, no copies), their starts and ends in that order, and
+    the positions where each disjoint span of their union begins. Not for empty input."""
+    order = None
+    s, e = start, end
+    if bool((start[1:] < start[:-1]).any()):
+        order = np.argsort(start, kind="stable")
+        s, e = start[order], end[order]
     reach = np.maximum.accumulate(e)
     new = np.ones(len(s), dtype=bool)
     new[1:] = s[1:] > reach[:-1]

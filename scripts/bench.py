@@ -5,8 +5,10 @@ is absent) is scaled up by repeating the events of its op lines N times, each co
 the previous one, to ~0.3, 1, 3 and 10 M events; the 3 M file is also audited on one core
 (`taskset -c 0`, `--jobs 1`: ms/MB); the MI355X trace (one kernel stream) and the TPU v6e
 profile are scaled to ~3 M events and a committed CPU fixture to ~1 M; NVIDIA's nsys-jax
-archive (MaxText on 4 H100s) is scaled to ~1 M NVTX ranges by repeating its trace's rows (with
-pyarrow, the `nsys` extra). In the same run, on the same file:
+archive (MaxText on 4 H100s) is audited as recorded, read in place, and scaled to ~1 M NVTX
+ranges by repeating its trace's rows (with pyarrow, the `nsys` extra; both skipped where the
+archive is absent). `--cases NAME ...` picks cases by their names in the table. In the same
+run, on the same file:
 - `hlogap audit FILE --format json` (the CLI, as a user runs it), and
 - xprof's converter `xspace_to_tool_data([FILE], "hlo_stats", {})` on a fresh copy of the file
   in its own directory (xprof writes a cache file beside its input).
@@ -23,7 +25,12 @@ HLO decode vs upb parse (issue 43, when the nsys-jax archive is present): in thi
 optimized HloProto of the archive (xz-decompressed first, untimed) parsed by upb
 (`ParseFromString`) and decoded into hlogap's IR (`decode_hlo_proto`, which parses too), best
 of N, taking turns.
-`--write-docs` rewrites the tables in docs/performance.md.
+Head to head (`--against REV`, issue 43): commit REV's hlogap is pip-installed from `git archive`
+into a directory of its own under the temporary directory (this checkout is only read), and
+both versions run `python -m hlogap audit FILE --format json --top 0` on the same files, in
+turn (which goes first alternates), from the same interpreter and dependencies: best wall of
+N, the peak total and the ratio per case (`--against-only`: that table alone).
+`--write-docs` rewrites the tables in docs/performance.md, each with the command that made it.
 """
 
 from __future__ import annotations
@@ -39,9 +46,11 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -244,14 +253,16 @@ def _proc_mb(pid: int, name: str, field: str) -> float:
     return 0.0
 
 
-def measure(cmd: list[str], cwd: Path, stderr: Path | None = None) -> Run:
-    """Wall time and peaks of `cmd`; its stderr goes to `stderr` where given (to say why a run
-    failed), else nowhere."""
+def measure(
+    cmd: list[str], cwd: Path, stderr: Path | None = None, env: dict[str, str] | None = None
+) -> Run:
+    """Wall time and peaks of `cmd` (in environment `env`, else this one's); its stderr goes to
+    `stderr` where given (to say why a run failed), else nowhere."""
     import threading
 
     t0 = time.perf_counter()
     errors = (stderr or Path(os.devnull)).open("wb")
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=errors)
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=errors, env=env)
     peak_total = peak_own = 0.0
     child_peaks: dict[int, float] = {}
     running = threading.Event()
@@ -482,6 +493,8 @@ class Case:
     options: tuple[str, ...]
     xprof: bool = True  # xprof's converter on the same file (it lists no XLA:CPU ops)
     one_core: bool = False  # hlogap pinned to one core, `--jobs 1` (ms/MB)
+    # The source audited as it is, where it is (never copied nor deleted); `events` unused.
+    in_place: bool = False
 
 
 def cases(sizes: list[int], chip: str, chip_file: Path) -> list[Case]:
@@ -497,20 +510,42 @@ def cases(sizes: list[int], chip: str, chip_file: Path) -> list[Case]:
     found.append(Case("CPU", cpu, 1_000_000, ("--chip", str(chip_file)), xprof=False))
     # xprof reads no nsys-jax archive; the chip is detected from the archive's target config.
     if NSYS_ARCHIVE.is_file() and importlib.util.find_spec("pyarrow") is not None:
+        # As recorded (13 large HLO modules: their decode weighs most), then scaled.
+        found.append(Case("GPU, nsys-jax as recorded", NSYS_ARCHIVE, 0, (), False, in_place=True))
         found.append(Case("GPU, nsys-jax", NSYS_ARCHIVE, 1_000_000, (), xprof=False))
     return found
+
+
+def _archive_rows(archive: Path) -> int:
+    """The NVTX ranges (rows) of an nsys-jax archive's trace, from the parquet footer."""
+    import pyarrow.parquet as pq
+
+    with zipfile.ZipFile(archive) as z:
+        return int(pq.ParquetFile(io.BytesIO(z.read(NSYS_TRACE))).metadata.num_rows)
+
+
+def case_file(case: Case, tmp: Path) -> tuple[Path, int]:
+    """The file `case` audits and its events: the source itself (in place), else the source
+    scaled to about `case.events` under `tmp` (the caller deletes it: `_done_with`)."""
+    if case.in_place:
+        return case.source, _archive_rows(case.source) if case.source.suffix == ".zip" else 0
+    if case.source.suffix == ".zip":  # an nsys-jax archive
+        big = tmp / f"scaled_{case.events}.zip"
+        return big, scale_archive(case.source, big, case.events)
+    big = tmp / f"scaled_{case.events}.xplane.pb"
+    return big, scale_profile(case.source, big, case.events)
+
+
+def _done_with(case: Case, path: Path) -> None:
+    if not case.in_place:
+        path.unlink()
 
 
 def bench(all_cases: list[Case], repeats: int, tmp: Path) -> list[dict[str, object]]:
     hlogap = [str(Path(sys.executable).parent / "hlogap")]
     results = []
     for case in all_cases:
-        if case.source.suffix == ".zip":  # an nsys-jax archive
-            big = tmp / f"scaled_{case.events}.zip"
-            events = scale_archive(case.source, big, case.events)
-        else:
-            big = tmp / f"scaled_{case.events}.xplane.pb"
-            events = scale_profile(case.source, big, case.events)
+        big, events = case_file(case, tmp)
         size_mb = big.stat().st_size / 1e6
         # Past 5 M events one run each: xprof alone needs minutes and ~17x the file there.
         runs = 1 if case.events > 5_000_000 else repeats
@@ -548,8 +583,106 @@ def bench(all_cases: list[Case], repeats: int, tmp: Path) -> list[dict[str, obje
         }
         results.append(row)
         print(_format_row(row), flush=True)
-        big.unlink()
+        _done_with(case, big)
     return results
+
+
+def install_revision(rev: str) -> tuple[str, Path]:
+    """Commit `rev`'s hlogap, pip-installed (its C extension built, its bytecode compiled) into a
+    directory of its own under the temporary directory, from `git archive` of the commit: this
+    checkout is only read. Kept for the next run (named by the commit); returns the commit's
+    short hash and the directory to put on `PYTHONPATH`."""
+    sha = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{rev}^{{commit}}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    home = Path(tempfile.gettempdir()) / f"hlogap-against-{sha[:12]}"
+    site = home / "site"
+    if not (site / "hlogap" / "__main__.py").is_file():
+        shutil.rmtree(home, ignore_errors=True)
+        source = home / "src"
+        source.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", sha], cwd=ROOT, capture_output=True, check=True
+        ).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(source, filter="data")
+        # Its dependencies are this environment's (the same versions for both).
+        pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+        subprocess.run(
+            [*pip, "--target", str(site), str(source)],
+            check=True,
+            stderr=subprocess.DEVNULL,
+        )
+    return sha[:12], site
+
+
+def bench_against(
+    all_cases: list[Case], repeats: int, tmp: Path, rev: str
+) -> list[dict[str, object]]:
+    """This checkout's hlogap and commit `rev`'s on the same files, head to head: each case's
+    `hlogap audit FILE --format json --top 0` run by both in turn (which goes first alternates
+    from round to round), best of `repeats`; both as `python -m hlogap` from the same
+    interpreter and dependencies, `rev`'s installed apart (`install_revision`)."""
+    label, site = install_revision(rev)
+    theirs_env = {**os.environ, "PYTHONPATH": str(site)}
+    ours_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    results = []
+    for case in all_cases:
+        big, events = case_file(case, tmp)
+        command = [sys.executable, "-m", "hlogap", "audit", str(big), "--format", "json"]
+        command += ["--top", "0", *case.options]
+        pin = ["taskset", "-c", "0"] if case.one_core and shutil.which("taskset") else []
+        runs: dict[str, list[Run]] = {"ours": [], "theirs": []}
+        for i in range(repeats):
+            turn = [("ours", ours_env), ("theirs", theirs_env)]
+            for side, env in turn if i % 2 == 0 else turn[::-1]:
+                runs[side].append(measure([*pin, *command], tmp, env=env))
+        row: dict[str, object] = {
+            "case": case.name,
+            "events": events,
+            "size_mb": big.stat().st_size / 1e6,
+            "against": label,
+        }
+        for side, done in runs.items():
+            row[f"{side}_s"] = min(r.wall_s for r in done)
+            row[f"{side}_total_mb"] = max(r.peak_total_mb for r in done)
+            row[f"{side}_ok"] = all(r.ok for r in done)
+        results.append(row)
+        print(_format_against_row(row), flush=True)
+        _done_with(case, big)
+    return results
+
+
+AGAINST_HEADER = (
+    "| case | events | file | {rev} wall | this wall | this / {rev} "
+    "| {rev} peak total (x file) | this peak total (x file) |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|"
+)
+AGAINST_BEGIN, AGAINST_END = "<!-- bench-against:begin -->", "<!-- bench-against:end -->"
+
+
+def _format_against_row(r: dict[str, object]) -> str:
+    """A head-to-head row; a side whose runs failed (an older hlogap that cannot read the
+    file) shows no figures."""
+    size = float(r["size_mb"])  # type: ignore[arg-type]
+    ours, theirs = float(r["ours_s"]), float(r["theirs_s"])  # type: ignore[arg-type]
+    ours_mb, theirs_mb = float(r["ours_total_mb"]), float(r["theirs_total_mb"])  # type: ignore[arg-type]
+    both = bool(r["ours_ok"]) and bool(r["theirs_ok"])
+    cells = [
+        f"{r['case']}",
+        f"{int(r['events']):,}",  # type: ignore[call-overload]
+        f"{size:.1f} MB",
+        f"{theirs:.2f} s" if r["theirs_ok"] else "failed",
+        f"{ours:.2f} s" if r["ours_ok"] else "failed",
+        f"{ours / theirs:.2f}x" if both else "-",
+        f"{theirs_mb:.0f} MB ({theirs_mb / size:.1f}x)" if r["theirs_ok"] else "-",
+        f"{ours_mb:.0f} MB ({ours_mb / size:.1f}x)" if r["ours_ok"] else "-",
+    ]
+    return "| " + " | ".join(cells) + " |"
 
 
 def _format_row(r: dict[str, object]) -> str:
@@ -600,12 +733,21 @@ def write_docs(
     pod: list[dict[str, object]],
     help_s: float,
     decode: dict[str, float] | None = None,
+    against: Sequence[dict[str, object]] = (),
 ) -> None:
     doc = ROOT / "docs" / "performance.md"
     text = doc.read_text()
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    measured = f"Measured {time.strftime('%Y-%m-%d')} on {machine}"
+    command = " ".join(["python", "scripts/bench.py", *sys.argv[1:]])
+    measured = f"Measured {time.strftime('%Y-%m-%d')} on {machine} by `{command}`"
+    rev = str(against[0]["against"]) if against else ""
     for begin, end_mark, lines in (
+        (
+            AGAINST_BEGIN,
+            AGAINST_END,
+            [f"{measured}:", "", AGAINST_HEADER.format(rev=rev)]
+            + [_format_against_row(r) for r in against],
+        ),
         (
             BEGIN,
             END,
@@ -643,12 +785,27 @@ def main() -> None:
     )
     parser.add_argument("--no-decode", action="store_true", help="skip HLO decode vs upb")
     parser.add_argument("--decode-only", action="store_true", help="only HLO decode vs upb")
+    parser.add_argument(
+        "--cases", nargs="+", metavar="NAME", help="only these cases (names as in the table)"
+    )
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="also this checkout against commit REV, head to head on the same files",
+    )
+    parser.add_argument(
+        "--against-only", action="store_true", help="only the head-to-head against REV"
+    )
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
+    if args.against_only and not args.against:
+        parser.error("--against-only needs --against REV")
     # hlogap as a user has it: pip compiles a package's bytecode when it installs it; an
     # editable install under PYTHONDONTWRITEBYTECODE would compile every module on every run.
     compileall.compile_dir(ROOT / "hlogap", quiet=1)
     decode = None
+    if args.against_only:
+        args.no_decode = args.no_pod = True
     if not (args.no_decode or args.pod_only) and NSYS_ARCHIVE.is_file():
         decode = bench_decode(NSYS_ARCHIVE, args.repeats)
         if decode is not None:
@@ -658,13 +815,22 @@ def main() -> None:
         if args.write_docs:
             write_docs([], [], 0.0, decode)
         return
-    results = []
+    results, against = [], []
     if not args.pod_only:
-        print(HEADER)
         with tempfile.TemporaryDirectory(prefix="hlogap-bench-") as tmp:
             chip_file = Path(tmp) / "bench-cpu.toml"
             chip_file.write_text(CPU_CHIP)
-            results = bench(cases(args.events, args.chip, chip_file), args.repeats, Path(tmp))
+            chosen = [
+                c
+                for c in cases(args.events, args.chip, chip_file)
+                if args.cases is None or c.name in args.cases
+            ]
+            if not args.against_only:
+                print(HEADER)
+                results = bench(chosen, args.repeats, Path(tmp))
+            if args.against:
+                print(AGAINST_HEADER.format(rev=args.against))
+                against = bench_against(chosen, args.repeats, Path(tmp), args.against)
     pod = []
     if not args.no_pod:
         print(POD_HEADER)
@@ -672,7 +838,7 @@ def main() -> None:
     help_s = time_help()
     print(f"hlogap --help: {help_s:.3f} s")
     if args.write_docs:
-        write_docs(results, pod, help_s, decode)
+        write_docs(results, pod, help_s, decode, against)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,10 @@ import pytest
 
 from hlogap import audit
 from hlogap.options import AuditOptions
-from hlogap.render.base import RenderOptions, render
+from hlogap.render.base import MemoryView, RenderOptions, render
 from hlogap.render.html import page_resource
-from hlogap.units import fmt_eff, fmt_us
-from tests.conftest import FIXTURES, browse, headless_chromium
+from hlogap.units import fmt_eff, fmt_si, fmt_us
+from tests.conftest import FIXTURES, SHARED, browse, headless_chromium
 
 # The AMX-like CPU chip (bf16 4x f32): the sharded fixture gets dtype actions beside the others.
 CHIP = 'name = "amx"\n[peak_flops]\nf32 = 1.0e11\nbf16 = 4.0e11\n[memory]\nhbm_bw = 2.0e10\n'
@@ -126,3 +126,40 @@ def test_page_resources_are_package_files(cpu_chip_file: Path) -> None:
     )
     assert page_resource("report.js") in page and page_resource("report.css") in page
     assert not re.search(r"<(script|link|img)[^>]+(src|href)=", page)
+
+
+def test_memory_reads_the_same_on_the_page_as_in_the_table(
+    tmp_path: Path, cpu_chip_file: Path
+) -> None:
+    """`hlogap memory`'s lines are the page's memory section: each module's static peak and
+    share, the allocators' columns and notes; the allocators' figures are the JSON's."""
+    headless_chromium()
+    offload = SHARED / "tpu-v6e-offload"
+    if not offload.is_dir():
+        pytest.skip(f"{offload} absent (../shared not beside the project)")
+    report = audit(offload, AuditOptions())
+    assert report.memory is not None and report.memory.allocators
+    table = render(MemoryView(report), "table", RenderOptions(top=0))
+    data = json.loads(render(MemoryView(report), "json", RenderOptions(top=0)))
+    page = tmp_path / "page.html"
+    page.write_text(render(report, "html", RenderOptions()))
+    dom = html.unescape(browse(page, "--virtual-time-budget=3000").stdout)
+    memory = dom[dom.index('<div id="memory">') :]
+    lines = [line.strip() for line in table.splitlines()]
+    for module in report.memory.modules:
+        (first,) = [line for line in lines if line.startswith(f"{module.module} (program ")]
+        assert f"<h3>{first}</h3>" in memory
+    note = next(line for line in lines if line.startswith("in use at most: "))
+    assert f'<p class="muted">{note}</p>' in memory
+    for line in (line for line in lines if ": its peak at " in line):
+        assert f'<p class="muted">{line}</p>' in memory
+    rows = [_cells(r) for r in re.findall(r"<tr>(.*?)</tr>", memory[memory.index("<h3>At run") :])]
+    head, *cells = rows
+    assert head[:4] == ["allocator", "host", "device", "in use at most"]
+    allocators = data["memory"]["allocators"]
+    assert len(cells) == len(allocators)
+    by_name = {(a["host"], a["name"]): a for a in allocators}
+    for row in cells:
+        a = by_name[(row[1], row[0])]
+        assert row[3] == fmt_si(a["in_use_peak_bytes"], "B")
+        assert row[7] == fmt_si(a["capacity_bytes"], "B")

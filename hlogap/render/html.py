@@ -22,7 +22,7 @@ from string import Template
 
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.render.cells import op_labels
-from hlogap.render.sections import audit_sections, sentence
+from hlogap.render.sections import audit_sections, memory_sections, sentence
 from hlogap.report.groups import DEFAULT_DEPTH, group_rows
 from hlogap.report.model import AuditReport
 
@@ -69,12 +69,14 @@ class HtmlRenderer:
         # The command buffers' ops under their calls: a box to hide them where there are some.
         hidden = "" if any(r.command_buffer_ops for r in shown) else " hidden"
         checked = " checked" if options.sub_rows else ""
-        # The sections as hlogap words them, every row: the header and the steps' overview
-        # here, the actions and the steps' rows drawn by the page's script.
+        # The sections as hlogap words them, every row (the page holds every op, step and
+        # buffer): the header and the steps' overview here, the actions, the steps' rows and
+        # the memory drawn by the page's script.
         sections = audit_sections(document, 0)
         data["sections"] = {
             "actions": sections.actions.to_dict(),
             "steps": sections.steps.to_dict(),
+            "memory": memory_sections(document, 0).to_dict(),
         }
         header = escape("\n".join(sections.header))
         steps = escape("\n".join(sections.steps.overview[:2]))

@@ -15,12 +15,14 @@ from hlogap.render.text import (
     cross_check_lines,
     header_lines,
     more_line,
+    outside_steps,
     step_cells,
     steps_overview,
     what_if_lines,
 )
 from hlogap.report.model import Action, AuditReport, warmup_of
-from hlogap.units import fmt_us
+from hlogap.report.schema import AllocatorPeak
+from hlogap.units import fmt_eff, fmt_si, fmt_us
 
 SHOWN_ACTIONS = 5  # in the table and Markdown; `--top 0`, the JSON and the page hold them all
 # The actions' table (the page's): the first `ACTION_FIGURES` columns are figures.
@@ -215,3 +217,138 @@ def steps_section(report: AuditReport, top: int) -> StepsSection:
         [step_cells(s) for s in rows],
         more_line(len(rows), len(report.steps), "--top 0 shows all", "steps"),
     )
+
+
+BUFFER_COLUMNS = ("#", "buffer", "kind", "bytes", "share", "shape", "source")
+BUFFER_FIGURES = frozenset(("#", "bytes", "share"))  # right-aligned
+ALLOCATOR_COLUMNS = (
+    "allocator",
+    "host",
+    "device",
+    "in use at most",
+    "of it stack",
+    "when",
+    "step",
+    "capacity",
+    "share",
+    "heap's own peak",
+    "fragmentation",
+)
+ALLOCATOR_FIGURES = frozenset(ALLOCATOR_COLUMNS[2:])  # right-aligned
+ALLOCATORS_NOTE = (
+    "in use at most: heap + reserved stack, the most at any of the allocator's events "
+    "(time from the profile's first op), its stack part beside it; heap's own peak: the "
+    "heap alone at its high-water mark since the allocator was created (xprof's "
+    "peakBytesUsageLifetime), reached at its own time: it counts no stack, so it can be "
+    "below the in-use figure (a TPU keeps its program's temporaries in the stack)"
+)
+
+
+@dataclass(frozen=True)
+class ModuleBuffers:
+    """A module's static peak, what makes it up and its share of the device, then the buffers
+    held at it, largest first."""
+
+    lines: list[str]
+    buffers: list[list[str]]  # by BUFFER_COLUMNS
+    more: list[str]  # the line saying how many buffers were left out
+
+
+@dataclass(frozen=True)
+class MemorySections:
+    """`hlogap memory` (and the page's memory): each module's static memory, largest peak
+    first, then what each allocator held while the profile ran."""
+
+    modules: list[ModuleBuffers]
+    allocators: list[list[str]]  # by ALLOCATOR_COLUMNS
+    allocator_notes: list[str]  # the columns' note, then where peaks fell between steps
+    warnings: list[str]  # the report's memory warnings
+    none: str = "memory: none in this profile"
+    no_modules: str = "No buffer assignment in this profile."
+    allocators_title: str = "at run time (allocator events)"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "modules": [
+                {"lines": m.lines, "buffers": m.buffers, "more": m.more} for m in self.modules
+            ],
+            "buffer_columns": list(BUFFER_COLUMNS),
+            "buffer_figures": [c in BUFFER_FIGURES for c in BUFFER_COLUMNS],
+            "allocators": self.allocators,
+            "allocator_columns": list(ALLOCATOR_COLUMNS),
+            "allocator_figures": [c in ALLOCATOR_FIGURES for c in ALLOCATOR_COLUMNS],
+            "allocators_title": sentence(self.allocators_title)[:-1],
+            "allocator_notes": self.allocator_notes,
+            "none": sentence(self.none),
+            "no_modules": self.no_modules,
+        }
+
+
+def memory_sections(report: AuditReport, top: int) -> MemorySections:
+    memory = report.memory
+    warnings = [f"warning: {w}" for w in report.warnings if w.startswith("memory:")]
+    if memory is None:
+        return MemorySections([], [], [], warnings)
+    modules = []
+    for m in sorted(memory.modules, key=lambda m: -m.peak_bytes):
+        lines = [
+            f"{m.module} (program {m.program_id}): static peak {fmt_si(m.peak_bytes, 'B')} per "
+            f"device = arguments {fmt_si(m.arguments_bytes, 'B')} + outputs "
+            f"{fmt_si(m.outputs_bytes, 'B')} + temporaries {fmt_si(m.temporaries_bytes, 'B')} - "
+            f"aliased (donated) {fmt_si(m.aliased_bytes, 'B')}"
+            + (f"; in host memory: {fmt_si(m.host_bytes, 'B')}" if m.host_bytes else ""),
+        ]
+        if memory.capacity_bytes:
+            free = memory.capacity_bytes - m.peak_bytes
+            lines.append(
+                f"{m.peak_bytes / memory.capacity_bytes:.0%} of the device's "
+                f"{fmt_si(memory.capacity_bytes, 'B')}: {fmt_si(free, 'B')} free"
+            )
+        held = m.at_peak if top <= 0 else m.at_peak[:top]
+        buffers = [
+            [
+                str(rank),
+                b.instruction or "?",
+                b.kind,
+                fmt_si(b.bytes, "B"),
+                fmt_eff(b.bytes / m.peak_bytes if m.peak_bytes else None),
+                b.shape,
+                b.source or b.op_name,
+            ]
+            for rank, b in enumerate(held, 1)
+        ]
+        more = more_line(len(held), len(m.at_peak), "--top 0 shows all", "buffers")
+        modules.append(ModuleBuffers(lines, buffers, more))
+    allocators = memory.allocators or ()
+    notes = [
+        f"{a.name} ({a.host}): its peak at {fmt_us(a.in_use_peak_us)} is {outside_steps(a)}"
+        for a in allocators
+        if a.step is None and a.steps_peak_bytes is not None
+    ]
+    return MemorySections(
+        modules,
+        [_allocator_cells(a) for a in sorted(allocators, key=_allocator_order)],
+        [ALLOCATORS_NOTE, *notes] if allocators else [],
+        warnings,
+    )
+
+
+def _allocator_order(a: AllocatorPeak) -> tuple[str, bool, int]:
+    return a.host, a.device is None, a.device or 0
+
+
+def _allocator_cells(a: AllocatorPeak) -> list[str]:
+    """What an allocator held while the profile ran (its events on the host plane)."""
+    return [
+        a.name,
+        a.host,
+        "-" if a.device is None else str(a.device),
+        fmt_si(a.in_use_peak_bytes, "B"),
+        "-" if a.in_use_stack_bytes is None else fmt_si(a.in_use_stack_bytes, "B"),
+        fmt_us(a.in_use_peak_us),
+        "-" if a.step is None else str(a.step),
+        fmt_si(a.capacity_bytes, "B"),
+        fmt_eff(a.in_use_peak_bytes / a.capacity_bytes if a.capacity_bytes else None),
+        fmt_si(a.peak_bytes, "B"),
+        "-" if a.fragmentation is None else f"{a.fragmentation:.0%}",
+    ]

@@ -25,7 +25,16 @@ from hlogap.render.cells import (
     sub_row_cells,
     sub_rows,
 )
-from hlogap.render.sections import ActionsSection, StepsSection, audit_sections
+from hlogap.render.sections import (
+    ALLOCATOR_COLUMNS,
+    ALLOCATOR_FIGURES,
+    BUFFER_COLUMNS,
+    BUFFER_FIGURES,
+    ActionsSection,
+    StepsSection,
+    audit_sections,
+    memory_sections,
+)
 from hlogap.render.sparkline import allocator_timeline_lines
 from hlogap.render.text import (
     CHECK_ROWS,
@@ -38,12 +47,11 @@ from hlogap.render.text import (
     faster_or_slower,
     more_line,
     multi_module,
-    outside_steps,
 )
 from hlogap.report.compare import RENAMED, Diff, DiffRow
 from hlogap.report.gate import CheckResult
 from hlogap.report.model import AuditReport
-from hlogap.report.schema import AllocatorPeak, Chip, InstructionBound
+from hlogap.report.schema import Chip, InstructionBound
 from hlogap.units import fmt_eff, fmt_si, fmt_us
 
 if TYPE_CHECKING:  # Rich is imported on use: JSON output never loads its table machinery
@@ -463,114 +471,38 @@ def _check(result: CheckResult, width: int | None) -> str:
 
 
 def _memory(report: AuditReport, top: int, width: int | None) -> str:
-    """Per module: what makes up its static peak, then the buffers held at it, largest first."""
-    memory = report.memory
-    warnings = [f"warning: {w}" for w in report.warnings if w.startswith("memory:")]
-    if memory is None:
-        return _print(warnings or ["memory: none in this profile"], width=width or WIDE)
+    """Per module: what makes up its static peak, then the buffers held at it, largest first;
+    then what each allocator held while the profile ran."""
+    memory = memory_sections(report, top)
+    if report.memory is None:
+        return _print(memory.warnings or [memory.none], width=width or WIDE)
     text = ""
-    modules = sorted(memory.modules, key=lambda m: -m.peak_bytes)
-    for m in modules:
-        lines = [
-            f"{m.module} (program {m.program_id}): static peak {fmt_si(m.peak_bytes, 'B')} per "
-            f"device = arguments {fmt_si(m.arguments_bytes, 'B')} + outputs "
-            f"{fmt_si(m.outputs_bytes, 'B')} + temporaries {fmt_si(m.temporaries_bytes, 'B')} - "
-            f"aliased (donated) {fmt_si(m.aliased_bytes, 'B')}"
-            + (f"; in host memory: {fmt_si(m.host_bytes, 'B')}" if m.host_bytes else ""),
-        ]
-        if memory.capacity_bytes:
-            free = memory.capacity_bytes - m.peak_bytes
-            lines.append(
-                f"{m.peak_bytes / memory.capacity_bytes:.0%} of the device's "
-                f"{fmt_si(memory.capacity_bytes, 'B')}: {fmt_si(free, 'B')} free"
-            )
-        held = m.at_peak if top <= 0 else m.at_peak[:top]
+    for m in memory.modules:
         table = _new_table()
-        _columns(
-            table,
-            (
-                ("#", "right"),
-                ("buffer", "left"),
-                ("kind", "left"),
-                ("bytes", "right"),
-                ("share", "right"),
-                ("shape", "left"),
-                ("source", "left"),
-            ),
-        )
-        for rank, b in enumerate(held, 1):
-            _row(
-                table,
-                (
-                    str(rank),
-                    b.instruction or "?",
-                    b.kind,
-                    fmt_si(b.bytes, "B"),
-                    fmt_eff(b.bytes / m.peak_bytes if m.peak_bytes else None),
-                    b.shape,
-                    b.source or b.op_name,
-                ),
-            )
-        more = more_line(len(held), len(m.at_peak), "--top 0 shows all", "buffers")
-        text += _print([*lines, ""], table, [*more, ""], width=width or WIDE)
+        _columns(table, BUFFER_TABLE_COLUMNS)
+        for cells in m.buffers:
+            _row(table, cells)
+        text += _print([*m.lines, ""], table, [*m.more, ""], width=width or WIDE)
     if memory.allocators:
-        text += _allocators(memory.allocators, width)
-        curves = allocator_timeline_lines(memory.allocators, report.steps, width)
+        table = _new_table()
+        _columns(table, ALLOCATOR_TABLE_COLUMNS)
+        for cells in memory.allocators:
+            _row(table, cells)
+        note, *peaks = memory.allocator_notes
+        title = f"{memory.allocators_title}:"
+        text += _print([title], table, [note, "", *peaks], width=width or WIDE)
+        allocators = report.memory.allocators or ()
+        curves = allocator_timeline_lines(allocators, report.steps, width)
         text += "".join(line + "\n" for line in [*curves, *([""] if curves else [])])
-    return text + (_print(warnings, width=width or WIDE) if warnings else "")
+    return text + (_print(memory.warnings, width=width or WIDE) if memory.warnings else "")
 
 
-def _allocators(allocators: tuple[AllocatorPeak, ...], width: int | None) -> str:
-    """What each allocator held while the profile ran (its events on the host plane)."""
-    table = _new_table()
-    _columns(
-        table,
-        (
-            ("allocator", "left"),
-            ("host", "left"),
-            ("device", "right"),
-            ("in use at most", "right"),
-            ("of it stack", "right"),
-            ("when", "right"),
-            ("step", "right"),
-            ("capacity", "right"),
-            ("share", "right"),
-            ("heap's own peak", "right"),
-            ("fragmentation", "right"),
-        ),
-    )
-    for a in sorted(allocators, key=lambda a: (a.host, a.device is None, a.device or 0)):
-        _row(
-            table,
-            (
-                a.name,
-                a.host,
-                "-" if a.device is None else str(a.device),
-                fmt_si(a.in_use_peak_bytes, "B"),
-                "-" if a.in_use_stack_bytes is None else fmt_si(a.in_use_stack_bytes, "B"),
-                fmt_us(a.in_use_peak_us),
-                "-" if a.step is None else str(a.step),
-                fmt_si(a.capacity_bytes, "B"),
-                fmt_eff(a.in_use_peak_bytes / a.capacity_bytes if a.capacity_bytes else None),
-                fmt_si(a.peak_bytes, "B"),
-                "-" if a.fragmentation is None else f"{a.fragmentation:.0%}",
-            ),
-        )
-    notes = [
-        "in use at most: heap + reserved stack, the most at any of the allocator's events "
-        "(time from the profile's first op), its stack part beside it; heap's own peak: the "
-        "heap alone at its high-water mark since the allocator was created (xprof's "
-        "peakBytesUsageLifetime), reached at its own time: it counts no stack, so it can be "
-        "below the in-use figure (a TPU keeps its program's temporaries in the stack)",
-        "",
-    ]
-    notes += [
-        f"{a.name} ({a.host}): its peak at {fmt_us(a.in_use_peak_us)} is {outside_steps(a)}"
-        for a in allocators
-        if a.step is None and a.steps_peak_bytes is not None
-    ]
-    title = "at run time (allocator events):"
-    return _print([title], table, notes, width=width or WIDE)
+BUFFER_TABLE_COLUMNS = tuple(
+    (c, "right" if c in BUFFER_FIGURES else "left") for c in BUFFER_COLUMNS
+)
+ALLOCATOR_TABLE_COLUMNS = tuple(
+    (c, "right" if c in ALLOCATOR_FIGURES else "left") for c in ALLOCATOR_COLUMNS
+)
 
 
 CHIP_COLUMNS = ("name", "chip", "bf16", "int8", "f32", "HBM", "link", "host", "ridge bf16")

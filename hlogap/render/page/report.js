@@ -263,17 +263,20 @@ function renderSteps() {
   });
 }
 
-// --- memory: each module's static peak, its live temporaries over program order ------------
+// --- memory: the section as hlogap words it; each module's live temporaries over program order --
 function renderMemory() {
   const box = document.getElementById("memory");
-  const M = R.memory;
-  if (!M) { box.appendChild(el("p", {class: "muted"}, "No buffer assignment or allocator events in this profile.")); return; }
-  if (!M.modules || !M.modules.length) box.appendChild(el("p", {class: "muted"}, "No buffer assignment in this profile."));
+  const M = R.memory, S = R.sections.memory;
+  if (!M) { box.appendChild(el("p", {class: "muted"}, S.none)); return; }
+  if (!S.modules.length) box.appendChild(el("p", {class: "muted"}, S.no_modules));
   const NS = "http://www.w3.org/2000/svg";
-  for (const m of [...M.modules].sort((a, b) => b.peak_bytes - a.peak_bytes)) {
-    const cap = M.capacity_bytes ? `, ${pct(m.peak_bytes / M.capacity_bytes)} of ${si(M.capacity_bytes, "B")}` : "";
-    box.appendChild(el("h3", {}, `${m.module}: static peak ${si(m.peak_bytes, "B")}${cap}`));
-    box.appendChild(el("p", {class: "muted"}, `arguments ${si(m.arguments_bytes, "B")} + outputs ${si(m.outputs_bytes, "B")} + temporaries ${si(m.temporaries_bytes, "B")} - aliased (donated) ${si(m.aliased_bytes, "B")}`));
+  // The report's modules in the section's order: largest static peak first.
+  const modules = [...M.modules].sort((a, b) => b.peak_bytes - a.peak_bytes);
+  S.modules.forEach((section, k) => {
+    const m = modules[k];
+    const [first, ...rest] = section.lines;
+    box.appendChild(el("h3", {}, first));
+    for (const line of rest) box.appendChild(el("p", {class: "muted"}, line));
     const curve = m.live_curve || [];
     if (curve.length > 1) {
       const W = 700, H = 140, L = 70, B = 20, top = Math.max(...curve) || 1;
@@ -294,39 +297,14 @@ function renderMemory() {
       svg.appendChild(t);
       box.appendChild(svg);
     }
-    const table = el("table");
-    const head = el("tr");
-    for (const h of ["#", "buffer", "kind", "bytes", "share", "shape", "source"]) head.appendChild(el("th", {}, h));
-    table.appendChild(head);
-    m.at_peak.slice(0, 10).forEach((b, i) => {
-      const tr = el("tr");
-      for (const [v, num] of [[String(i + 1), true], [b.instruction || "?", false], [b.kind, false], [si(b.bytes, "B"), true],
-        [pct(m.peak_bytes ? b.bytes / m.peak_bytes : null), true], [b.shape, false], [b.source || b.op_name, false]])
-        tr.appendChild(el("td", num ? {class: "num"} : {}, v));
-      table.appendChild(tr);
-    });
-    box.appendChild(table);
-  }
+    box.appendChild(sectionTable(S.buffer_columns, S.buffer_figures, section.buffers));
+    for (const line of section.more) box.appendChild(el("p", {class: "muted"}, line));
+  });
   const A = M.allocators || [];
-  if (A.length) {
-    box.appendChild(el("h3", {}, "At run time: what each allocator held (its events on the host plane)"));
-    const table = el("table");
-    const head = el("tr");
-    for (const h of ["allocator", "host", "device", "in use at most", "of it stack", "when", "step", "capacity", "share", "heap's own peak"]) head.appendChild(el("th", {}, h));
-    table.appendChild(head);
-    for (const a of A) {
-      const tr = el("tr");
-      for (const [v, num] of [[a.name, false], [a.host, false], [a.device === null ? "-" : String(a.device), true],
-        [si(a.in_use_peak_bytes, "B"), true], [a.in_use_stack_bytes == null ? "-" : si(a.in_use_stack_bytes, "B"), true], [fmtUs(a.in_use_peak_us), true], [a.step === null ? "-" : String(a.step), true],
-        [si(a.capacity_bytes, "B"), true], [pct(a.capacity_bytes ? a.in_use_peak_bytes / a.capacity_bytes : null), true],
-        [si(a.peak_bytes, "B"), true]])
-        tr.appendChild(el("td", num ? {class: "num"} : {}, v));
-      table.appendChild(tr);
-    }
-    box.appendChild(table);
-    box.appendChild(el("p", {class: "muted"}, "in use at most: heap + reserved stack at the allocator's events, its stack part beside it; " +
-      "heap's own peak: the heap alone at its high-water mark since the allocator was created (xprof's peakBytesUsageLifetime): " +
-      "it counts no stack, so it can be below the in-use figure (a TPU keeps its program's temporaries in the stack)"));
+  if (S.allocators.length) {
+    box.appendChild(el("h3", {}, S.allocators_title));
+    box.appendChild(sectionTable(S.allocator_columns, S.allocator_figures, S.allocators));
+    for (const line of S.allocator_notes) box.appendChild(el("p", {class: "muted"}, line));
     const T = A.filter((a) => a.timeline);
     if (T.length) {
       box.appendChild(el("h3", {}, "In use over time (heap + stack, filled; the heap alone, line): the most in each of an allocator's buckets, the steps' starts dashed"));
@@ -337,6 +315,20 @@ function renderMemory() {
       for (const a of T) box.appendChild(allocatorChart(a, x0, x1, steps));
     }
   }
+}
+
+// A table of a section's cells: its column names, which are figures (right-aligned), its rows.
+function sectionTable(columns, figures, rows) {
+  const table = el("table");
+  const head = el("tr");
+  columns.forEach((h, k) => head.appendChild(el("th", figures[k] ? {class: "num"} : {}, h)));
+  table.appendChild(head);
+  for (const cells of rows) {
+    const tr = el("tr");
+    cells.forEach((v, k) => tr.appendChild(el("td", figures[k] ? {class: "num"} : {}, v)));
+    table.appendChild(tr);
+  }
+  return table;
 }
 
 // One allocator's bytes in use over the profile: its buckets as steps, on an axis shared by all.

@@ -175,7 +175,9 @@ class SliceDim:
     stride: int = 1
 
 
-@dataclass
+# Slots: a module holds 10^4-10^5 instructions (less memory, and the C decoder,
+# hlogap/hlo/_hlodecode.c, writes each one's slots directly).
+@dataclass(slots=True)
 class Instruction:
     name: str
     opcode: str
@@ -209,7 +211,7 @@ class Instruction:
     attrs: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class Computation:
     name: str
     instructions: list[Instruction] = field(default_factory=list)

@@ -1,0 +1,1709 @@
+/* A serialized HloProto / HloModuleProto -> hlogap's IR objects, straight from its bytes.
+
+   hlogap/hlo/decode.py builds the IR from upb's messages, reading every field of every
+   instruction through a Python object: ~16 us an instruction, 28x upb's own parse. Here the
+   wire format (https://protobuf.dev/programming-guides/encoding/; the field numbers are
+   hlogap/proto/hlo.proto's) is walked once in place and each `Instruction` is made directly,
+   its slots written (ir.Instruction is a slots dataclass). What Python's decoder writes as text
+   from a sub-message (a shape, metadata, a literal, a sharding, frontend attributes, a backend
+   config, an escaped string) is asked of Python once per distinct serialized bytes of it
+   (`hooks`), as decode.py caches shapes and metadata by their bytes.
+
+   Python's decoder stays the reference. An instruction carrying a field or an opcode whose
+   attributes are not written here (a window, dot or convolution numbers, replica groups,
+   gather, scatter, pad, sort, fft, rng, ...) is handed to it whole (`hooks.instruction`, its
+   bytes parsed by upb); that is slower, never different. Anything else this decoder does not
+   answer for (malformed bytes, a message field given twice, an unknown id, a wire type that does
+   not match the schema, a group, invalid UTF-8) raises ValueError: the caller then decodes the
+   module with upb and Python, which says what is wrong as it always did. Every read is checked
+   against the end of the buffer it belongs to. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { WIRE_VARINT = 0, WIRE_FIXED64 = 1, WIRE_LEN = 2, WIRE_FIXED32 = 5 };
+
+/* ---- the wire format ---- */
+
+static int read_long_varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
+    const uint8_t *q = *p;
+    uint64_t value = 0;
+    for (int i = 0; i < 10; i++) {
+        if (q >= end) return 0;
+        uint8_t byte = *q++;
+        value |= (uint64_t)(byte & 0x7F) << (7 * i);
+        if (byte < 0x80) {
+            *p = q;
+            *out = value;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static inline int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
+    if (*p < end && **p < 0x80) {
+        *out = *(*p)++;
+        return 1;
+    }
+    return read_long_varint(p, end, out);
+}
+
+typedef struct {
+    const uint8_t *p, *end;
+} Span;
+
+static int read_len(const uint8_t **p, const uint8_t *end, Span *body) {
+    uint64_t size;
+    if (!read_varint(p, end, &size) || size > (uint64_t)(end - *p)) return 0;
+    body->p = *p;
+    body->end = *p + size;
+    *p = body->end;
+    return 1;
+}
+
+/* A field's tag: its number and wire type; 0 for a number outside 1..2^29-1. */
+static int read_tag(const uint8_t **p, const uint8_t *end, uint64_t *field, int *wire) {
+    uint64_t tag;
+    if (!read_varint(p, end, &tag)) return 0;
+    *field = tag >> 3;
+    *wire = (int)(tag & 7);
+    return *field != 0 && *field < (1u << 29);
+}
+
+/* Skip a value of wire type `wire`; 0 if malformed or a group (upb reads those). */
+static int skip_value(int wire, const uint8_t **p, const uint8_t *end) {
+    uint64_t ignored;
+    Span body;
+    switch (wire) {
+    case WIRE_VARINT:
+        return read_varint(p, end, &ignored);
+    case WIRE_FIXED64:
+        if (end - *p < 8) return 0;
+        *p += 8;
+        return 1;
+    case WIRE_FIXED32:
+        if (end - *p < 4) return 0;
+        *p += 4;
+        return 1;
+    case WIRE_LEN:
+        return read_len(p, end, &body);
+    default:
+        return 0;
+    }
+}
+
+static int append_bytes(PyObject *list, const uint8_t *p, const uint8_t *end) {
+    PyObject *raw = PyBytes_FromStringAndSize((const char *)p, end - p);
+    if (raw == NULL) return 0;
+    int failed = PyList_Append(list, raw);
+    Py_DECREF(raw);
+    return failed == 0;
+}
+
+static int unhandled(const char *why) {
+    PyErr_SetString(PyExc_ValueError, why);
+    return 0;
+}
+
+/* Valid UTF-8, as upb checks a proto3 string. */
+static int valid_utf8(Span s) {
+    const uint8_t *q = s.p;
+    while (q < s.end && *q < 0x80) q++;
+    if (q == s.end) return 1;
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)s.p, s.end - s.p, NULL);
+    if (text == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_DECREF(text);
+    return 1;
+}
+
+static PyObject *text_of(Span s) {
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)s.p, s.end - s.p, NULL);
+    if (text == NULL) {
+        PyErr_Clear();
+        unhandled("invalid UTF-8 in a string field");
+    }
+    return text;
+}
+
+/* ---- growable int64 lists (a repeated field may come in several packed or single parts) ---- */
+
+typedef struct {
+    int64_t *v;
+    Py_ssize_t n, cap;
+} Vec;
+
+static int vec_push(Vec *vec, int64_t value) {
+    if (vec->n == vec->cap) {
+        Py_ssize_t cap = vec->cap ? 2 * vec->cap : 16;
+        int64_t *grown = PyMem_Realloc(vec->v, (size_t)cap * sizeof *grown);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return 0;
+        }
+        vec->v = grown;
+        vec->cap = cap;
+    }
+    vec->v[vec->n++] = value;
+    return 1;
+}
+
+/* One part of a repeated varint field: 1, 0 (malformed), -1 (a wire type it cannot have). */
+static int read_repeated(Vec *vec, int wire, const uint8_t **p, const uint8_t *end) {
+    uint64_t v;
+    if (wire == WIRE_VARINT) {
+        if (!read_varint(p, end, &v)) return 0;
+        return vec_push(vec, (int64_t)v) ? 1 : 0;
+    }
+    if (wire != WIRE_LEN) return -1;
+    Span body;
+    if (!read_len(p, end, &body)) return 0;
+    while (body.p < body.end) {
+        if (!read_varint(&body.p, body.end, &v) || !vec_push(vec, (int64_t)v)) return 0;
+    }
+    return 1;
+}
+
+/* ---- a cache of what Python made of a sub-message, by its bytes ---- */
+
+typedef struct {
+    uint64_t hash;
+    const uint8_t *p;
+    Py_ssize_t n;
+    PyObject *value; /* NULL: empty slot */
+} Slot;
+
+/* Made in C where it can be (a new reference; NULL without an error: ask Python). */
+typedef PyObject *(*Builder)(void *context, Span s, int depth);
+
+typedef struct {
+    Slot *slots;
+    Py_ssize_t cap, used;
+    Builder build;  /* or NULL */
+    PyObject *make; /* hooks.NAME: bytes -> the value; NULL: `build` always answers */
+} Cache;
+
+static uint64_t hash_bytes(const uint8_t *p, Py_ssize_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15u ^ (uint64_t)n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xFF51AFD7ED558CCDu;
+        h ^= h >> 32;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p, (size_t)n);
+    h = (h ^ w) * 0xC4CEB9FE1A85EC53u;
+    return h ^ (h >> 29);
+}
+
+static void cache_free(Cache *c) {
+    for (Py_ssize_t i = 0; i < c->cap; i++) Py_XDECREF(c->slots[i].value);
+    PyMem_Free(c->slots);
+    Py_XDECREF(c->make);
+    memset(c, 0, sizeof *c);
+}
+
+static int cache_grow(Cache *c) {
+    Py_ssize_t cap = c->cap ? 2 * c->cap : 64;
+    Slot *slots = PyMem_Calloc((size_t)cap, sizeof *slots);
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < c->cap; i++) {
+        Slot s = c->slots[i];
+        if (s.value == NULL) continue;
+        Py_ssize_t k = (Py_ssize_t)(s.hash & (uint64_t)(cap - 1));
+        while (slots[k].value != NULL) k = (k + 1) & (cap - 1);
+        slots[k] = s;
+    }
+    PyMem_Free(c->slots);
+    c->slots = slots;
+    c->cap = cap;
+    return 1;
+}
+
+/* The value for these bytes (borrowed: the cache holds it), made once. */
+static PyObject *cached(Cache *c, void *context, Span s) {
+    Py_ssize_t n = s.end - s.p;
+    uint64_t h = hash_bytes(s.p, n);
+    if (2 * (c->used + 1) > c->cap && !cache_grow(c)) return NULL;
+    Py_ssize_t k = (Py_ssize_t)(h & (uint64_t)(c->cap - 1));
+    for (;; k = (k + 1) & (c->cap - 1)) {
+        Slot *slot = &c->slots[k];
+        if (slot->value == NULL) break;
+        if (slot->hash == h && slot->n == n && memcmp(slot->p, s.p, (size_t)n) == 0)
+            return slot->value;
+    }
+    PyObject *value = c->build != NULL ? c->build(context, s, 0) : NULL;
+    if (value == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        if (c->make == NULL) return unhandled("no maker"), NULL;
+        PyObject *raw = PyBytes_FromStringAndSize((const char *)s.p, n);
+        if (raw == NULL) return NULL;
+        value = PyObject_CallOneArg(c->make, raw);
+        Py_DECREF(raw);
+        if (value == NULL) return NULL;
+    }
+    c->slots[k] = (Slot){h, s.p, n, value};
+    c->used++;
+    return value;
+}
+
+/* ---- the IR classes' slots (set up once by `setup`) ---- */
+
+enum {
+    I_NAME, I_OPCODE, I_SHAPE, I_OPERANDS, I_OPERAND_SHAPES, I_IS_ROOT, I_CALLED, I_DOT_DIMS,
+    I_CONV_DIMS, I_WINDOW, I_FEATURE_GROUP_COUNT, I_BATCH_GROUP_COUNT, I_DIMENSIONS, I_SLICE,
+    I_REPLICA_GROUPS, I_CHANNEL_ID, I_FUSION_KIND, I_CUSTOM_CALL_TARGET, I_BACKEND_CONFIG,
+    I_OP_NAME, I_SOURCE, I_PARAMETER_NUMBER, I_TUPLE_INDEX, I_LITERAL, I_ATTRS, I_COUNT
+};
+static const char *const instruction_fields[I_COUNT] = {
+    "name", "opcode", "shape", "operands", "operand_shapes", "is_root", "called", "dot_dims",
+    "conv_dims", "window", "feature_group_count", "batch_group_count", "dimensions", "slice",
+    "replica_groups", "channel_id", "fusion_kind", "custom_call_target", "backend_config",
+    "op_name", "source", "parameter_number", "tuple_index", "literal", "attrs",
+};
+enum { C_NAME, C_INSTRUCTIONS, C_IS_ENTRY, C_EXECUTION_THREAD, C_COUNT };
+static const char *const computation_fields[C_COUNT] = {
+    "name", "instructions", "is_entry", "execution_thread",
+};
+
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t count;
+    Py_ssize_t offsets[I_COUNT];
+    PyObject *defaults[I_COUNT]; /* NULL: a fresh list or dict each time */
+} Layout;
+
+static Layout instruction_layout, computation_layout;
+static PyObject *slice_dim_type;
+
+/* Attribute names and fixed values, made once. */
+enum {
+    K_INDEX, K_KIND, K_IOTA_DIMENSION, K_DIRECTION, K_TYPE, K_CHANNEL_ID, K_DIMENSIONS,
+    K_USE_GLOBAL_DEVICE_IDS, K_FEATURE_GROUP_COUNT, K_BATCH_GROUP_COUNT, K_SLICE,
+    K_DYNAMIC_SLICE_SIZES, K_OPERAND_PRECISION, K_CUSTOM_CALL_TARGET,
+    K_CUSTOM_CALL_HAS_SIDE_EFFECT, K_API_VERSION, K_SHARDING, K_CONDITION, K_BODY, K_TO_APPLY,
+    K_CALLED_COMPUTATIONS, K_CALLS, K_FRONTEND_ATTRIBUTES, K_CONTROL_PREDECESSORS, K_METADATA,
+    K_BACKEND_CONFIG, V_TRUE, V_FLOAT, V_SIGNED, V_UNSIGNED, V_API_2, V_API_3, V_API_4,
+    S_COUNT
+};
+static const char *const string_values[S_COUNT] = {
+    "index", "kind", "iota_dimension", "direction", "type", "channel_id", "dimensions",
+    "use_global_device_ids", "feature_group_count", "batch_group_count", "slice",
+    "dynamic_slice_sizes", "operand_precision", "custom_call_target",
+    "custom_call_has_side_effect", "api_version", "sharding", "condition", "body", "to_apply",
+    "called_computations", "calls", "frontend_attributes", "control-predecessors", "metadata",
+    "backend_config", "true", "FLOAT", "SIGNED", "UNSIGNED", "API_VERSION_STATUS_RETURNING",
+    "API_VERSION_STATUS_RETURNING_UNIFIED", "API_VERSION_TYPED_FFI",
+};
+static PyObject *strings[S_COUNT];
+static PyObject *empty_tuple;
+
+/* A new object of a slots dataclass, its slots set from `values` (references stolen). */
+static PyObject *make_object(const Layout *layout, PyObject **values) {
+    PyObject *obj = layout->type->tp_alloc(layout->type, 0);
+    if (obj == NULL) {
+        for (Py_ssize_t i = 0; i < layout->count; i++) Py_XDECREF(values[i]);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < layout->count; i++)
+        *(PyObject **)((char *)obj + layout->offsets[i]) = values[i];
+    return obj;
+}
+
+static int set_layout(Layout *layout, PyObject *type, PyObject *defaults,
+                      const char *const *names, Py_ssize_t count) {
+    if (!PyType_Check(type) || !PyDict_Check(defaults))
+        return unhandled("setup wants the IR classes and their defaults");
+    layout->type = (PyTypeObject *)type;
+    Py_INCREF(type);
+    layout->count = count;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *descr = PyObject_GetAttrString(type, names[i]);
+        if (descr == NULL) return 0;
+        int is_slot = Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+                      ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX;
+        if (is_slot) layout->offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+        Py_DECREF(descr);
+        if (!is_slot) return unhandled("an IR class field is not a slot");
+        PyObject *value = PyDict_GetItemString(defaults, names[i]);
+        Py_XINCREF(value);
+        layout->defaults[i] = value;
+    }
+    return 1;
+}
+
+
+static inline int len_field(int wire, const uint8_t **p, const uint8_t *end, Span *out,
+                            uint64_t *seen, uint64_t field) {
+    /* A field given twice: a message merges, a string's last wins; upb decides both. */
+    uint64_t bit = 1ull << (field & 63);
+    if (wire != WIRE_LEN || (*seen & bit)) return -1;
+    *seen |= bit;
+    return read_len(p, end, out) ? 1 : 0;
+}
+
+/* ---- shapes and metadata, made here in the usual case ---- */
+
+static PyObject *element_names; /* decode.py's _ELEMENT_NAMES: PrimitiveType -> name */
+static PyObject *shape_type, *layout_type;
+#define UNBOUNDED INT64_MIN /* xla::Shape::kUnboundedSize, a `?` dimension */
+
+static PyObject *tuple_of_ints(const int64_t *v, Py_ssize_t n) {
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyLong_FromLongLong(v[i]);
+        if (item == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, item);
+    }
+    return out;
+}
+
+static void vec_free(Vec *vec) { PyMem_Free(vec->v); }
+
+/* A LayoutProto with only minor_to_major, tiles, memory space, element size and tail padding
+   (anything else: NULL, Python's `_layout`). `*is_default`: Layout() with no dims. */
+static PyObject *build_layout(Span s, Py_ssize_t rank, int *is_default) {
+    Vec order = {0}, tiles = {0}, tile_ends = {0};
+    int64_t memory_space = 0, element_bits = 0, tail_padding = 0;
+    PyObject *layout = NULL, *tile_tuple = NULL, *order_tuple = NULL;
+    const uint8_t *p = s.p;
+    while (p < s.end) {
+        uint64_t field, v;
+        int wire, ok = 0;
+        if (!read_tag(&p, s.end, &field, &wire)) goto out;
+        switch (field) {
+        case 1:
+            ok = read_repeated(&order, wire, &p, s.end) == 1;
+            break;
+        case 6: {
+            Span tile;
+            if (wire != WIRE_LEN || !read_len(&p, s.end, &tile)) goto out;
+            ok = 1;
+            while (ok && tile.p < tile.end) {
+                uint64_t f2;
+                int w2;
+                if (!read_tag(&tile.p, tile.end, &f2, &w2)) ok = 0;
+                else if (f2 == 1) ok = read_repeated(&tiles, w2, &tile.p, tile.end) == 1;
+                else ok = skip_value(w2, &tile.p, tile.end);
+            }
+            ok = ok && vec_push(&tile_ends, tiles.n);
+            break;
+        }
+        case 7: case 8: case 16:
+            ok = wire == WIRE_VARINT && read_varint(&p, s.end, &v);
+            if (ok && field == 7) element_bits = (int64_t)v;
+            if (ok && field == 8) memory_space = (int64_t)v;
+            if (ok && field == 16) tail_padding = (int64_t)v;
+            break;
+        case 9: case 10: case 11: case 12: case 15: case 17: /* the extra items */
+            break;
+        default:
+            ok = skip_value(wire, &p, s.end);
+            break;
+        }
+        if (!ok) goto out;
+    }
+    /* minor_to_major must be a permutation of the dims (else Python says so). */
+    if (order.n != rank) goto out;
+    for (Py_ssize_t i = 0; i < order.n; i++) {
+        if (order.v[i] < 0 || order.v[i] >= rank) goto out;
+        for (Py_ssize_t k = 0; k < i; k++)
+            if (order.v[k] == order.v[i]) goto out;
+    }
+    for (Py_ssize_t i = 0; i < tiles.n; i++)
+        if (tiles.v[i] < 1 && tiles.v[i] != -1) goto out;
+    if (tail_padding == 0) tail_padding = 1;
+    *is_default = rank == 0 && tile_ends.n == 0 && memory_space == 0 && element_bits == 0 &&
+                  tail_padding == 1;
+    if (*is_default) {
+        layout = Py_NewRef(Py_None);
+        goto out;
+    }
+    order_tuple = tuple_of_ints(order.v, order.n);
+    tile_tuple = PyTuple_New(tile_ends.n);
+    if (order_tuple == NULL || tile_tuple == NULL) goto out;
+    for (Py_ssize_t i = 0, from = 0; i < tile_ends.n; from = tile_ends.v[i++]) {
+        PyObject *tile = tuple_of_ints(tiles.v + from, tile_ends.v[i] - from);
+        if (tile == NULL) goto out;
+        PyTuple_SET_ITEM(tile_tuple, i, tile);
+    }
+    layout = PyObject_CallFunction(layout_type, "OOLOLL", order_tuple, tile_tuple,
+                                   (long long)memory_space, empty_tuple,
+                                   (long long)element_bits, (long long)tail_padding);
+out:
+    Py_XDECREF(order_tuple);
+    Py_XDECREF(tile_tuple);
+    vec_free(&order);
+    vec_free(&tiles);
+    vec_free(&tile_ends);
+    return layout;
+}
+
+/* decode.py's `_shape` of a ShapeProto, or NULL (no error) for Python to make it. */
+static PyObject *build_shape(void *context, Span s, int depth) {
+    (void)context;
+    if (depth > 64) return NULL;
+    Vec dims = {0}, dynamic = {0}, tuple_spans = {0};
+    Span layout_span = {NULL, NULL};
+    int64_t element = 0;
+    PyObject *shape = NULL, *name = NULL, *dims_tuple = NULL, *dynamic_tuple = NULL,
+             *layout = NULL, *children = NULL;
+    const uint8_t *p = s.p;
+    while (p < s.end) {
+        uint64_t field, v;
+        int wire, ok = 0;
+        if (!read_tag(&p, s.end, &field, &wire)) goto out;
+        switch (field) {
+        case 2:
+            ok = wire == WIRE_VARINT && read_varint(&p, s.end, &v);
+            if (ok) element = (int32_t)(uint32_t)v; /* an int32 enum */
+            break;
+        case 3: ok = read_repeated(&dims, wire, &p, s.end) == 1; break;
+        case 6: ok = read_repeated(&dynamic, wire, &p, s.end) == 1; break;
+        case 4: {
+            Span child;
+            ok = wire == WIRE_LEN && read_len(&p, s.end, &child) &&
+                 vec_push(&tuple_spans, child.p - s.p) && vec_push(&tuple_spans, child.end - s.p);
+            break;
+        }
+        case 5:
+            ok = wire == WIRE_LEN && layout_span.p == NULL && read_len(&p, s.end, &layout_span);
+            break;
+        default: ok = skip_value(wire, &p, s.end); break;
+        }
+        if (!ok) goto out;
+    }
+    PyObject *key = PyLong_FromLongLong(element);
+    if (key == NULL) goto out;
+    name = PyDict_GetItemWithError(element_names, key);
+    Py_DECREF(key);
+    if (name == NULL) goto out;
+    Py_INCREF(name);
+    int is_tuple = PyUnicode_CompareWithASCIIString(name, "tuple") == 0;
+    /* A layout decode.py ignores is still upb's to check. */
+    if (layout_span.p != NULL && (is_tuple || PyUnicode_CompareWithASCIIString(name, "token") == 0 ||
+                                  PyUnicode_CompareWithASCIIString(name, "opaque") == 0))
+        goto out;
+    if (is_tuple) {
+        Py_ssize_t n = tuple_spans.n / 2;
+        children = PyTuple_New(n);
+        if (children == NULL) goto out;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Span child = {s.p + tuple_spans.v[2 * i], s.p + tuple_spans.v[2 * i + 1]};
+            PyObject *made = build_shape(context, child, depth + 1);
+            if (made == NULL) goto out;
+            PyTuple_SET_ITEM(children, i, made);
+        }
+        shape = PyObject_CallFunction(shape_type, "OOOOO", name, empty_tuple, empty_tuple,
+                                      Py_None, children);
+        goto out;
+    }
+    if (dynamic.n != 0 && dynamic.n != dims.n) goto out;
+    int any_dynamic = 0;
+    for (Py_ssize_t i = 0; i < dims.n; i++) {
+        if (dims.v[i] == UNBOUNDED) dims.v[i] = -1;
+        else if (dims.v[i] < 0) goto out;
+    }
+    for (Py_ssize_t i = 0; i < dynamic.n; i++) any_dynamic |= dynamic.v[i] != 0;
+    if (layout_span.p != NULL) {
+        int is_default = 0;
+        layout = build_layout(layout_span, dims.n, &is_default);
+        if (layout == NULL) goto out;
+    } else {
+        layout = Py_NewRef(Py_None);
+    }
+    dims_tuple = tuple_of_ints(dims.v, dims.n);
+    if (dims_tuple == NULL) goto out;
+    if (any_dynamic) {
+        dynamic_tuple = PyTuple_New(dynamic.n);
+        if (dynamic_tuple == NULL) goto out;
+        for (Py_ssize_t i = 0; i < dynamic.n; i++)
+            PyTuple_SET_ITEM(dynamic_tuple, i, PyBool_FromLong(dynamic.v[i] != 0));
+    } else {
+        dynamic_tuple = Py_NewRef(empty_tuple);
+    }
+    shape = PyObject_CallFunction(shape_type, "OOOO", name, dims_tuple, dynamic_tuple, layout);
+out:
+    Py_XDECREF(name);
+    Py_XDECREF(dims_tuple);
+    Py_XDECREF(dynamic_tuple);
+    Py_XDECREF(layout);
+    Py_XDECREF(children);
+    vec_free(&dims);
+    vec_free(&dynamic);
+    vec_free(&tuple_spans);
+    return shape;
+}
+
+/* Printable ASCII that escaping leaves as it is (no quote, no backslash). */
+static int plain(Span s) {
+    for (const uint8_t *q = s.p; q < s.end; q++)
+        if (*q < 0x20 || *q > 0x7E || *q == '"' || *q == '\'' || *q == '\\') return 0;
+    return 1;
+}
+
+typedef struct {
+    char *text;
+    Py_ssize_t n, cap;
+} Text;
+
+static int put(Text *t, const char *p, Py_ssize_t n) {
+    if (t->n + n > t->cap) {
+        Py_ssize_t cap = 2 * (t->n + n) + 64;
+        char *grown = PyMem_Realloc(t->text, (size_t)cap);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return 0;
+        }
+        t->text = grown;
+        t->cap = cap;
+    }
+    memcpy(t->text + t->n, p, (size_t)n);
+    t->n += n;
+    return 1;
+}
+
+static int put_str(Text *t, const char *key, Span value) {
+    return (t->n <= 1 || put(t, " ", 1)) && put(t, key, (Py_ssize_t)strlen(key)) &&
+           put(t, "=\"", 2) && put(t, (const char *)value.p, value.end - value.p) &&
+           put(t, "\"", 1);
+}
+
+static int put_int(Text *t, const char *key, long long value) {
+    char number[32];
+    int n = snprintf(number, sizeof number, "%lld", value);
+    return (t->n <= 1 || put(t, " ", 1)) && put(t, key, (Py_ssize_t)strlen(key)) &&
+           put(t, "=", 1) && put(t, number, n);
+}
+
+/* decode.py's `_metadata` of an OpMetadata whose strings are plain and whose source is its
+   own file (not a stack frame): (text, op_name, source); NULL (no error) for Python. */
+static PyObject *build_metadata(void *context, Span s, int depth) {
+    (void)context;
+    (void)depth;
+    enum { OP_TYPE, OP_NAME, SOURCE_FILE, DEDUPLICATED, SCHEDULING, N_TEXTS };
+    static const int text_fields[N_TEXTS] = {1, 2, 3, 12, 16};
+    Span texts[N_TEXTS];
+    int32_t line = 0, end_line = 0, column = 0, end_column = 0, frame = 0;
+    uint64_t seen = 0;
+    memset(texts, 0, sizeof texts);
+    const uint8_t *p = s.p;
+    while (p < s.end) {
+        uint64_t field, v;
+        int wire, ok = -1;
+        if (!read_tag(&p, s.end, &field, &wire)) return NULL;
+        for (int k = 0; k < N_TEXTS; k++)
+            if ((uint64_t)text_fields[k] == field)
+                ok = len_field(wire, &p, s.end, &texts[k], &seen, field) == 1 && plain(texts[k]);
+        if (ok == -1) {
+            switch (field) {
+            case 4: case 17: case 18: case 19: case 15: case 8: case 9:
+                ok = wire == WIRE_VARINT && read_varint(&p, s.end, &v);
+                if (!ok) break;
+                if (field == 4) line = (int32_t)(uint32_t)v;
+                if (field == 17) end_line = (int32_t)(uint32_t)v;
+                if (field == 18) column = (int32_t)(uint32_t)v;
+                if (field == 19) end_column = (int32_t)(uint32_t)v;
+                if (field == 15) frame = (int32_t)(uint32_t)v;
+                break;
+            default: ok = skip_value(wire, &p, s.end); break;
+            }
+        }
+        if (!ok) return NULL;
+    }
+    int has_file = texts[SOURCE_FILE].end > texts[SOURCE_FILE].p;
+    if (!has_file && frame) return NULL; /* the source is a stack frame's: Python's */
+    Text t = {NULL, 0, 0};
+    PyObject *out = NULL, *text = NULL, *op_name = NULL, *source = NULL;
+    int ok = put(&t, "{", 1);
+    static const char *const keys[N_TEXTS] = {"op_type", "op_name", "source_file",
+                                              "deduplicated_name", "scheduling_name"};
+    for (int k = 0; ok && k < SOURCE_FILE + 1; k++)
+        if (texts[k].end > texts[k].p) ok = put_str(&t, keys[k], texts[k]);
+    const char *number_keys[] = {"source_line", "source_end_line", "source_column",
+                                 "source_end_column"};
+    int32_t numbers[] = {line, end_line, column, end_column};
+    for (int k = 0; ok && k < 4; k++)
+        if (numbers[k]) ok = put_int(&t, number_keys[k], numbers[k]);
+    for (int k = DEDUPLICATED; ok && k < N_TEXTS; k++)
+        if (texts[k].end > texts[k].p) ok = put_str(&t, keys[k], texts[k]);
+    if (ok && frame) ok = put_int(&t, "stack_frame_id", frame);
+    if (ok) ok = put(&t, "}", 1);
+    if (!ok) goto out;
+    text = t.n > 2 ? PyUnicode_FromStringAndSize(t.text, t.n) : Py_NewRef(Py_None);
+    Span name = texts[OP_NAME];
+    op_name = name.end > name.p ? PyUnicode_FromStringAndSize((const char *)name.p,
+                                                              name.end - name.p)
+                                : Py_NewRef(Py_None);
+    if (has_file) {
+        Span file = texts[SOURCE_FILE];
+        Py_ssize_t at = t.n; /* after the text, in the same buffer */
+        char number[16];
+        int n = line ? snprintf(number, sizeof number, ":%d", (int)line) : 0;
+        if (!put(&t, (const char *)file.p, file.end - file.p) || !put(&t, number, n)) goto out;
+        source = PyUnicode_FromStringAndSize(t.text + at, t.n - at);
+    } else {
+        source = Py_NewRef(Py_None);
+    }
+    if (text != NULL && op_name != NULL && source != NULL)
+        out = PyTuple_Pack(3, text, op_name, source);
+out:
+    PyMem_Free(t.text);
+    Py_XDECREF(text);
+    Py_XDECREF(op_name);
+    Py_XDECREF(source);
+    return out;
+}
+
+/* An opcode's text: one str object per distinct opcode of the module. */
+static PyObject *build_text(void *context, Span s, int depth) {
+    (void)context;
+    (void)depth;
+    return text_of(s);
+}
+
+/* ---- opcodes ---- */
+
+enum {
+    OP_OTHER, OP_PARAMETER, OP_CONSTANT, OP_GTE, OP_FUSION, OP_IOTA, OP_COMPARE, OP_SLICE,
+    OP_DYNAMIC_SLICE, OP_CUSTOM_CALL, OP_WHILE, OP_PYTHON
+};
+enum { ALWAYS_DIMENSIONS = 1, TO_APPLY = 2 };
+typedef struct {
+    const char *name;
+    int kind, flags;
+} Opcode;
+/* Opcodes with attributes written here, and those left to Python (OP_PYTHON): their text
+   holds attributes decode.py writes even from absent fields. */
+static const Opcode opcodes[] = {
+    {"parameter", OP_PARAMETER, 0},
+    {"constant", OP_CONSTANT, 0},
+    {"get-tuple-element", OP_GTE, 0},
+    {"fusion", OP_FUSION, 0},
+    {"iota", OP_IOTA, 0},
+    {"compare", OP_COMPARE, 0},
+    {"slice", OP_SLICE, 0},
+    {"dynamic-slice", OP_DYNAMIC_SLICE, 0},
+    {"custom-call", OP_CUSTOM_CALL, 0},
+    {"while", OP_WHILE, 0},
+    {"broadcast", OP_OTHER, ALWAYS_DIMENSIONS},
+    {"concatenate", OP_OTHER, ALWAYS_DIMENSIONS},
+    {"reverse", OP_OTHER, ALWAYS_DIMENSIONS},
+    {"transpose", OP_OTHER, ALWAYS_DIMENSIONS},
+    {"map", OP_OTHER, ALWAYS_DIMENSIONS | TO_APPLY},
+    {"reduce", OP_OTHER, ALWAYS_DIMENSIONS | TO_APPLY},
+    {"call", OP_OTHER, TO_APPLY},
+    {"reduce-window", OP_OTHER, TO_APPLY},
+    {"fft", OP_PYTHON, 0},
+    {"all-reduce", OP_PYTHON, 0},
+    {"all-reduce-start", OP_PYTHON, 0},
+    {"all-gather", OP_PYTHON, 0},
+    {"all-gather-start", OP_PYTHON, 0},
+    {"reduce-scatter", OP_PYTHON, 0},
+    {"all-to-all", OP_PYTHON, 0},
+    {"ragged-all-to-all", OP_PYTHON, 0},
+    {"collective-broadcast", OP_PYTHON, 0},
+    {"collective-permute", OP_PYTHON, 0},
+    {"collective-permute-start", OP_PYTHON, 0},
+    {"sort", OP_PYTHON, 0},
+    {"pad", OP_PYTHON, 0},
+    {"gather", OP_PYTHON, 0},
+    {"scatter", OP_PYTHON, 0},
+    {"reduce-precision", OP_PYTHON, 0},
+    {"rng", OP_PYTHON, 0},
+    {"rng-bit-generator", OP_PYTHON, 0},
+    {"topk", OP_PYTHON, 0},
+    {"select-and-scatter", OP_PYTHON, 0},
+    {"conditional", OP_PYTHON, 0},
+};
+
+static size_t opcode_lengths[sizeof opcodes / sizeof *opcodes]; /* set up once */
+
+static const Opcode *opcode_of(Span s) {
+    static const Opcode other = {"", OP_OTHER, 0};
+    size_t n = (size_t)(s.end - s.p);
+    for (size_t i = 0; i < sizeof opcodes / sizeof *opcodes; i++) {
+        if (opcode_lengths[i] == n && memcmp(opcodes[i].name, s.p, n) == 0)
+            return &opcodes[i];
+    }
+    return &other;
+}
+
+/* ---- one module ---- */
+
+typedef struct {
+    int64_t id;
+    Span bytes;
+    PyObject *name;  /* owned */
+    PyObject *shape; /* borrowed from the shape cache */
+} Inst;
+
+enum { CACHE_SHAPE, CACHE_METADATA, CACHE_LITERAL, CACHE_BACKEND, CACHE_FRONTEND,
+       CACHE_SHARDING, CACHE_STRING, CACHE_OPCODE, CACHE_COUNT };
+static const char *const cache_hooks[CACHE_COUNT] = {
+    "shape", "metadata", "literal", "backend_config", "frontend_attributes", "sharding",
+    "string", NULL,
+};
+static const Builder cache_builders[CACHE_COUNT] = {
+    build_shape, build_metadata, NULL, NULL, NULL, NULL, NULL, build_text,
+};
+
+typedef struct {
+    PyObject *hooks;
+    Cache caches[CACHE_COUNT];
+    PyObject *comp_names; /* dict: computation id -> name (the last of an id, as Python's) */
+    PyObject *defined;    /* dict: id -> (name, shape), made for the first instruction
+                             handed to Python */
+    Inst *insts;
+    Py_ssize_t n_insts, cap_insts;
+    Py_ssize_t *index; /* open addressing: instruction id -> position in insts + 1 */
+    Py_ssize_t index_cap;
+    Vec operands, controls, called, dims, slice_sizes, precision, slices, slice_values;
+} Module;
+
+static Py_ssize_t index_slot(const Module *m, int64_t id) {
+    uint64_t h = (uint64_t)id * 0x9E3779B97F4A7C15u;
+    Py_ssize_t k = (Py_ssize_t)((h ^ (h >> 31)) & (uint64_t)(m->index_cap - 1));
+    while (m->index[k] && m->insts[m->index[k] - 1].id != id) k = (k + 1) & (m->index_cap - 1);
+    return k;
+}
+
+static const Inst *find(const Module *m, int64_t id) {
+    Py_ssize_t at = m->index[index_slot(m, id)];
+    return at ? &m->insts[at - 1] : NULL;
+}
+
+static void module_free(Module *m) {
+    for (int i = 0; i < CACHE_COUNT; i++) cache_free(&m->caches[i]);
+    Py_XDECREF(m->comp_names);
+    Py_XDECREF(m->defined);
+    for (Py_ssize_t i = 0; i < m->n_insts; i++) Py_XDECREF(m->insts[i].name);
+    PyMem_Free(m->insts);
+    PyMem_Free(m->index);
+    Vec *vecs[] = {&m->operands, &m->controls, &m->called, &m->dims, &m->slice_sizes,
+                   &m->precision, &m->slices, &m->slice_values};
+    for (size_t i = 0; i < sizeof vecs / sizeof *vecs; i++) PyMem_Free(vecs[i]->v);
+}
+
+/* Field numbers of HloInstructionProto (hlo.proto). */
+enum {
+    F_NAME = 1, F_OPCODE = 2, F_SHAPE = 3, F_METADATA = 7, F_LITERAL = 8,
+    F_PARAMETER_NUMBER = 9, F_FUSION_KIND = 11, F_TUPLE_INDEX = 13, F_DIMENSIONS = 14,
+    F_SLICE_DIMENSIONS = 17, F_DYNAMIC_SLICE_SIZES = 20, F_CHANNEL_ID = 26,
+    F_CUSTOM_CALL_TARGET = 28, F_ID = 35, F_OPERAND_IDS = 36, F_CONTROL_PREDECESSOR_IDS = 37,
+    F_CALLED_COMPUTATION_IDS = 38, F_SHARDING = 40, F_BACKEND_CONFIG = 43,
+    F_FEATURE_GROUP_COUNT = 50, F_PRECISION_CONFIG = 51, F_BATCH_GROUP_COUNT = 58,
+    F_COMPARISON_DIRECTION = 63, F_CUSTOM_CALL_HAS_SIDE_EFFECT = 65, F_DELTA = 66,
+    F_FRONTEND_ATTRIBUTES = 68, F_USE_GLOBAL_DEVICE_IDS = 71, F_COMPARISON_TYPE = 72,
+    F_CUSTOM_CALL_API_VERSION = 77, F_ASYNC_EXECUTION_THREAD = 79, F_IS_COMPOSITE = 89,
+};
+/* The other fields hlo.proto knows: an instruction carrying one goes to Python. */
+static const uint8_t python_fields[] = {15, 16, 18, 19, 21, 23, 30, 31, 32, 33, 34, 47, 48,
+                                        49, 52, 60, 67, 69, 70, 81, 85, 87, 92, 93};
+
+static int is_python_field(uint64_t field) {
+    for (size_t i = 0; i < sizeof python_fields; i++)
+        if (python_fields[i] == field) return 1;
+    return 0;
+}
+
+/* What one instruction's bytes hold. Repeated fields are in the module's vectors. */
+typedef struct {
+    Span opcode, shape, metadata, literal, fusion_kind, custom_call_target, backend_config,
+        sharding, frontend, direction, comparison_type, precision;
+    int has_metadata, has_literal, has_sharding, has_precision, has_frontend;
+    int64_t parameter_number, tuple_index, channel_id, feature_group_count, batch_group_count,
+        id;
+    int32_t api_version;
+    int side_effect, global_ids;
+} Fields;
+
+/* One instruction's fields: 1, or 0 to hand it to Python (which upb then reads: malformed
+   bytes are its to report). */
+static int read_fields(Module *m, Span bytes, Fields *f) {
+    memset(f, 0, sizeof *f);
+    m->operands.n = m->controls.n = m->called.n = m->dims.n = m->slice_sizes.n = 0;
+    m->slices.n = 0;
+    const uint8_t *p = bytes.p, *end = bytes.end;
+    uint64_t seen_low = 0, seen_high = 0;
+    while (p < end) {
+        uint64_t field, v;
+        int wire, ok;
+        if (!read_tag(&p, end, &field, &wire)) return 0;
+        uint64_t *seen = field < 64 ? &seen_low : &seen_high;
+        switch (field) {
+        case F_NAME:
+            ok = wire == WIRE_LEN && skip_value(wire, &p, end); /* pass 1 read it */
+            break;
+        case F_OPCODE: ok = len_field(wire, &p, end, &f->opcode, seen, field); break;
+        case F_SHAPE: ok = len_field(wire, &p, end, &f->shape, seen, field); break;
+        case F_METADATA:
+            ok = f->has_metadata = len_field(wire, &p, end, &f->metadata, seen, field);
+            break;
+        case F_LITERAL:
+            ok = f->has_literal = len_field(wire, &p, end, &f->literal, seen, field);
+            break;
+        case F_FUSION_KIND: ok = len_field(wire, &p, end, &f->fusion_kind, seen, field); break;
+        case F_CUSTOM_CALL_TARGET:
+            ok = len_field(wire, &p, end, &f->custom_call_target, seen, field);
+            break;
+        case F_SHARDING:
+            ok = f->has_sharding = len_field(wire, &p, end, &f->sharding, seen, field);
+            break;
+        case F_BACKEND_CONFIG:
+            ok = len_field(wire, &p, end, &f->backend_config, seen, field);
+            break;
+        case F_PRECISION_CONFIG:
+            ok = f->has_precision = len_field(wire, &p, end, &f->precision, seen, field);
+            break;
+        case F_FRONTEND_ATTRIBUTES:
+            ok = f->has_frontend = len_field(wire, &p, end, &f->frontend, seen, field);
+            break;
+        case F_COMPARISON_DIRECTION:
+            ok = len_field(wire, &p, end, &f->direction, seen, field);
+            break;
+        case F_COMPARISON_TYPE:
+            ok = len_field(wire, &p, end, &f->comparison_type, seen, field);
+            break;
+        case F_ASYNC_EXECUTION_THREAD: {
+            Span ignored;
+            ok = len_field(wire, &p, end, &ignored, seen, field);
+            if (ok == 1 && !valid_utf8(ignored)) ok = 0;
+            break;
+        }
+        case F_SLICE_DIMENSIONS: {
+            Span dim;
+            ok = wire == WIRE_LEN && read_len(&p, end, &dim) &&
+                 vec_push(&m->slices, dim.p - bytes.p) && vec_push(&m->slices, dim.end - bytes.p);
+            break;
+        }
+        case F_OPERAND_IDS: ok = read_repeated(&m->operands, wire, &p, end); break;
+        case F_CONTROL_PREDECESSOR_IDS: ok = read_repeated(&m->controls, wire, &p, end); break;
+        case F_CALLED_COMPUTATION_IDS: ok = read_repeated(&m->called, wire, &p, end); break;
+        case F_DIMENSIONS: ok = read_repeated(&m->dims, wire, &p, end); break;
+        case F_DYNAMIC_SLICE_SIZES: ok = read_repeated(&m->slice_sizes, wire, &p, end); break;
+        case F_PARAMETER_NUMBER: case F_TUPLE_INDEX: case F_CHANNEL_ID: case F_ID:
+        case F_FEATURE_GROUP_COUNT: case F_BATCH_GROUP_COUNT: case F_CUSTOM_CALL_API_VERSION:
+        case F_CUSTOM_CALL_HAS_SIDE_EFFECT: case F_USE_GLOBAL_DEVICE_IDS: case F_DELTA:
+        case F_IS_COMPOSITE:
+            /* A scalar's last value wins, as in upb. */
+            ok = wire == WIRE_VARINT && read_varint(&p, end, &v);
+            if (!ok) break;
+            switch (field) {
+            case F_PARAMETER_NUMBER: f->parameter_number = (int64_t)v; break;
+            case F_TUPLE_INDEX: f->tuple_index = (int64_t)v; break;
+            case F_CHANNEL_ID: f->channel_id = (int64_t)v; break;
+            case F_ID: f->id = (int64_t)v; break;
+            case F_FEATURE_GROUP_COUNT: f->feature_group_count = (int64_t)v; break;
+            case F_BATCH_GROUP_COUNT: f->batch_group_count = (int64_t)v; break;
+            case F_CUSTOM_CALL_API_VERSION: f->api_version = (int32_t)(uint32_t)v; break;
+            case F_CUSTOM_CALL_HAS_SIDE_EFFECT: f->side_effect = v != 0; break;
+            case F_USE_GLOBAL_DEVICE_IDS: f->global_ids = v != 0; break;
+            default: break;
+            }
+            break;
+        default:
+            /* A field hlo.proto does not know: skipped, as upb does. */
+            ok = !is_python_field(field) && skip_value(wire, &p, end);
+            break;
+        }
+        if (ok != 1) {
+            if (PyErr_Occurred()) return -1;
+            return 0;
+        }
+    }
+    /* Strings are checked as upb checks them, whether or not they are read here. */
+    Span texts[] = {f->fusion_kind, f->custom_call_target, f->direction, f->comparison_type};
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++)
+        if (texts[i].p != NULL && !valid_utf8(texts[i])) return 0;
+    return 1;
+}
+
+/* `{1,2,3}` */
+static PyObject *int_list(const int64_t *v, Py_ssize_t n) {
+    PyObject *parts = PyList_New(n), *text = NULL;
+    if (parts == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyUnicode_FromFormat("%lld", (long long)v[i]);
+        if (item == NULL) goto done;
+        PyList_SET_ITEM(parts, i, item);
+    }
+    PyObject *comma = PyUnicode_FromString(","), *joined;
+    if (comma == NULL) goto done;
+    joined = PyUnicode_Join(comma, parts);
+    Py_DECREF(comma);
+    if (joined == NULL) goto done;
+    text = PyUnicode_FromFormat("{%U}", joined);
+    Py_DECREF(joined);
+done:
+    Py_DECREF(parts);
+    return text;
+}
+
+/* `{a, b}` of the given strs, each prefixed by `prefix`. */
+static PyObject *joined_names(PyObject *names, const char *prefix, const char *sep) {
+    Py_ssize_t n = PyList_GET_SIZE(names);
+    PyObject *parts = PyList_New(n), *text = NULL;
+    if (parts == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyUnicode_FromFormat("%s%U", prefix, PyList_GET_ITEM(names, i));
+        if (item == NULL) goto done;
+        PyList_SET_ITEM(parts, i, item);
+    }
+    PyObject *separator = PyUnicode_FromString(sep), *joined;
+    if (separator == NULL) goto done;
+    joined = PyUnicode_Join(separator, parts);
+    Py_DECREF(separator);
+    if (joined == NULL) goto done;
+    text = PyUnicode_FromFormat("{%U}", joined);
+    Py_DECREF(joined);
+done:
+    Py_DECREF(parts);
+    return text;
+}
+
+static int set_attr(PyObject *attrs, int key, PyObject *value) {
+    if (value == NULL) return 0;
+    int failed = PyDict_SetItem(attrs, strings[key], value);
+    Py_DECREF(value);
+    return failed == 0;
+}
+
+static inline void set_value(PyObject **values, int field, PyObject *value) {
+    Py_SETREF(values[field], value);
+}
+
+/* `slice` (a tuple of SliceDim) and its text, from the slice_dimensions parts. 0: Python. */
+static int slice_attrs(Module *m, Span bytes, PyObject **values, PyObject *attrs) {
+    Py_ssize_t n = m->slices.n / 2;
+    int strided = 0;
+    m->slice_values.n = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint8_t *p = bytes.p + m->slices.v[2 * i], *end = bytes.p + m->slices.v[2 * i + 1];
+        int64_t triple[3] = {0, 0, 0}; /* start, limit, stride */
+        while (p < end) {
+            uint64_t field, v;
+            int wire;
+            if (!read_tag(&p, end, &field, &wire)) return 0;
+            if (field >= 1 && field <= 3) {
+                if (wire != WIRE_VARINT || !read_varint(&p, end, &v)) return 0;
+                triple[field - 1] = (int64_t)v;
+            } else if (!skip_value(wire, &p, end)) {
+                return 0;
+            }
+        }
+        strided |= triple[2] != 1;
+        for (int k = 0; k < 3; k++)
+            if (!vec_push(&m->slice_values, triple[k])) return -1;
+    }
+    PyObject *dims = PyTuple_New(n), *parts = PyList_New(n), *separator = NULL, *joined = NULL;
+    int done = -1;
+    if (dims == NULL || parts == NULL) goto out;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long start = m->slice_values.v[3 * i], limit = m->slice_values.v[3 * i + 1],
+                  stride = m->slice_values.v[3 * i + 2];
+        PyObject *dim = PyObject_CallFunction(slice_dim_type, "LLL", start, limit, stride);
+        if (dim == NULL) goto out;
+        PyTuple_SET_ITEM(dims, i, dim);
+        PyObject *part = strided ? PyUnicode_FromFormat("[%lld:%lld:%lld]", start, limit, stride)
+                                 : PyUnicode_FromFormat("[%lld:%lld]", start, limit);
+        if (part == NULL) goto out;
+        PyList_SET_ITEM(parts, i, part);
+    }
+    separator = PyUnicode_FromString(", ");
+    if (separator == NULL) goto out;
+    joined = PyUnicode_Join(separator, parts);
+    if (joined == NULL) goto out;
+    set_value(values, I_SLICE, dims);
+    dims = NULL;
+    done = set_attr(attrs, K_SLICE, PyUnicode_FromFormat("{%U}", joined)) ? 1 : -1;
+out:
+    Py_XDECREF(dims);
+    Py_XDECREF(parts);
+    Py_XDECREF(separator);
+    Py_XDECREF(joined);
+    return done;
+}
+
+/* `operand_precision` when any operand's is not DEFAULT. 0: Python. */
+static int precision_attr(Module *m, Span s, PyObject *attrs) {
+    static const char *const names[] = {"default", "high", "highest"};
+    m->precision.n = 0;
+    const uint8_t *p = s.p;
+    while (p < s.end) {
+        uint64_t field, v;
+        int wire;
+        if (!read_tag(&p, s.end, &field, &wire)) return 0;
+        if (field == 1) {
+            int ok = read_repeated(&m->precision, wire, &p, s.end);
+            if (ok != 1) return PyErr_Occurred() ? -1 : 0;
+        } else if (field == 2) {
+            if (wire != WIRE_VARINT || !read_varint(&p, s.end, &v)) return 0;
+        } else if (!skip_value(wire, &p, s.end)) {
+            return 0;
+        }
+    }
+    int any = 0;
+    for (Py_ssize_t i = 0; i < m->precision.n; i++) any |= (int32_t)m->precision.v[i] != 0;
+    if (!any) return 1;
+    PyObject *names_list = PyList_New(m->precision.n);
+    if (names_list == NULL) return -1;
+    for (Py_ssize_t i = 0; i < m->precision.n; i++) {
+        int32_t x = (int32_t)m->precision.v[i];
+        PyObject *name = 0 <= x && x < 3 ? PyUnicode_FromString(names[x])
+                                         : PyUnicode_FromFormat("%d", (int)x);
+        if (name == NULL) {
+            Py_DECREF(names_list);
+            return -1;
+        }
+        PyList_SET_ITEM(names_list, i, name);
+    }
+    PyObject *text = joined_names(names_list, "", ",");
+    Py_DECREF(names_list);
+    return set_attr(attrs, K_OPERAND_PRECISION, text) ? 1 : -1;
+}
+
+static PyObject *defined_table(Module *m) {
+    if (m->defined != NULL) return m->defined;
+    PyObject *defined = PyDict_New();
+    if (defined == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < m->n_insts; i++) {
+        PyObject *id = PyLong_FromLongLong(m->insts[i].id);
+        PyObject *pair = PyTuple_Pack(2, m->insts[i].name, m->insts[i].shape);
+        int failed = id == NULL || pair == NULL || PyDict_SetItem(defined, id, pair) < 0;
+        Py_XDECREF(id);
+        Py_XDECREF(pair);
+        if (failed) {
+            Py_DECREF(defined);
+            return NULL;
+        }
+    }
+    return m->defined = defined;
+}
+
+/* The instruction decode.py builds from these bytes (upb parses them). */
+static PyObject *python_instruction(Module *m, Span bytes, int is_root) {
+    PyObject *defined = defined_table(m);
+    if (defined == NULL) return NULL;
+    return PyObject_CallMethod(m->hooks, "instruction", "y#OOO", (const char *)bytes.p,
+                               (Py_ssize_t)(bytes.end - bytes.p), is_root ? Py_True : Py_False,
+                               defined, m->comp_names);
+}
+
+static PyObject *element_type(PyObject *shape) {
+    return shape == NULL || shape == Py_None ? PyUnicode_FromString("")
+                                             : PyObject_GetAttrString(shape, "element_type");
+}
+
+/* decode.py's `_default_comparison` of an operand's element type. */
+static int default_comparison(PyObject *element) {
+    Py_ssize_t n;
+    const char *text = PyUnicode_AsUTF8AndSize(element, &n);
+    if (text == NULL) return -1;
+    if ((n >= 1 && (text[0] == 'f' || text[0] == 'c')) || (n >= 2 && !strncmp(text, "bf", 2)))
+        return V_FLOAT;
+    return n >= 1 && text[0] == 's' ? V_SIGNED : V_UNSIGNED;
+}
+
+/* The Instruction at position `at`, built here or by Python. */
+static PyObject *instruction(Module *m, const Inst *inst, int is_root) {
+    Fields f;
+    int read = read_fields(m, inst->bytes, &f);
+    if (read < 0) return NULL;
+    const Opcode *op = read ? opcode_of(f.opcode) : NULL;
+    if (!read || op->kind == OP_PYTHON || (f.has_literal && op->kind != OP_CONSTANT) ||
+        (m->slices.n && op->kind != OP_SLICE))
+        return python_instruction(m, inst->bytes, is_root);
+
+    PyObject *values[I_COUNT];
+    for (int i = 0; i < I_COUNT; i++) {
+        values[i] = instruction_layout.defaults[i];
+        Py_XINCREF(values[i]);
+    }
+    PyObject *operands = PyList_New(m->operands.n);
+    PyObject *shapes = PyList_New(m->operands.n);
+    PyObject *called = PyList_New(m->called.n);
+    PyObject *attrs = PyDict_New();
+    PyObject *opcode = NULL;
+    set_value(values, I_OPERANDS, operands);
+    set_value(values, I_OPERAND_SHAPES, shapes);
+    set_value(values, I_CALLED, called);
+    set_value(values, I_ATTRS, attrs);
+    if (operands == NULL || shapes == NULL || called == NULL || attrs == NULL) goto failed;
+    Py_INCREF(inst->name);
+    set_value(values, I_NAME, inst->name);
+    Py_INCREF(inst->shape);
+    set_value(values, I_SHAPE, inst->shape);
+    set_value(values, I_IS_ROOT, PyBool_FromLong(is_root));
+
+    opcode = cached(&m->caches[CACHE_OPCODE], m, f.opcode);
+    if (opcode == NULL) goto failed;
+    set_value(values, I_OPCODE, Py_NewRef(opcode));
+
+    for (Py_ssize_t i = 0; i < m->operands.n; i++) {
+        const Inst *found = find(m, m->operands.v[i]);
+        if (found == NULL) {
+            unhandled("an operand id no instruction has");
+            goto failed;
+        }
+        Py_INCREF(found->name);
+        PyList_SET_ITEM(operands, i, found->name);
+        Py_INCREF(found->shape);
+        PyList_SET_ITEM(shapes, i, found->shape);
+    }
+    for (Py_ssize_t i = 0; i < m->called.n; i++) {
+        PyObject *id = PyLong_FromLongLong(m->called.v[i]);
+        if (id == NULL) goto failed;
+        PyObject *name = PyDict_GetItemWithError(m->comp_names, id);
+        Py_DECREF(id);
+        if (name == NULL) {
+            if (!PyErr_Occurred()) unhandled("a called computation id no computation has");
+            goto failed;
+        }
+        Py_INCREF(name);
+        PyList_SET_ITEM(called, i, name);
+    }
+
+    /* decode.py's `_opcode_attrs`, in its order. */
+    switch (op->kind) {
+    case OP_PARAMETER:
+        set_value(values, I_PARAMETER_NUMBER, PyLong_FromLongLong(f.parameter_number));
+        if (values[I_PARAMETER_NUMBER] == NULL) goto failed;
+        break;
+    case OP_CONSTANT:
+        if (f.has_literal) {
+            PyObject *literal = cached(&m->caches[CACHE_LITERAL], m, f.literal);
+            if (literal == NULL) goto failed;
+            Py_INCREF(literal);
+            set_value(values, I_LITERAL, literal);
+        }
+        break;
+    case OP_GTE:
+        set_value(values, I_TUPLE_INDEX, PyLong_FromLongLong(f.tuple_index));
+        if (values[I_TUPLE_INDEX] == NULL ||
+            !set_attr(attrs, K_INDEX, PyUnicode_FromFormat("%lld", (long long)f.tuple_index)))
+            goto failed;
+        break;
+    case OP_FUSION: {
+        PyObject *kind = f.fusion_kind.p ? text_of(f.fusion_kind) : PyUnicode_FromString("");
+        if (kind == NULL) goto failed;
+        Py_INCREF(kind);
+        set_value(values, I_FUSION_KIND, kind);
+        if (!set_attr(attrs, K_KIND, kind)) goto failed;
+        break;
+    }
+    case OP_IOTA:
+        if (m->dims.n && !set_attr(attrs, K_IOTA_DIMENSION,
+                                   PyUnicode_FromFormat("%lld", (long long)m->dims.v[0])))
+            goto failed;
+        break;
+    case OP_COMPARE: {
+        PyObject *direction =
+            f.direction.p ? text_of(f.direction) : PyUnicode_FromString("");
+        if (!set_attr(attrs, K_DIRECTION, direction)) goto failed;
+        if (f.comparison_type.p && f.comparison_type.end > f.comparison_type.p) {
+            PyObject *element = element_type(m->operands.n ? PyList_GET_ITEM(shapes, 0) : NULL);
+            if (element == NULL) goto failed;
+            int fallback = default_comparison(element);
+            Py_DECREF(element);
+            if (fallback < 0) goto failed;
+            PyObject *type = text_of(f.comparison_type);
+            if (type == NULL) goto failed;
+            int same = PyUnicode_Compare(type, strings[fallback]) == 0;
+            if (same) Py_DECREF(type);
+            else if (!set_attr(attrs, K_TYPE, type)) goto failed;
+        }
+        break;
+    }
+    default:
+        break;
+    }
+    if (f.channel_id > 0) {
+        set_value(values, I_CHANNEL_ID, PyLong_FromLongLong(f.channel_id));
+        if (values[I_CHANNEL_ID] == NULL ||
+            !set_attr(attrs, K_CHANNEL_ID, PyUnicode_FromFormat("%lld", (long long)f.channel_id)))
+            goto failed;
+    }
+    if (op->kind != OP_IOTA && (m->dims.n || (op->flags & ALWAYS_DIMENSIONS))) {
+        PyObject *dims = PyTuple_New(m->dims.n);
+        if (dims == NULL) goto failed;
+        set_value(values, I_DIMENSIONS, dims);
+        for (Py_ssize_t i = 0; i < m->dims.n; i++) {
+            PyObject *d = PyLong_FromLongLong(m->dims.v[i]);
+            if (d == NULL) goto failed;
+            PyTuple_SET_ITEM(dims, i, d);
+        }
+        if (!set_attr(attrs, K_DIMENSIONS, int_list(m->dims.v, m->dims.n))) goto failed;
+    }
+    if (f.global_ids && !set_attr(attrs, K_USE_GLOBAL_DEVICE_IDS, Py_NewRef(strings[V_TRUE])))
+        goto failed;
+    {
+        int64_t groups[2] = {f.feature_group_count ? f.feature_group_count : 1,
+                             f.batch_group_count ? f.batch_group_count : 1};
+        int slots[2] = {I_FEATURE_GROUP_COUNT, I_BATCH_GROUP_COUNT};
+        int keys[2] = {K_FEATURE_GROUP_COUNT, K_BATCH_GROUP_COUNT};
+        for (int k = 0; k < 2; k++) {
+            if (groups[k] == 1) continue;
+            set_value(values, slots[k], PyLong_FromLongLong(groups[k]));
+            if (values[slots[k]] == NULL ||
+                !set_attr(attrs, keys[k], PyUnicode_FromFormat("%lld", (long long)groups[k])))
+                goto failed;
+        }
+    }
+    if (op->kind == OP_SLICE) {
+        int done = slice_attrs(m, inst->bytes, values, attrs);
+        if (done < 0) goto failed;
+        if (done == 0) goto python;
+    }
+    if (op->kind == OP_DYNAMIC_SLICE &&
+        !set_attr(attrs, K_DYNAMIC_SLICE_SIZES, int_list(m->slice_sizes.v, m->slice_sizes.n)))
+        goto failed;
+    if (f.has_precision) {
+        int done = precision_attr(m, f.precision, attrs);
+        if (done < 0) goto failed;
+        if (done == 0) goto python;
+    }
+    if (op->kind == OP_CUSTOM_CALL) {
+        PyObject *target;
+        if (f.custom_call_target.p) target = text_of(f.custom_call_target);
+        else target = PyUnicode_FromString("");
+        if (target == NULL) goto failed;
+        set_value(values, I_CUSTOM_CALL_TARGET, target);
+        Span raw = f.custom_call_target;
+        if (raw.p == NULL) raw.p = raw.end = f.opcode.p; /* empty */
+        PyObject *quoted = cached(&m->caches[CACHE_STRING], m, raw);
+        if (quoted == NULL || !set_attr(attrs, K_CUSTOM_CALL_TARGET, Py_NewRef(quoted)))
+            goto failed;
+        if (f.side_effect &&
+            !set_attr(attrs, K_CUSTOM_CALL_HAS_SIDE_EFFECT, Py_NewRef(strings[V_TRUE])))
+            goto failed;
+        if (f.api_version >= 2 && f.api_version <= 4 &&
+            !set_attr(attrs, K_API_VERSION, Py_NewRef(strings[V_API_2 + f.api_version - 2])))
+            goto failed;
+    }
+    if (f.has_sharding) {
+        PyObject *text = cached(&m->caches[CACHE_SHARDING], m, f.sharding);
+        if (text == NULL || !set_attr(attrs, K_SHARDING, Py_NewRef(text))) goto failed;
+    }
+
+    /* `_called_attrs` */
+    if (m->called.n) {
+        Py_ssize_t n = m->called.n;
+        if (op->kind == OP_WHILE && n == 2) {
+            PyObject *body = PyList_GET_ITEM(called, 0), *condition = PyList_GET_ITEM(called, 1);
+            if (!set_attr(attrs, K_CONDITION, PyUnicode_FromFormat("%%%U", condition)) ||
+                !set_attr(attrs, K_BODY, PyUnicode_FromFormat("%%%U", body)))
+                goto failed;
+            PyList_SET_ITEM(called, 0, condition); /* the text's order: condition, body */
+            PyList_SET_ITEM(called, 1, body);
+        } else if (op->flags & TO_APPLY) {
+            if (!set_attr(attrs, K_TO_APPLY,
+                          PyUnicode_FromFormat("%%%U", PyList_GET_ITEM(called, 0))))
+                goto failed;
+        } else if (op->kind == OP_CUSTOM_CALL) {
+            if (!set_attr(attrs, K_CALLED_COMPUTATIONS, joined_names(called, "%", ", ")))
+                goto failed;
+        } else if (n == 1) {
+            if (!set_attr(attrs, K_CALLS,
+                          PyUnicode_FromFormat("%%%U", PyList_GET_ITEM(called, 0))))
+                goto failed;
+        } else if (!set_attr(attrs, K_CALLS, joined_names(called, "%", ", "))) {
+            goto failed;
+        }
+    }
+    if (f.has_frontend && f.frontend.end > f.frontend.p) {
+        PyObject *text = cached(&m->caches[CACHE_FRONTEND], m, f.frontend);
+        if (text == NULL) goto failed;
+        if (text != Py_None && !set_attr(attrs, K_FRONTEND_ATTRIBUTES, Py_NewRef(text)))
+            goto failed;
+    }
+    if (m->controls.n) {
+        PyObject *names = PyList_New(m->controls.n);
+        if (names == NULL) goto failed;
+        for (Py_ssize_t i = 0; i < m->controls.n; i++) {
+            const Inst *found = find(m, m->controls.v[i]);
+            if (found == NULL) {
+                Py_DECREF(names);
+                unhandled("a control predecessor id no instruction has");
+                goto failed;
+            }
+            Py_INCREF(found->name);
+            PyList_SET_ITEM(names, i, found->name);
+        }
+        PyObject *text = joined_names(names, "%", ", ");
+        Py_DECREF(names);
+        if (!set_attr(attrs, K_CONTROL_PREDECESSORS, text)) goto failed;
+    }
+    if (f.has_metadata) {
+        /* (text, op_name, source): each None when absent */
+        PyObject *found = cached(&m->caches[CACHE_METADATA], m, f.metadata);
+        if (found == NULL) goto failed;
+        if (!PyTuple_Check(found) || PyTuple_GET_SIZE(found) != 3) {
+            unhandled("metadata hook");
+            goto failed;
+        }
+        PyObject *text = PyTuple_GET_ITEM(found, 0), *op_name = PyTuple_GET_ITEM(found, 1),
+                 *source = PyTuple_GET_ITEM(found, 2);
+        if (op_name != Py_None) set_value(values, I_OP_NAME, Py_NewRef(op_name));
+        if (source != Py_None) set_value(values, I_SOURCE, Py_NewRef(source));
+        if (text != Py_None && !set_attr(attrs, K_METADATA, Py_NewRef(text))) goto failed;
+    }
+    if (f.backend_config.end > f.backend_config.p) {
+        /* (config, its attr text) */
+        PyObject *found = cached(&m->caches[CACHE_BACKEND], m, f.backend_config);
+        if (found == NULL) goto failed;
+        if (!PyTuple_Check(found) || PyTuple_GET_SIZE(found) != 2) {
+            unhandled("backend config hook");
+            goto failed;
+        }
+        set_value(values, I_BACKEND_CONFIG, Py_NewRef(PyTuple_GET_ITEM(found, 0)));
+        if (!set_attr(attrs, K_BACKEND_CONFIG, Py_NewRef(PyTuple_GET_ITEM(found, 1))))
+            goto failed;
+    }
+    /* Not tracked by the cyclic collector: by the IR's types an instruction and its lists
+       (names, shapes) can be part of no reference cycle, and a module's 10^4-10^5 of them
+       made at once cost the collector's passes over them a third of the decode. */
+    PyObject_GC_UnTrack(operands);
+    PyObject_GC_UnTrack(shapes);
+    PyObject_GC_UnTrack(called);
+    PyObject *made = make_object(&instruction_layout, values);
+    if (made != NULL) PyObject_GC_UnTrack(made);
+    return made;
+
+python:
+    for (int i = 0; i < I_COUNT; i++) Py_XDECREF(values[i]);
+    return python_instruction(m, inst->bytes, is_root);
+failed:
+    for (int i = 0; i < I_COUNT; i++) Py_XDECREF(values[i]);
+    return NULL;
+}
+
+/* ---- computations and the module ---- */
+
+typedef struct {
+    Span bytes, name, execution_thread;
+    int64_t id, root_id;
+    Py_ssize_t first, count; /* its instructions in Module.insts */
+} Comp;
+
+/* A computation's fields; instructions' spans, ids, names and shapes into `m`. The program
+   shape (field 4) is appended, tag and all, to `rest` for upb to check. */
+static int read_computation(Module *m, Comp *c, PyObject *rest) {
+    const uint8_t *p = c->bytes.p, *end = c->bytes.end;
+    c->first = m->n_insts;
+    uint64_t seen = 0;
+    while (p < end) {
+        const uint8_t *start = p;
+        uint64_t field, v;
+        int wire;
+        if (!read_tag(&p, end, &field, &wire)) return unhandled("a malformed computation");
+        if (field == 2) {
+            Span body;
+            if (wire != WIRE_LEN || !read_len(&p, end, &body))
+                return unhandled("a malformed instruction");
+            if (m->n_insts == m->cap_insts) {
+                Py_ssize_t cap = m->cap_insts ? 2 * m->cap_insts : 256;
+                Inst *grown = PyMem_Realloc(m->insts, (size_t)cap * sizeof *grown);
+                if (grown == NULL) {
+                    PyErr_NoMemory();
+                    return 0;
+                }
+                m->insts = grown;
+                m->cap_insts = cap;
+            }
+            Inst *inst = &m->insts[m->n_insts];
+            *inst = (Inst){0, body, NULL, NULL};
+            Span name = {NULL, NULL}, shape = {NULL, NULL};
+            uint64_t inst_seen = 0;
+            const uint8_t *q = body.p;
+            while (q < body.end) {
+                uint64_t f2;
+                int w2;
+                if (!read_tag(&q, body.end, &f2, &w2)) return unhandled("a malformed instruction");
+                if (f2 == F_NAME || f2 == F_SHAPE) {
+                    if (len_field(w2, &q, body.end, f2 == F_NAME ? &name : &shape, &inst_seen,
+                                  f2) != 1)
+                        return unhandled("an odd name or shape");
+                } else if (f2 == F_ID) {
+                    if (w2 != WIRE_VARINT || !read_varint(&q, body.end, &v))
+                        return unhandled("an odd instruction id");
+                    inst->id = (int64_t)v;
+                } else if (!skip_value(w2, &q, body.end)) {
+                    return unhandled("a malformed instruction");
+                }
+            }
+            if (name.p == NULL) name = (Span){body.p, body.p};
+            if (shape.p == NULL) shape = (Span){body.p, body.p};
+            inst->name = text_of(name);
+            if (inst->name == NULL) return 0;
+            m->n_insts++;
+            inst->shape = cached(&m->caches[CACHE_SHAPE], m, shape);
+            if (inst->shape == NULL) return 0;
+            continue;
+        }
+        int ok;
+        switch (field) {
+        case 1: case 8:
+            ok = len_field(wire, &p, end, field == 1 ? &c->name : &c->execution_thread, &seen,
+                           field) == 1;
+            break;
+        case 4:
+            ok = wire == WIRE_LEN && skip_value(wire, &p, end);
+            if (ok && !append_bytes(rest, start, p)) return 0;
+            break;
+        case 5: case 6: case 7:
+            ok = wire == WIRE_VARINT && read_varint(&p, end, &v);
+            if (ok && field == 5) c->id = (int64_t)v;
+            if (ok && field == 6) c->root_id = (int64_t)v;
+            break;
+        default:
+            ok = skip_value(wire, &p, end);
+            break;
+        }
+        if (!ok) return unhandled("an odd computation field");
+    }
+    c->count = m->n_insts - c->first;
+    return 1;
+}
+
+/* decode(data, wrapped, hooks) -> (name, entry, computations, rest, program shapes) */
+static PyObject *decode(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    int wrapped;
+    PyObject *hooks;
+    if (instruction_layout.type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup() first");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "y*pO", &view, &wrapped, &hooks)) return NULL;
+    Module m;
+    memset(&m, 0, sizeof m);
+    m.hooks = hooks;
+    Comp *comps = NULL;
+    Py_ssize_t n_comps = 0, cap_comps = 0;
+    PyObject *result = NULL, *module_rest = PyList_New(0), *comp_rest = PyList_New(0);
+    PyObject *computations = NULL, *name = NULL, *entry = NULL;
+    m.comp_names = PyDict_New();
+    if (module_rest == NULL || comp_rest == NULL || m.comp_names == NULL)
+        goto done;
+    for (int i = 0; i < CACHE_COUNT; i++) {
+        m.caches[i].build = cache_builders[i];
+        if (cache_hooks[i] == NULL) continue;
+        m.caches[i].make = PyObject_GetAttrString(hooks, cache_hooks[i]);
+        if (m.caches[i].make == NULL) goto done;
+    }
+
+    Span module = {view.buf, (const uint8_t *)view.buf + view.len};
+    if (wrapped) { /* HloProto: hlo_module = 1, once */
+        const uint8_t *p = module.p, *end = module.end;
+        int found = 0;
+        Span body = {NULL, NULL};
+        while (p < end) {
+            uint64_t field;
+            int wire;
+            if (!read_tag(&p, end, &field, &wire)) goto malformed;
+            if (field == 1) {
+                if (wire != WIRE_LEN || found++ || !read_len(&p, end, &body)) goto malformed;
+            } else if (!skip_value(wire, &p, end)) {
+                goto malformed;
+            }
+        }
+        if (!found) goto malformed;
+        module = body;
+    }
+
+    /* The module's own fields. */
+    Span module_name = {NULL, NULL}, entry_name = {NULL, NULL};
+    int64_t entry_id = 0;
+    uint64_t seen = 0;
+    const uint8_t *p = module.p;
+    while (p < module.end) {
+        const uint8_t *start = p;
+        uint64_t field, v;
+        int wire, ok;
+        if (!read_tag(&p, module.end, &field, &wire)) goto malformed;
+        switch (field) {
+        case 1: case 2:
+            ok = len_field(wire, &p, module.end, field == 1 ? &module_name : &entry_name, &seen,
+                           field) == 1;
+            break;
+        case 3:
+            if (n_comps == cap_comps) {
+                cap_comps = cap_comps ? 2 * cap_comps : 64;
+                Comp *grown = PyMem_Realloc(comps, (size_t)cap_comps * sizeof *grown);
+                if (grown == NULL) {
+                    PyErr_NoMemory();
+                    goto done;
+                }
+                comps = grown;
+            }
+            memset(&comps[n_comps], 0, sizeof *comps);
+            ok = wire == WIRE_LEN && read_len(&p, module.end, &comps[n_comps++].bytes);
+            break;
+        case 5: case 6:
+            ok = wire == WIRE_VARINT && read_varint(&p, module.end, &v);
+            if (ok && field == 6) entry_id = (int64_t)v;
+            break;
+        case 4: case 15: case 17: case 19: /* for upb and decode.py */
+            ok = wire == WIRE_LEN && skip_value(wire, &p, module.end);
+            if (ok && !append_bytes(module_rest, start, p)) goto done;
+            break;
+        default:
+            ok = skip_value(wire, &p, module.end);
+            break;
+        }
+        if (!ok) goto malformed;
+    }
+    if (n_comps == 0) goto malformed;
+    name = module_name.p ? text_of(module_name) : PyUnicode_FromString("");
+    if (name == NULL) goto done;
+    /* The module's stack frames (metadata reads them) and device assignment, first. */
+    PyObject *head = PyObject_CallMethod(hooks, "head", "O", module_rest);
+    if (head == NULL) goto done;
+    Py_DECREF(head);
+
+    for (Py_ssize_t i = 0; i < n_comps; i++) {
+        if (!read_computation(&m, &comps[i], comp_rest)) goto done;
+        PyObject *id = PyLong_FromLongLong(comps[i].id);
+        PyObject *cname = comps[i].name.p ? text_of(comps[i].name) : PyUnicode_FromString("");
+        int failed = id == NULL || cname == NULL || PyDict_SetItem(m.comp_names, id, cname) < 0;
+        Py_XDECREF(id);
+        Py_XDECREF(cname);
+        if (failed) goto done;
+    }
+    PyObject *checked = PyObject_CallMethod(hooks, "computations", "O", comp_rest);
+    if (checked == NULL) goto done;
+    Py_DECREF(checked);
+
+    /* Instruction ids are unique in a module. */
+    m.index_cap = 16;
+    while (m.index_cap < 2 * m.n_insts) m.index_cap *= 2;
+    m.index = PyMem_Calloc((size_t)m.index_cap, sizeof *m.index);
+    if (m.index == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < m.n_insts; i++) {
+        Py_ssize_t k = index_slot(&m, m.insts[i].id);
+        if (m.index[k]) {
+            unhandled("repeated instruction ids");
+            goto done;
+        }
+        m.index[k] = i + 1;
+    }
+
+    if (entry_name.end > entry_name.p) {
+        entry = text_of(entry_name);
+    } else {
+        PyObject *id = PyLong_FromLongLong(entry_id);
+        if (id == NULL) goto done;
+        entry = PyDict_GetItemWithError(m.comp_names, id);
+        Py_DECREF(id);
+        if (entry == NULL && PyErr_Occurred()) goto done;
+        entry = Py_NewRef(entry != NULL ? entry : Py_None);
+    }
+    if (entry == NULL) goto done;
+
+    computations = PyList_New(n_comps);
+    if (computations == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n_comps; i++) {
+        Comp *c = &comps[i];
+        PyObject *values[C_COUNT] = {NULL, NULL, NULL, NULL};
+        values[C_NAME] = c->name.p ? text_of(c->name) : PyUnicode_FromString("");
+        values[C_EXECUTION_THREAD] =
+            c->execution_thread.p ? text_of(c->execution_thread) : PyUnicode_FromString("");
+        values[C_INSTRUCTIONS] = PyList_New(c->count);
+        int failed = values[C_NAME] == NULL || values[C_EXECUTION_THREAD] == NULL ||
+                     values[C_INSTRUCTIONS] == NULL;
+        if (!failed) {
+            int is_entry = entry != Py_None && PyUnicode_Compare(values[C_NAME], entry) == 0;
+            values[C_IS_ENTRY] = PyBool_FromLong(is_entry);
+        }
+        for (Py_ssize_t k = 0; !failed && k < c->count; k++) {
+            const Inst *inst = &m.insts[c->first + k];
+            PyObject *built = instruction(&m, inst, inst->id == c->root_id);
+            if (built == NULL) failed = 1;
+            else PyList_SET_ITEM(values[C_INSTRUCTIONS], k, built);
+        }
+        if (failed) {
+            for (int k = 0; k < C_COUNT; k++) Py_XDECREF(values[k]);
+            goto done;
+        }
+        PyObject *comp = make_object(&computation_layout, values);
+        if (comp == NULL) goto done;
+        PyList_SET_ITEM(computations, i, comp);
+    }
+    result = PyTuple_Pack(3, name, entry, computations);
+    goto done;
+
+malformed:
+    if (!PyErr_Occurred()) unhandled("malformed or unusual bytes");
+done:
+    Py_XDECREF(name);
+    Py_XDECREF(entry);
+    Py_XDECREF(computations);
+    Py_XDECREF(module_rest);
+    Py_XDECREF(comp_rest);
+    PyMem_Free(comps);
+    module_free(&m);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* setup(Instruction, its defaults, Computation, its defaults, SliceDim, Shape, Layout,
+         element names) */
+static PyObject *setup(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *inst, *inst_defaults, *comp, *comp_defaults, *slice_dim, *shape, *layout, *names;
+    if (!PyArg_ParseTuple(args, "OOOOOOOO!", &inst, &inst_defaults, &comp, &comp_defaults,
+                          &slice_dim, &shape, &layout, &PyDict_Type, &names))
+        return NULL;
+    for (size_t i = 0; i < sizeof opcodes / sizeof *opcodes; i++)
+        opcode_lengths[i] = strlen(opcodes[i].name);
+    shape_type = Py_NewRef(shape);
+    layout_type = Py_NewRef(layout);
+    element_names = Py_NewRef(names);
+    if (!set_layout(&instruction_layout, inst, inst_defaults, instruction_fields, I_COUNT) ||
+        !set_layout(&computation_layout, comp, comp_defaults, computation_fields, C_COUNT))
+        return NULL;
+    Py_INCREF(slice_dim);
+    slice_dim_type = slice_dim;
+    for (int i = 0; i < S_COUNT; i++) {
+        strings[i] = PyUnicode_InternFromString(string_values[i]);
+        if (strings[i] == NULL) return NULL;
+    }
+    empty_tuple = PyTuple_New(0);
+    if (empty_tuple == NULL) return NULL;
+    Py_RETURN_NONE;
+}
+
+
+static PyMethodDef methods[] = {
+    {"setup", setup, METH_VARARGS, "The IR classes whose objects decode makes."},
+    {"decode", decode, METH_VARARGS, "A serialized HLO module's name, entry and computations."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_hlodecode", "Serialized HLO modules decoded into hlogap's IR.", -1,
+    methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__hlodecode(void) { return PyModule_Create(&module_def); }

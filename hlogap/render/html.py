@@ -22,7 +22,7 @@ from string import Template
 
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.render.cells import op_labels
-from hlogap.render.sections import audit_sections, memory_sections, sentence
+from hlogap.render.sections import audit_sections, hosts_section, memory_sections, sentence
 from hlogap.report.groups import DEFAULT_DEPTH, group_rows
 from hlogap.report.model import AuditReport
 
@@ -73,10 +73,12 @@ class HtmlRenderer:
         # buffer): the header and the steps' overview here, the actions, the steps' rows and
         # the memory drawn by the page's script.
         sections = audit_sections(document, 0)
+        hosts = hosts_section(document)
         data["sections"] = {
             "actions": sections.actions.to_dict(),
             "steps": sections.steps.to_dict(),
             "memory": memory_sections(document, 0).to_dict(),
+            "hosts": None if hosts is None else hosts.to_dict(),
         }
         header = escape("\n".join(sections.header))
         steps = escape("\n".join(sections.steps.overview[:2]))

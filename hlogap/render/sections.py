@@ -9,6 +9,7 @@ hlogap.render.text, which diff and check share.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 from hlogap.render.text import (
     STEP_COLUMNS,
@@ -22,6 +23,7 @@ from hlogap.render.text import (
 )
 from hlogap.report.model import Action, AuditReport, warmup_of
 from hlogap.report.schema import AllocatorPeak
+from hlogap.report.sections import StepSkew
 from hlogap.units import fmt_eff, fmt_si, fmt_us
 
 SHOWN_ACTIONS = 5  # in the table and Markdown; `--top 0`, the JSON and the page hold them all
@@ -29,6 +31,7 @@ SHOWN_ACTIONS = 5  # in the table and Markdown; `--top 0`, the JSON and the page
 ACTION_COLUMNS = ("#", "saves", "a step (median)", "median step", "cause", "ops", "why", "change")
 ACTION_FIGURES = 4
 NO_ACTIONS = "No change found that saves step time."
+T = TypeVar("T")
 
 
 def sentence(text: str) -> str:
@@ -352,3 +355,91 @@ def _allocator_cells(a: AllocatorPeak) -> list[str]:
         fmt_si(a.peak_bytes, "B"),
         "-" if a.fragmentation is None else f"{a.fragmentation:.0%}",
     ]
+
+
+@dataclass(frozen=True)
+class Table:
+    """A titled table of a section: its columns, which of them are figures, its rows."""
+
+    title: str
+    columns: list[str]
+    figures: list[bool]
+    rows: list[list[str]]
+
+
+SKEWED_STEPS = 5  # the page's most skewed steps
+
+
+@dataclass(frozen=True)
+class HostsSection:
+    """Several hosts (the header says which is slowest, the hosts' step spread, their clocks
+    and who arrives last): what a host's time in ops is, then the slowest hosts, the most
+    skewed steps and each host's clock offset, as tables."""
+
+    note: str
+    tables: list[Table]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"note": self.note, "tables": [vars(t) for t in self.tables]}
+
+
+def hosts_section(report: AuditReport) -> HostsSection | None:
+    skew = report.host_skew
+    if skew is None:
+        return None
+    hosts = len(skew.hosts)
+    note = (
+        f"{hosts:,} host{'' if hosts == 1 else 's'}; time in ops is device time of one host "
+        "(self time summed over its devices)"
+    )
+    slowest = Table(
+        "Slowest hosts (time in ops)",
+        ["host", "time in ops", "over the median host", "median step"],
+        [False, True, True, True],
+        [
+            [h.host, fmt_us(h.measured_us), _over(h.over_median_pct), _opt_us(h.step_median_us)]
+            for h in skew.slowest_hosts
+        ],
+    )
+    skewed = sorted(skew.steps, key=lambda s: -(s.over_median_pct or 0.0))[:SKEWED_STEPS]
+    steps = Table(
+        "Most skewed steps (slowest host's time in ops over the median host's)",
+        ["step", "slowest host", "its time", "median host", "over"],
+        [True, False, True, True, True],
+        [_step_skew_cells(s) for s in skewed],
+    )
+    offsets = Table(
+        "Clock offsets from the first host's clock (wall; removed before the steps' times and "
+        "skew)",
+        ["host", "offset", "estimated from"],
+        [False, True, False],
+        [
+            [host, _opt_us(_at(skew.clock_offset_us, k)), _at(skew.clock_offset_from, k) or "-"]
+            for k, host in enumerate(skew.hosts)
+        ],
+    )
+    return HostsSection(note, [slowest, *([steps] if skewed else []), offsets])
+
+
+def _step_skew_cells(step: StepSkew) -> list[str]:
+    return [
+        str(step.step),
+        step.slowest_host,
+        fmt_us(step.slowest_us),
+        fmt_us(step.median_us),
+        _over(step.over_median_pct),
+    ]
+
+
+def _at(values: list[T], k: int) -> T | None:
+    """The `k`th value, None past the end (an older report's shorter list)."""
+    return values[k] if k < len(values) else None
+
+
+def _over(pct: float | None) -> str:
+    return "-" if pct is None else f"{pct:+.1f}%"
+
+
+def _opt_us(us: float | None) -> str:
+    """A time that may be negative (a clock offset) or unknown (`-`)."""
+    return "-" if us is None else ("-" + fmt_us(-us) if us < 0 else fmt_us(us))

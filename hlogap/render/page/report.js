@@ -361,42 +361,17 @@ function allocatorChart(a, x0, x1, steps) {
   return svg;
 }
 
-// --- hosts (two or more): the slowest by time in ops, the step-time spread, clock offsets ----
+// --- hosts (two or more): the section's tables (the header has the hosts' lines) -------------
 function renderHosts() {
-  const H = R.hosts;
-  if (!H) { document.getElementById("hosts-section").remove(); return; }
+  const S = R.sections.hosts;
+  if (!S) { document.getElementById("hosts-section").remove(); return; }
   const box = document.getElementById("hosts");
-  const table = (heads, rows) => {
-    const t = el("table"), head = el("tr");
-    for (const [h, num] of heads) head.appendChild(el("th", num ? {class: "num"} : {}, h));
-    t.appendChild(head);
-    for (const r of rows) {
-      const tr = el("tr");
-      r.forEach((v, k) => tr.appendChild(el("td", heads[k][1] ? {class: "num"} : {}, v)));
-      t.appendChild(tr);
-    }
+  box.appendChild(el("p", {class: "muted"}, S.note));
+  for (const t of S.tables) {
+    box.appendChild(el("h3", {}, t.title));
     const wrap = el("div", {class: "scroll"});
-    wrap.appendChild(t);
+    wrap.appendChild(sectionTable(t.columns, t.figures, t.rows));
     box.appendChild(wrap);
-  };
-  const signed = (us) => us == null ? "-" : (us < 0 ? "-" + fmtUs(-us) : fmtUs(us));
-  const over = (p) => p == null ? "-" : "+" + p.toFixed(1) + "%";
-  box.appendChild(el("p", {class: "muted"}, `${count(H.hosts.length, "host")}; time in ops is device time of one host (self time summed over its devices)`));
-  box.appendChild(el("h3", {}, "Slowest hosts (time in ops)"));
-  table([["host"], ["time in ops", true], ["over the median host", true], ["median step", true]],
-    (H.slowest_hosts || []).map((h) => [h.host, fmtUs(h.measured_us), over(h.over_median_pct), fmtUs(h.step_median_us)]));
-  const st = H.step_time;
-  if (st) box.appendChild(el("p", {}, `Each host's own step (first op to last), over ${st.hosts} hosts: median ${fmtUs(st.median_us)}, p90 ${fmtUs(st.p90_us)}, max ${fmtUs(st.max_us)} (${st.max_host}).`));
-  const skewed = [...(H.steps || [])].sort((a, b) => b.over_median_pct - a.over_median_pct).slice(0, 5);
-  if (skewed.length) {
-    box.appendChild(el("h3", {}, "Most skewed steps (slowest host's time in ops over the median host's)"));
-    table([["step", true], ["slowest host"], ["its time", true], ["median host", true], ["over", true]],
-      skewed.map((s) => [String(s.step), s.slowest_host, fmtUs(s.slowest_us), fmtUs(s.median_us), over(s.over_median_pct)]));
-  }
-  if (H.clock_offset_us) {
-    box.appendChild(el("h3", {}, "Clock offsets from the first host's clock (wall; removed before the steps' times and skew)"));
-    table([["host"], ["offset", true], ["estimated from"]],
-      H.hosts.map((h, k) => [h, signed(H.clock_offset_us[k]), (H.clock_offset_from || [])[k] || "-"]));
   }
 }
 

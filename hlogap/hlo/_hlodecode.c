@@ -23,6 +23,7 @@
 #include <structmember.h>
 #include <stdint.h>
 #include <string.h>
+#include <math.h>
 
 enum { WIRE_VARINT = 0, WIRE_FIXED64 = 1, WIRE_LEN = 2, WIRE_FIXED32 = 5 };
 
@@ -295,7 +296,7 @@ enum {
     K_DYNAMIC_SLICE_SIZES, K_OPERAND_PRECISION, K_CUSTOM_CALL_TARGET,
     K_CUSTOM_CALL_HAS_SIDE_EFFECT, K_API_VERSION, K_SHARDING, K_CONDITION, K_BODY, K_TO_APPLY,
     K_CALLED_COMPUTATIONS, K_CALLS, K_FRONTEND_ATTRIBUTES, K_CONTROL_PREDECESSORS, K_METADATA,
-    K_BACKEND_CONFIG, V_TRUE, V_FLOAT, V_SIGNED, V_UNSIGNED, V_API_2, V_API_3, V_API_4,
+    K_BACKEND_CONFIG, K_REPLICA_GROUPS, K_PADDING, V_TRUE, V_FLOAT, V_SIGNED, V_UNSIGNED, V_API_2, V_API_3, V_API_4,
     S_COUNT
 };
 static const char *const string_values[S_COUNT] = {
@@ -304,7 +305,7 @@ static const char *const string_values[S_COUNT] = {
     "dynamic_slice_sizes", "operand_precision", "custom_call_target",
     "custom_call_has_side_effect", "api_version", "sharding", "condition", "body", "to_apply",
     "called_computations", "calls", "frontend_attributes", "control-predecessors", "metadata",
-    "backend_config", "true", "FLOAT", "SIGNED", "UNSIGNED", "API_VERSION_STATUS_RETURNING",
+    "backend_config", "replica_groups", "padding", "true", "FLOAT", "SIGNED", "UNSIGNED", "API_VERSION_STATUS_RETURNING",
     "API_VERSION_STATUS_RETURNING_UNIFIED", "API_VERSION_TYPED_FFI",
 };
 static PyObject *strings[S_COUNT];
@@ -678,13 +679,69 @@ static PyObject *build_text(void *context, Span s, int depth) {
     return text_of(s);
 }
 
+/* ---- constants' literals, made here for scalars and arrays of pred and 32/64-bit types ---- */
+
+/* XLA's RoundTripFpToString of an f32 as decode.py's `_float` writes it: `%g` with 6 digits,
+   9 when 6 do not read back; Python's own float formatting (PyOS_double_to_string) makes it. */
+static PyObject *f32_text(float value) {
+    double v = (double)value;
+    if (isnan(v)) return PyUnicode_FromString(signbit(v) ? "-nan" : "nan");
+    if (isinf(v)) return PyUnicode_FromString(v > 0 ? "inf" : "-inf");
+    char *text = PyOS_double_to_string(v, 'g', 6, 0, NULL);
+    if (text == NULL) return NULL;
+    double back = PyOS_string_to_double(text, NULL, NULL);
+    if (back == -1.0 && PyErr_Occurred()) {
+        PyMem_Free(text);
+        return NULL;
+    }
+    float rounded = (float)back;
+    if (isinf(rounded) && !isinf(back)) rounded = (float)copysign(INFINITY, back);
+    if ((double)rounded != v) {
+        PyMem_Free(text);
+        text = PyOS_double_to_string(v, 'g', 9, 0, NULL);
+        if (text == NULL) return NULL;
+    }
+    PyObject *out = PyUnicode_FromString(text);
+    PyMem_Free(text);
+    return out;
+}
+
+/* decode.py's `_nest`: `{1, 2}`, `{ { 1, 2 }, { 3, 4 } }`. */
+static PyObject *nest(PyObject *values, Py_ssize_t from, Py_ssize_t to, const int64_t *dims,
+                      Py_ssize_t rank, const char *pad) {
+    PyObject *items;
+    if (rank == 1) {
+        items = PyList_GetSlice(values, from, to);
+    } else {
+        Py_ssize_t step = dims[0] ? (to - from) / dims[0] : 0;
+        items = PyList_New(dims[0]);
+        for (Py_ssize_t k = 0; items != NULL && k < dims[0]; k++) {
+            PyObject *item = nest(values, from + k * step, from + (k + 1) * step, dims + 1,
+                                  rank - 1, pad);
+            if (item == NULL) Py_CLEAR(items);
+            else PyList_SET_ITEM(items, k, item);
+        }
+    }
+    if (items == NULL) return NULL;
+    PyObject *separator = PyUnicode_FromString(", "), *out = NULL;
+    if (separator != NULL) {
+        PyObject *joined = PyUnicode_Join(separator, items);
+        if (joined != NULL) out = PyUnicode_FromFormat("{%s%U%s}", pad, joined, pad);
+        Py_XDECREF(joined);
+    }
+    Py_XDECREF(separator);
+    Py_DECREF(items);
+    return out;
+}
+
+
 /* ---- opcodes ---- */
 
 enum {
     OP_OTHER, OP_PARAMETER, OP_CONSTANT, OP_GTE, OP_FUSION, OP_IOTA, OP_COMPARE, OP_SLICE,
-    OP_DYNAMIC_SLICE, OP_CUSTOM_CALL, OP_WHILE, OP_PYTHON
+    OP_DYNAMIC_SLICE, OP_CUSTOM_CALL, OP_WHILE, OP_PAD, OP_PYTHON
 };
-enum { ALWAYS_DIMENSIONS = 1, TO_APPLY = 2 };
+enum { ALWAYS_DIMENSIONS = 1, TO_APPLY = 2, COLLECTIVE = 4 };
 typedef struct {
     const char *name;
     int kind, flags;
@@ -711,18 +768,18 @@ static const Opcode opcodes[] = {
     {"call", OP_OTHER, TO_APPLY},
     {"reduce-window", OP_OTHER, TO_APPLY},
     {"fft", OP_PYTHON, 0},
-    {"all-reduce", OP_PYTHON, 0},
-    {"all-reduce-start", OP_PYTHON, 0},
-    {"all-gather", OP_PYTHON, 0},
-    {"all-gather-start", OP_PYTHON, 0},
-    {"reduce-scatter", OP_PYTHON, 0},
-    {"all-to-all", OP_PYTHON, 0},
-    {"ragged-all-to-all", OP_PYTHON, 0},
-    {"collective-broadcast", OP_PYTHON, 0},
+    {"all-reduce", OP_OTHER, COLLECTIVE | TO_APPLY},
+    {"all-reduce-start", OP_OTHER, COLLECTIVE | TO_APPLY},
+    {"all-gather", OP_OTHER, COLLECTIVE | ALWAYS_DIMENSIONS},
+    {"all-gather-start", OP_OTHER, COLLECTIVE | ALWAYS_DIMENSIONS},
+    {"reduce-scatter", OP_OTHER, COLLECTIVE | ALWAYS_DIMENSIONS | TO_APPLY},
+    {"all-to-all", OP_OTHER, COLLECTIVE},
+    {"ragged-all-to-all", OP_OTHER, COLLECTIVE},
+    {"collective-broadcast", OP_OTHER, COLLECTIVE},
     {"collective-permute", OP_PYTHON, 0},
     {"collective-permute-start", OP_PYTHON, 0},
     {"sort", OP_PYTHON, 0},
-    {"pad", OP_PYTHON, 0},
+    {"pad", OP_PAD, 0},
     {"gather", OP_PYTHON, 0},
     {"scatter", OP_PYTHON, 0},
     {"reduce-precision", OP_PYTHON, 0},
@@ -755,13 +812,14 @@ typedef struct {
 } Inst;
 
 enum { CACHE_SHAPE, CACHE_METADATA, CACHE_LITERAL, CACHE_BACKEND, CACHE_FRONTEND,
-       CACHE_SHARDING, CACHE_STRING, CACHE_OPCODE, CACHE_COUNT };
+       CACHE_SHARDING, CACHE_STRING, CACHE_OPCODE, CACHE_GROUPS, CACHE_COUNT };
 static const char *const cache_hooks[CACHE_COUNT] = {
     "shape", "metadata", "literal", "backend_config", "frontend_attributes", "sharding",
-    "string", NULL,
+    "string", NULL, "replica_groups",
 };
+static PyObject *build_literal(void *context, Span s, int depth);
 static const Builder cache_builders[CACHE_COUNT] = {
-    build_shape, build_metadata, NULL, NULL, NULL, NULL, NULL, build_text,
+    build_shape, build_metadata, build_literal, NULL, NULL, NULL, NULL, build_text, NULL,
 };
 
 typedef struct {
@@ -801,6 +859,111 @@ static void module_free(Module *m) {
     for (size_t i = 0; i < sizeof vecs / sizeof *vecs; i++) PyMem_Free(vecs[i]->v);
 }
 
+enum { LIT_PRED = 2, LIT_S32 = 4, LIT_S64 = 5, LIT_U32 = 6, LIT_U64 = 7, LIT_F32 = 8 };
+
+/* decode.py's `_literal` of a LiteralProto holding a shape and the values of its element type
+   (pred, s32, s64, u32, u64, f32) and nothing else; NULL (no error) for Python. */
+static PyObject *build_literal(void *context, Span s, int depth) {
+    Cache *shapes = &((Module *)context)->caches[CACHE_SHAPE];
+    (void)depth;
+    Span shape_span = {NULL, NULL};
+    uint64_t value_field = 0;
+    Vec values = {0};
+    PyObject *out = NULL, *texts = NULL, *element = NULL, *dims = NULL;
+    const uint8_t *p = s.p;
+    while (p < s.end) {
+        uint64_t field;
+        int wire;
+        if (!read_tag(&p, s.end, &field, &wire)) goto out;
+        if (field == 1) {
+            if (wire != WIRE_LEN || shape_span.p != NULL || !read_len(&p, s.end, &shape_span))
+                goto out;
+        } else if (field >= LIT_PRED && field <= LIT_U64 && field != 3) {
+            if ((value_field && value_field != field) ||
+                read_repeated(&values, wire, &p, s.end) != 1)
+                goto out;
+            value_field = field;
+        } else if (field == LIT_F32) {
+            if (value_field && value_field != field) goto out;
+            value_field = field;
+            Span packed;
+            if (wire == WIRE_FIXED32) {
+                packed.p = p;
+                packed.end = p + 4;
+                if (s.end - p < 4) goto out;
+                p += 4;
+            } else if (wire != WIRE_LEN || !read_len(&p, s.end, &packed) ||
+                       (packed.end - packed.p) % 4) {
+                goto out;
+            }
+            for (const uint8_t *q = packed.p; q < packed.end; q += 4) {
+                uint32_t bits;
+                memcpy(&bits, q, 4);
+                if (!vec_push(&values, bits)) goto out;
+            }
+        } else {
+            goto out; /* another field: Python's (and upb's) to read */
+        }
+    }
+    if (shape_span.p == NULL) goto out;
+    PyObject *shape = cached(shapes, context, shape_span);
+    if (shape == NULL) goto out;
+    element = PyObject_GetAttrString(shape, "element_type");
+    dims = element != NULL ? PyObject_GetAttrString(shape, "dims") : NULL;
+    if (dims == NULL || !PyTuple_Check(dims)) goto out;
+    static const char *const names[] = {"", "", "pred", "", "s32", "s64", "u32", "u64", "f32"};
+    int64_t kind = 0;
+    for (int k = LIT_PRED; k <= LIT_F32; k++)
+        if (names[k][0] && PyUnicode_CompareWithASCIIString(element, names[k]) == 0) kind = k;
+    if (kind == 0 || (value_field && (int64_t)value_field != kind)) goto out;
+    Py_ssize_t rank = PyTuple_GET_SIZE(dims);
+    int64_t sizes[64], count = 1;
+    if (rank > 64) goto out;
+    for (Py_ssize_t i = 0; i < rank; i++) {
+        long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(dims, i));
+        if (d < 0 || (d && count > INT64_MAX / d)) {
+            PyErr_Clear();
+            goto out;
+        }
+        sizes[i] = d;
+        count *= d;
+    }
+    if (count != values.n) { /* data that does not fit the shape */
+        out = PyUnicode_FromString("{...}");
+        goto out;
+    }
+    texts = PyList_New(values.n);
+    if (texts == NULL) goto out;
+    for (Py_ssize_t i = 0; i < values.n; i++) {
+        uint64_t v = (uint64_t)values.v[i];
+        PyObject *text;
+        switch (kind) {
+        case LIT_PRED: text = PyUnicode_FromString(v ? "true" : "false"); break;
+        case LIT_S32: text = PyLong_FromLong((long)(int32_t)(uint32_t)v); break;
+        case LIT_S64: text = PyLong_FromLongLong((long long)v); break;
+        case LIT_U32: text = PyLong_FromUnsignedLong((unsigned long)(uint32_t)v); break;
+        case LIT_U64: text = PyLong_FromUnsignedLongLong((unsigned long long)v); break;
+        default: {
+            float f;
+            uint32_t bits = (uint32_t)v;
+            memcpy(&f, &bits, 4);
+            text = f32_text(f);
+        }
+        }
+        if (text != NULL && PyLong_Check(text)) Py_SETREF(text, PyObject_Str(text));
+        if (text == NULL) goto out;
+        PyList_SET_ITEM(texts, i, text);
+    }
+    if (rank == 0) out = Py_NewRef(PyList_GET_ITEM(texts, 0));
+    else out = nest(texts, 0, values.n, sizes, rank, rank > 1 ? " " : "");
+out:
+    Py_XDECREF(texts);
+    Py_XDECREF(element);
+    Py_XDECREF(dims);
+    vec_free(&values);
+    return out;
+}
+
 /* Field numbers of HloInstructionProto (hlo.proto). */
 enum {
     F_NAME = 1, F_OPCODE = 2, F_SHAPE = 3, F_METADATA = 7, F_LITERAL = 8,
@@ -812,10 +975,12 @@ enum {
     F_COMPARISON_DIRECTION = 63, F_CUSTOM_CALL_HAS_SIDE_EFFECT = 65, F_DELTA = 66,
     F_FRONTEND_ATTRIBUTES = 68, F_USE_GLOBAL_DEVICE_IDS = 71, F_COMPARISON_TYPE = 72,
     F_CUSTOM_CALL_API_VERSION = 77, F_ASYNC_EXECUTION_THREAD = 79, F_IS_COMPOSITE = 89,
+    F_PADDING_CONFIG = 21, F_REPLICA_GROUPS = 49, F_COLLECTIVE_DEVICE_LIST = 87,
+    F_IOTA_COLLECTIVE_DEVICE_LIST = 92, F_MESH_AXES_REPLICA_GROUP_LIST = 93,
 };
 /* The other fields hlo.proto knows: an instruction carrying one goes to Python. */
-static const uint8_t python_fields[] = {15, 16, 18, 19, 21, 23, 30, 31, 32, 33, 34, 47, 48,
-                                        49, 52, 60, 67, 69, 70, 81, 85, 87, 92, 93};
+static const uint8_t python_fields[] = {15, 16, 18, 19, 23, 30, 31, 32, 33, 34, 47, 48,
+                                        52, 60, 67, 69, 70, 81, 85};
 
 static int is_python_field(uint64_t field) {
     for (size_t i = 0; i < sizeof python_fields; i++)
@@ -826,8 +991,12 @@ static int is_python_field(uint64_t field) {
 /* What one instruction's bytes hold. Repeated fields are in the module's vectors. */
 typedef struct {
     Span opcode, shape, metadata, literal, fusion_kind, custom_call_target, backend_config,
-        sharding, frontend, direction, comparison_type, precision;
-    int has_metadata, has_literal, has_sharding, has_precision, has_frontend;
+        sharding, frontend, direction, comparison_type, precision, padding;
+    /* The replica groups' fields (49, 87, 92, 93), tags and all: one run of them, or
+       groups_split (another field between them: Python's). */
+    Span groups;
+    int groups_split;
+    int has_metadata, has_literal, has_sharding, has_precision, has_frontend, has_padding;
     int64_t parameter_number, tuple_index, channel_id, feature_group_count, batch_group_count,
         id;
     int32_t api_version;
@@ -845,8 +1014,20 @@ static int read_fields(Module *m, Span bytes, Fields *f) {
     while (p < end) {
         uint64_t field, v;
         int wire, ok;
+        const uint8_t *start = p;
         if (!read_tag(&p, end, &field, &wire)) return 0;
         uint64_t *seen = field < 64 ? &seen_low : &seen_high;
+        int is_groups = field == F_REPLICA_GROUPS || field == F_COLLECTIVE_DEVICE_LIST ||
+                        field == F_IOTA_COLLECTIVE_DEVICE_LIST ||
+                        field == F_MESH_AXES_REPLICA_GROUP_LIST;
+        if (is_groups) {
+            if (f->groups.p == NULL) f->groups.p = start;
+            else if (f->groups.end != start) f->groups_split = 1;
+            ok = wire == WIRE_LEN && skip_value(wire, &p, end);
+            f->groups.end = p;
+            if (!ok) return 0;
+            continue;
+        }
         switch (field) {
         case F_NAME:
             ok = wire == WIRE_LEN && skip_value(wire, &p, end); /* pass 1 read it */
@@ -868,6 +1049,9 @@ static int read_fields(Module *m, Span bytes, Fields *f) {
             break;
         case F_BACKEND_CONFIG:
             ok = len_field(wire, &p, end, &f->backend_config, seen, field);
+            break;
+        case F_PADDING_CONFIG:
+            ok = f->has_padding = len_field(wire, &p, end, &f->padding, seen, field);
             break;
         case F_PRECISION_CONFIG:
             ok = f->has_precision = len_field(wire, &p, end, &f->precision, seen, field);
@@ -1041,6 +1225,59 @@ out:
     return done;
 }
 
+/* `padding`: `0_1x2_3` (low_high), `_interior` on every dim when any has some. 0: Python. */
+static int padding_attr(Span s, PyObject *attrs) {
+    Vec numbers = {0}; /* low, high, interior per dim */
+    int interior = 0, done = 0;
+    Text t = {NULL, 0, 0};
+    for (const uint8_t *p = s.p; p != NULL && p < s.end;) {
+        uint64_t field, v;
+        int wire;
+        Span dim;
+        if (!read_tag(&p, s.end, &field, &wire)) goto out;
+        if (field != 1) {
+            if (!skip_value(wire, &p, s.end)) goto out;
+            continue;
+        }
+        if (wire != WIRE_LEN || !read_len(&p, s.end, &dim)) goto out;
+        int64_t three[3] = {0, 0, 0};
+        while (dim.p < dim.end) {
+            if (!read_tag(&dim.p, dim.end, &field, &wire)) goto out;
+            if (field >= 1 && field <= 3) {
+                if (wire != WIRE_VARINT || !read_varint(&dim.p, dim.end, &v)) goto out;
+                three[field - 1] = (int64_t)v;
+            } else if (!skip_value(wire, &dim.p, dim.end)) {
+                goto out;
+            }
+        }
+        interior |= three[2] != 0;
+        for (int k = 0; k < 3; k++)
+            if (!vec_push(&numbers, three[k])) {
+                done = -1;
+                goto out;
+            }
+    }
+    for (Py_ssize_t i = 0; i < numbers.n; i += 3) {
+        char part[80];
+        int n = interior ? snprintf(part, sizeof part, "%s%lld_%lld_%lld", i ? "x" : "",
+                                    (long long)numbers.v[i], (long long)numbers.v[i + 1],
+                                    (long long)numbers.v[i + 2])
+                         : snprintf(part, sizeof part, "%s%lld_%lld", i ? "x" : "",
+                                    (long long)numbers.v[i], (long long)numbers.v[i + 1]);
+        if (!put(&t, part, n)) {
+            done = -1;
+            goto out;
+        }
+    }
+    done = set_attr(attrs, K_PADDING, PyUnicode_FromStringAndSize(t.text ? t.text : "", t.n))
+               ? 1
+               : -1;
+out:
+    PyMem_Free(t.text);
+    vec_free(&numbers);
+    return done;
+}
+
 /* `operand_precision` when any operand's is not DEFAULT. 0: Python. */
 static int precision_attr(Module *m, Span s, PyObject *attrs) {
     static const char *const names[] = {"default", "high", "highest"};
@@ -1128,7 +1365,8 @@ static PyObject *instruction(Module *m, const Inst *inst, int is_root) {
     if (read < 0) return NULL;
     const Opcode *op = read ? opcode_of(f.opcode) : NULL;
     if (!read || op->kind == OP_PYTHON || (f.has_literal && op->kind != OP_CONSTANT) ||
-        (m->slices.n && op->kind != OP_SLICE))
+        (m->slices.n && op->kind != OP_SLICE) || (f.has_padding && op->kind != OP_PAD) ||
+        (f.groups.p != NULL && (f.groups_split || !(op->flags & COLLECTIVE))))
         return python_instruction(m, inst->bytes, is_root);
 
     PyObject *values[I_COUNT];
@@ -1240,6 +1478,20 @@ static PyObject *instruction(Module *m, const Inst *inst, int is_root) {
             !set_attr(attrs, K_CHANNEL_ID, PyUnicode_FromFormat("%lld", (long long)f.channel_id)))
             goto failed;
     }
+    if (op->flags & COLLECTIVE) {
+        /* (ReplicaGroups, its text), by the bytes of the groups' fields */
+        Span groups = f.groups;
+        if (groups.p == NULL) groups.p = groups.end = inst->bytes.p; /* none: `{}` */
+        PyObject *found = cached(&m->caches[CACHE_GROUPS], m, groups);
+        if (found == NULL) goto failed;
+        if (!PyTuple_Check(found) || PyTuple_GET_SIZE(found) != 2) {
+            unhandled("replica groups hook");
+            goto failed;
+        }
+        set_value(values, I_REPLICA_GROUPS, Py_NewRef(PyTuple_GET_ITEM(found, 0)));
+        if (!set_attr(attrs, K_REPLICA_GROUPS, Py_NewRef(PyTuple_GET_ITEM(found, 1))))
+            goto failed;
+    }
     if (op->kind != OP_IOTA && (m->dims.n || (op->flags & ALWAYS_DIMENSIONS))) {
         PyObject *dims = PyTuple_New(m->dims.n);
         if (dims == NULL) goto failed;
@@ -1268,6 +1520,11 @@ static PyObject *instruction(Module *m, const Inst *inst, int is_root) {
     }
     if (op->kind == OP_SLICE) {
         int done = slice_attrs(m, inst->bytes, values, attrs);
+        if (done < 0) goto failed;
+        if (done == 0) goto python;
+    }
+    if (op->kind == OP_PAD) {
+        int done = padding_attr(f.has_padding ? f.padding : (Span){NULL, NULL}, attrs);
         if (done < 0) goto failed;
         if (done == 0) goto python;
     }

@@ -251,6 +251,11 @@ class _Hooks:
         config = _backend_config(raw)
         return config, format_backend_config(config)
 
+    def replica_groups(self, raw: bytes) -> tuple[ReplicaGroups, str]:
+        """A collective's groups, from its groups' fields (none: the empty list)."""
+        groups = _replica_groups(self._instruction(raw))
+        return groups, format_replica_groups(groups)
+
     def string(self, raw: bytes) -> str:
         return format_string(raw.decode())
 
@@ -503,7 +508,7 @@ class _Instruction:
             inst.channel_id = p.channel_id
             attrs["channel_id"] = str(p.channel_id)
         if op in _COLLECTIVES:
-            inst.replica_groups = self._replica_groups()
+            inst.replica_groups = _replica_groups(p)
             attrs["replica_groups"] = format_replica_groups(inst.replica_groups)
         if op == "collective-permute" or op == "collective-permute-start":
             pairs = ",".join(f"{{{s.source},{s.target}}}" for s in p.source_target_pairs)
@@ -589,23 +594,6 @@ class _Instruction:
                 attrs["custom_call_has_side_effect"] = "true"
             if p.custom_call_api_version in _API_VERSIONS:
                 attrs["api_version"] = _API_VERSIONS[p.custom_call_api_version]
-
-    def _replica_groups(self) -> ReplicaGroups:
-        p = self.p
-        try:
-            if p.HasField("mesh_axes_replica_group_list"):
-                return _mesh_groups(p.mesh_axes_replica_group_list)
-            if p.HasField("iota_collective_device_list"):
-                return _iota_groups(p.iota_collective_device_list)
-            devices = p.collective_device_list
-            if devices.HasField("iota_replica_group_list"):
-                return _iota_groups(devices.iota_replica_group_list)
-        except ValueError as e:
-            raise HloDecodeError(f"instruction {p.name!r}: bad replica groups ({e})") from None
-        groups = (
-            devices.replica_groups if p.HasField("collective_device_list") else p.replica_groups
-        )
-        return ReplicaGroups(tuple(tuple(g.replica_ids) for g in groups))
 
     def _gather(self) -> None:
         d, attrs = self.p.gather_dimension_numbers, self.attrs
@@ -708,6 +696,22 @@ def _metadata(m: hlo_pb2.OpMetadata, frames: StackFrameIndex | None) -> _Metadat
         source = frames.source(frame)
     text = "{" + " ".join(parts) + "}" if parts else None
     return text, printable(op_name) if op_name else None, source
+
+
+def _replica_groups(p: hlo_pb2.HloInstructionProto) -> ReplicaGroups:
+    """The groups of a collective, whichever field holds them."""
+    try:
+        if p.HasField("mesh_axes_replica_group_list"):
+            return _mesh_groups(p.mesh_axes_replica_group_list)
+        if p.HasField("iota_collective_device_list"):
+            return _iota_groups(p.iota_collective_device_list)
+        devices = p.collective_device_list
+        if devices.HasField("iota_replica_group_list"):
+            return _iota_groups(devices.iota_replica_group_list)
+    except ValueError as e:
+        raise HloDecodeError(f"instruction {p.name!r}: bad replica groups ({e})") from None
+    groups = devices.replica_groups if p.HasField("collective_device_list") else p.replica_groups
+    return ReplicaGroups(tuple(tuple(g.replica_ids) for g in groups))
 
 
 def _frontend_attributes(values: Mapping[str, str]) -> str:

@@ -228,6 +228,45 @@ def _cases() -> dict[str, hlo_pb2.HloModuleProto]:
                 literal={"shape": S32, "s32s": [-7]},
             ),
         ),
+        "pads and collectives": _module_of(
+            p,
+            _instruction(
+                name="pad",
+                opcode="pad",
+                id=3,
+                shape=F32,
+                operand_ids=[1, 1],
+                padding_config={"dimensions": [{"edge_padding_low": 1, "interior_padding": 2}]},
+            ),
+            _instruction(name="pad0", opcode="pad", id=4, shape=F32, operand_ids=[1, 1]),
+            _instruction(
+                name="ag",
+                opcode="all-gather-start",
+                id=5,
+                shape=F32,
+                operand_ids=[1],
+                dimensions=[0],
+                channel_id=2,
+                collective_device_list={
+                    "iota_replica_group_list": {
+                        "num_replica_groups": 2,
+                        "num_devices_per_group": 4,
+                        "iota_reshape_dims": [4, 2],
+                        "iota_transpose_perm": [1, 0],
+                    }
+                },
+            ),
+            _instruction(name="a2a", opcode="all-to-all", id=6, shape=F32, operand_ids=[1]),
+            _instruction(
+                name="rs",
+                opcode="reduce-scatter",
+                id=7,
+                shape=F32,
+                operand_ids=[1],
+                replica_groups=[{"replica_ids": [0, 2]}, {"replica_ids": [1, 3]}],
+                iota_collective_device_list={"num_replica_groups": 1, "num_devices_per_group": 2},
+            ),
+        ),
         "tuples, tokens and dynamic dimensions": _module_of(
             _instruction(
                 name="t",
@@ -369,6 +408,43 @@ def test_damaged_real_modules_decode_or_fail_the_same(data: st.DataObject) -> No
     protos = sorted(_committed().items())
     blob = _damaged(data, protos[data.draw(st.integers(0, len(protos) - 1))][1])
     assert _with_c(blob, decode_hlo_proto) == _reference(blob, decode_hlo_proto)
+
+
+def _literal_module(element: int, dims: list[int], **values: object) -> bytes:
+    shape = hlo_pb2.ShapeProto(element_type=element, dimensions=dims)
+    if dims:
+        shape.layout.minor_to_major.extend(reversed(range(len(dims))))
+    literal = hlo_pb2.LiteralProto(shape=shape, **values)  # type: ignore[arg-type]
+    constant = _instruction(name="k", opcode="constant", id=1, shape=shape, literal=literal)
+    return _module_of(constant).SerializeToString()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(
+        [
+            (PT.F32, "f32s", st.floats(width=32)),
+            (PT.S32, "s32s", st.integers(-(2**31), 2**31 - 1)),
+            (PT.S64, "s64s", st.integers(-(2**63), 2**63 - 1)),
+            (PT.U32, "u32s", st.integers(0, 2**32 - 1)),
+            (PT.U64, "u64s", st.integers(0, 2**64 - 1)),
+            (PT.PRED, "preds", st.booleans()),
+        ]
+    ).flatmap(
+        lambda kind: st.tuples(
+            st.just(kind[0]),
+            st.just(kind[1]),
+            st.lists(st.integers(0, 3), max_size=3),
+            st.lists(kind[2], max_size=13),
+        )
+    )
+)
+def test_literals_decode_the_same(case: tuple[int, str, list[int], list[object]]) -> None:
+    """Constants (scalars, arrays, values that fit the shape or not) as XLA prints them,
+    f32s with the digits that read back."""
+    element, field, dims, values = case
+    data = _literal_module(element, dims, **{field: values})
+    assert _with_c(data, decode_hlo_module_proto) == _reference(data, decode_hlo_module_proto)
 
 
 def _nested_literal(depth: int) -> bytes:

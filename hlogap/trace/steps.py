@@ -19,7 +19,7 @@ import numpy as np
 
 from hlogap.trace.model import ANNOTATED, OpKey, Step, TraceData, devices_in
 from hlogap.trace.summary import Selection
-from hlogap.trace.timing import blocks, merged_intervals, sorted_spans, take
+from hlogap.trace.timing import BLOCK_ROWS, blocks, merged_intervals, sorted_spans, take
 
 # Per device of a host (its index): sorted (first start, last end) arrays of its executions.
 Spans = dict[int, tuple[np.ndarray, np.ndarray]]
@@ -560,12 +560,9 @@ def _change_savings(
     leaves: _Leaves, ratios: Sequence[np.ndarray], lo: np.ndarray, hi: np.ndarray
 ) -> list[np.ndarray]:
     """Per change (the fraction of its time each op would take: `ratios`, by op index),
-    `_saving` with only that change's ops shortened, the others kept (ratio 1). The events of
-    every change's ops are found in one pass over the device's; a change whose events each
-    overlap no other leaf (`_Leaves.lonely`: GPU streams, mostly) is re-timed over them
-    alone, another over the events that meet them too (`_met_saving`): both are exactly
-    `_saving` of every leaf with the change's ratios, the same sub-problem summed in the
-    same order."""
+    `_saving` with only that change's ops shortened, the others kept (ratio 1): each exactly
+    `_met_saving` of the change's events (`_split_saving`). The events of every change's ops
+    are found in one pass over the device's."""
     if not ratios:
         return []
     touched = np.zeros(len(ratios[0]), dtype=bool)
@@ -580,11 +577,51 @@ def _change_savings(
         at = candidates[mine]
         if not len(at):
             found.append(np.zeros(len(lo)))
-        elif lonely[mine].all():
-            found.append(_saving(leaves.start[at], leaves.end[at], ratio[leaves.op[at]], lo, hi))
-        else:
-            found.append(_met_saving(leaves.start, leaves.end, at, ratio[leaves.op[at]], lo, hi))
+            continue
+        found.append(_split_saving(leaves, at, ratio[leaves.op[at]], lonely[mine], lo, hi))
     return found
+
+
+def _split_saving(
+    leaves: _Leaves,
+    at: np.ndarray,
+    ratio: np.ndarray,
+    lonely: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+) -> np.ndarray:
+    """`_met_saving` of a change of the leaves at positions `at` (`ratio` each; `lonely`: each
+    overlaps no other leaf, `_Leaves.lonely`), summed in the same order, over less.
+
+    A lonely event is its own segment in the change's sub-problem and changes no other's
+    segments (nothing it could meet starts inside it or runs across its start): the
+    sub-problem is the others' (`_met_events`) with the lonely events added as events that
+    overlap nothing. The alone events' savings are one sum per window in start order (one
+    block of `_saving_alone`, where the sub-problem's alone events fit in one: else the whole
+    sub-problem is built), the overlapping ones' segments are the others' sub-problem's."""
+    start, end = leaves.start, leaves.end
+    if lonely.all():  # the sub-problem is these events, each alone
+        return _saving(start[at], end[at], ratio, lo, hi)
+    rest = ~lonely
+    sub_start, sub_end, sub_ratio, changed = _met_events(start, end, at[rest], ratio[rest])
+    alone = _alone(sub_start, sub_end)
+    if int(lonely.sum()) + int(alone.sum()) > BLOCK_ROWS:
+        return _met_saving(start, end, at, ratio, lo, hi)
+    # The changed events alone in the sub-problem, by position (so by start): the lonely ones
+    # and those of the others' sub-problem (its kept and spanning events add nothing).
+    alone_changed = alone & (changed >= 0)
+    position = np.concatenate([at[lonely], changed[alone_changed]])
+    by_start = np.argsort(position)
+    position = position[by_start]
+    alone_ratio = np.concatenate([ratio[lonely], sub_ratio[alone_changed]])[by_start]
+    saving = np.zeros(len(lo))
+    saving += _saving_alone(start[position], end[position], alone_ratio, lo, hi)
+    if not alone.all():
+        together = ~alone
+        saving += _saving_together(
+            sub_start[together], sub_end[together], sub_ratio[together], lo, hi
+        )
+    return saving
 
 
 def _change_saving(
@@ -606,11 +643,20 @@ def _met_saving(
     hi: np.ndarray,
 ) -> np.ndarray:
     """`_saving` for a change of the events at positions `changed_at` (sorted by start, as
-    `start` is; `ratio` each), the others kept, over only what it needs. A segment shrinks
-    only where nothing but changed ops run, so of the other events only those that meet a
-    changed op's span count: those starting inside it, and the ones running at its start, as
-    the one span they cover from there (all of them hold that instant). Exactly `_saving`'s
-    result, over about as many events as the change's ops have."""
+    `start` is; `ratio` each), the others kept, over only what it needs (`_met_events`).
+    Exactly `_saving`'s result, over about as many events as the change's ops have."""
+    sub_start, sub_end, sub_ratio, _ = _met_events(start, end, changed_at, ratio)
+    return _saving(sub_start, sub_end, sub_ratio, lo, hi)
+
+
+def _met_events(
+    start: np.ndarray, end: np.ndarray, changed_at: np.ndarray, ratio: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A change's sub-problem, by start: (start, end, ratio, and the position of each changed
+    event: -1 for the others). A segment shrinks only where nothing but changed ops run, so of
+    the other events only those that meet a changed op's span count: those starting inside
+    it, and the ones running at its start, as the one span they cover from there (all of them
+    hold that instant)."""
     changed = np.zeros(len(start), dtype=bool)
     changed[changed_at] = True
     span_start, span_end = merged_intervals(start[changed_at], end[changed_at])
@@ -625,11 +671,13 @@ def _met_saving(
     inside = inside[~changed[inside]]
     held = reach[np.maximum(first - 1, 0)]
     running = (first > 0) & (held > span_start)
+    kept = len(inside) + int(running.sum())
     sub_start = np.concatenate([start[changed_at], start[inside], span_start[running]])
     sub_end = np.concatenate([end[changed_at], end[inside], held[running]])
-    sub_ratio = np.concatenate([ratio, np.ones(len(inside) + int(running.sum()))])
+    sub_ratio = np.concatenate([ratio, np.ones(kept)])
+    position = np.concatenate([changed_at, np.full(kept, -1, dtype=changed_at.dtype)])
     order = np.argsort(sub_start, kind="stable")
-    return _saving(sub_start[order], sub_end[order], sub_ratio[order], lo, hi)
+    return sub_start[order], sub_end[order], sub_ratio[order], position[order]
 
 
 _SUMS = (

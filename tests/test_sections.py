@@ -163,3 +163,38 @@ def test_memory_reads_the_same_on_the_page_as_in_the_table(
         a = by_name[(row[1], row[0])]
         assert row[3] == fmt_si(a["in_use_peak_bytes"], "B")
         assert row[7] == fmt_si(a["capacity_bytes"], "B")
+
+
+@pytest.mark.parametrize("key", ["scope", "axis"])
+def test_groups_read_the_same_in_every_format(
+    key: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--group-by`: the Markdown's rows are the table's (the axis's bus bandwidth and time
+    alone too), the page's scopes are the same groups; figures against the JSON."""
+    chip = tmp_path / "amx.toml"
+    chip.write_text(CHIP)
+    report = audit(SHARDED, AuditOptions(chip=str(chip), group_by=key))
+    data = json.loads(render(report, "json", RenderOptions(top=0)))
+    md = render(report, "md", RenderOptions(top=0)).splitlines()
+    table = render(report, "table", RenderOptions(top=0))
+    at = next(k for k, line in enumerate(md) if line.startswith(f"| # | {key} |"))
+    head = [c.strip() for c in md[at].strip("|").split("|")]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in md[at + 2 :]]
+    rows = rows[: len(data["groups"])]
+    assert head[-2:] == (["bus bw", "alone"] if key == "axis" else head[-2:])
+    assert len(rows) == len(data["groups"]) > 0
+    for row, g in zip(rows, data["groups"], strict=True):
+        by_column = dict(zip(head, row, strict=True))
+        assert by_column[key] == f"`{g['name']}`" and by_column["ops"] == str(g["ops"])
+        assert by_column["measured"] == fmt_us(g["measured_us"])
+        line = next(t for t in table.splitlines() if "│" in t and f" {g['name']} " in t)
+        assert [c.strip() for c in line.split("│")][2:] == row[2:]
+    if key == "scope":  # the page's scopes are these groups, with the same cells
+        headless_chromium()
+        page = tmp_path / "page.html"
+        page.write_text(render(report, "html", RenderOptions()))
+        dom = html.unescape(browse(page, "--virtual-time-budget=3000").stdout)
+        scopes = _between(dom, '<table id="scopes">', "</table>")
+        cells = [_cells(r) for r in re.findall(r"<tr>(.*?)</tr>", scopes)]
+        assert cells[0] == head
+        assert [[c[0], f"`{c[1]}`", *c[2:]] for c in cells[1:]] == rows

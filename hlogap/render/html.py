@@ -22,8 +22,14 @@ from string import Template
 
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.render.cells import op_labels
-from hlogap.render.sections import audit_sections, hosts_section, memory_sections, sentence
-from hlogap.report.groups import DEFAULT_DEPTH, group_rows
+from hlogap.render.sections import (
+    audit_sections,
+    groups_section,
+    hosts_section,
+    memory_sections,
+    page_scopes,
+    sentence,
+)
 from hlogap.report.model import AuditReport
 
 
@@ -57,14 +63,8 @@ class HtmlRenderer:
         for op, label in zip(ops, op_labels(document, shown), strict=True):
             op["label"] = label
         # By scope: `--group-by scope`'s own groups, else the default depth's, over all ops.
-        by_scope = document.group_by == "scope"
-        scopes = (
-            document.groups
-            if by_scope
-            else group_rows(document.ops, "scope", DEFAULT_DEPTH, document.sort)
-        )
+        scopes, depth = page_scopes(document)
         data["html_scopes"] = [g.to_dict(rank) for rank, g in enumerate(scopes, 1)]
-        depth = "--depth levels" if by_scope else f"{DEFAULT_DEPTH} levels"
         title = f"hlogap audit: {escape(document.path)}"
         # The command buffers' ops under their calls: a box to hide them where there are some.
         hidden = "" if any(r.command_buffer_ops for r in shown) else " hidden"
@@ -79,6 +79,7 @@ class HtmlRenderer:
             "steps": sections.steps.to_dict(),
             "memory": memory_sections(document, 0).to_dict(),
             "hosts": None if hosts is None else hosts.to_dict(),
+            "scopes": groups_section(document, scopes, "scope", 0).to_dict(),
         }
         header = escape("\n".join(sections.header))
         steps = escape("\n".join(sections.steps.overview[:2]))

@@ -9,16 +9,21 @@ from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.render.cells import (
     SUB_ROW,
     SUB_ROWS_NOTE,
-    any_unmodeled,
     bound_cells,
     count_cell,
-    group_bound_cells,
     more_sub_cells,
     op_labels,
     sub_row_cells,
     sub_rows,
 )
-from hlogap.render.sections import ActionsSection, StepsSection, audit_sections, sentence
+from hlogap.render.sections import (
+    ActionsSection,
+    GroupsSection,
+    StepsSection,
+    audit_sections,
+    groups_section,
+    sentence,
+)
 from hlogap.render.text import (
     CHECK_ROWS,
     DIFF_COLUMNS,
@@ -62,20 +67,7 @@ def _audit(report: AuditReport, top: int, steps: bool, subs: bool = True) -> str
     lines = ["## hlogap audit", ""]
     lines += [f"- {_cell(line)}" for line in sections.header]
     if report.group_by:
-        groups = report.groups if top <= 0 else report.groups[:top]
-        unmodeled = any_unmodeled(groups)
-        lines += [
-            "",
-            f"| # | {report.group_by} | ops | n | measured | bound | gap | eff |"
-            + (" unmodeled |" if unmodeled else ""),
-            "|---:|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if unmodeled else ""),
-        ]
-        lines += [
-            f"| {rank} | `{_cell(g.name)}` | {g.ops} | {g.occurrences} | {fmt_us(g.measured_us)} "
-            f"| {' | '.join(group_bound_cells(g))} |"
-            + (f" {fmt_us(g.unmodeled_us)} |" if unmodeled else "")
-            for rank, g in enumerate(groups, 1)
-        ]
+        lines += _groups(groups_section(report, report.groups, report.group_by, top))
         return "\n".join([*lines, *_actions(sections.actions)]) + "\n"
     lines += [
         "",
@@ -104,6 +96,15 @@ def _audit(report: AuditReport, top: int, steps: bool, subs: bool = True) -> str
     if steps:
         lines += _steps(sections.steps)
     return "\n".join(lines) + "\n"
+
+
+def _groups(section: GroupsSection) -> list[str]:
+    """The `--group-by` rows, the group's name as code."""
+    align = "|" + "".join("---:|" if figure else "---|" for figure in section.figures)
+    lines = ["", "| " + " | ".join(section.columns) + " |", align]
+    for rank, name, *figures in section.rows:
+        lines.append(f"| {rank} | `{_cell(name)}` | " + " | ".join(figures) + " |")
+    return lines
 
 
 def _steps(section: StepsSection) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeVar
 
+from hlogap.render.cells import any_unmodeled, group_bound_cells
 from hlogap.render.text import (
     STEP_COLUMNS,
     cross_check_lines,
@@ -21,7 +22,8 @@ from hlogap.render.text import (
     steps_overview,
     what_if_lines,
 )
-from hlogap.report.model import Action, AuditReport, warmup_of
+from hlogap.report.groups import DEFAULT_DEPTH, group_rows
+from hlogap.report.model import Action, AuditReport, GroupRow, warmup_of
 from hlogap.report.schema import AllocatorPeak
 from hlogap.report.sections import StepSkew
 from hlogap.units import fmt_eff, fmt_si, fmt_us
@@ -443,3 +445,61 @@ def _over(pct: float | None) -> str:
 def _opt_us(us: float | None) -> str:
     """A time that may be negative (a clock offset) or unknown (`-`)."""
     return "-" if us is None else ("-" + fmt_us(-us) if us < 0 else fmt_us(us))
+
+
+@dataclass(frozen=True)
+class GroupsSection:
+    """Ops rolled up by a key (`--group-by`, the page's scopes): bound, gap and efficiency
+    over each group's modeled ops, its unmodeled ops' time beside them where there is any, and
+    by mesh axis its bus bandwidth and the time its collectives ran alone."""
+
+    columns: list[str]  # the group's name second, after its rank
+    figures: list[bool]  # which columns are figures (all but the name)
+    rows: list[list[str]]
+    more: list[str]  # the line saying how many groups were left out
+
+    def to_dict(self) -> dict[str, object]:
+        return {"columns": self.columns, "figures": self.figures, "rows": self.rows}
+
+
+def groups_section(
+    report: AuditReport, groups: list[GroupRow], key: str, top: int
+) -> GroupsSection:
+    by_axis = key == "axis"
+    shown = groups if top <= 0 else groups[:top]
+    unmodeled = any_unmodeled(shown)
+    columns = ["#", key, "ops", "n", "measured", "bound", "gap", "eff"]
+    columns += ["unmodeled"] if unmodeled else []
+    columns += ["bus bw", "alone"] if by_axis else []
+    rows = [
+        [
+            str(rank),
+            g.name,
+            str(g.ops),
+            str(g.occurrences),
+            fmt_us(g.measured_us),
+            *group_bound_cells(g),
+            *([fmt_us(g.unmodeled_us)] if unmodeled else []),
+            *(
+                [fmt_si(g.bus_bw, "B/s") if g.bus_bw else "-", _opt_us(g.exposed_us)]
+                if by_axis
+                else []
+            ),
+        ]
+        for rank, g in enumerate(shown, 1)
+    ]
+    more = more_line(len(shown), len(groups), "--top 0 shows all", "groups")
+    return GroupsSection(columns, [c != key for c in columns], rows, more)
+
+
+def _axis_cells(group: GroupRow) -> list[str]:
+    """A mesh axis's bus bandwidth and the time its collectives ran alone."""
+    return [fmt_si(group.bus_bw, "B/s") if group.bus_bw else "-", _opt_us(group.exposed_us)]
+
+
+def page_scopes(report: AuditReport) -> tuple[list[GroupRow], str]:
+    """The page's ops by scope: `--group-by scope`'s own groups, else the default depth's over
+    every op; and the depth, in words."""
+    if report.group_by == "scope":
+        return report.groups, "--depth levels"
+    return group_rows(report.ops, "scope", DEFAULT_DEPTH, report.sort), f"{DEFAULT_DEPTH} levels"

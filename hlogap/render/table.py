@@ -16,10 +16,8 @@ from hlogap.render.base import (
 )
 from hlogap.render.cells import (
     SUB_ROWS_NOTE,
-    any_unmodeled,
     bound_cells,
     count_cell,
-    group_bound_cells,
     more_sub_cells,
     op_labels,
     sub_row_cells,
@@ -33,6 +31,7 @@ from hlogap.render.sections import (
     ActionsSection,
     StepsSection,
     audit_sections,
+    groups_section,
     memory_sections,
 )
 from hlogap.render.sparkline import allocator_timeline_lines
@@ -364,32 +363,9 @@ def _with_reasons(table: Table, reasons: list[str], width: int, color: bool) -> 
 def _groups(report: AuditReport, top: int, width: int | None) -> tuple[Table, list[str]]:
     """The `--group-by` rows; at a terminal's width, group names shortened to fit (a source
     path from the left, keeping its `file:line`; other names in the middle)."""
-    by_axis = report.group_by == "axis"
-    rows = report.groups if top <= 0 else report.groups[:top]
-    unmodeled = any_unmodeled(rows)
-    cells = [
-        [
-            str(rank),
-            g.name,
-            str(g.ops),
-            str(g.occurrences),
-            fmt_us(g.measured_us),
-            *group_bound_cells(g),
-            *([fmt_us(g.unmodeled_us)] if unmodeled else []),
-            *(
-                [
-                    fmt_si(g.bus_bw, "B/s") if g.bus_bw else "-",
-                    "-" if g.exposed_us is None else fmt_us(g.exposed_us),
-                ]
-                if by_axis
-                else []
-            ),
-        ]
-        for rank, g in enumerate(rows, 1)
-    ]
-    names = ["#", report.group_by or "group", "ops", "n", "measured", "bound", "gap", "eff"]
-    names += ["unmodeled"] if unmodeled else []
-    names += ["bus bw", "alone"] if by_axis else []
+    section = groups_section(report, report.groups, report.group_by or "group", top)
+    names = section.columns
+    cells = [list(row) for row in section.rows]
     name_width = None
     if width is not None and cells:
         others = sum(
@@ -407,7 +383,7 @@ def _groups(report: AuditReport, top: int, width: int | None) -> tuple[Table, li
             table.add_column(n, justify="right", no_wrap=True)
     for c in cells:
         _row(table, c)
-    return table, more_line(len(rows), len(report.groups), "--top 0 shows all", "groups")
+    return table, section.more
 
 
 def _left(text: str, width: int) -> str:

@@ -204,24 +204,12 @@ function renderChart() {
 
 // --- scopes and steps ------------------------------------------------------------------
 function renderScopes() {
-  // The report's own groups (computed with hlogap's rules): bound, gap and efficiency over
-  // the modeled ops, the unmodeled ops' time (no bound) beside them, "-" where all are.
-  const G = R.html_scopes;
-  const unmodeled = G.some((g) => g.unmodeled_us > 0);
-  const table = document.getElementById("scopes");
-  const head = el("tr");
-  for (const h of ["scope", "ops", "measured", "bound", "gap", "eff", ...(unmodeled ? ["unmodeled"] : [])])
-    head.appendChild(el("th", {}, h));
-  table.appendChild(head);
-  for (const g of G) {
-    const none = g.modeled_gap_us == null;
-    const tr = el("tr");
-    tr.appendChild(el("td", {}, g.name));
-    for (const v of [String(g.ops), fmtUs(g.measured_us), none ? "-" : fmtUs(g.bound_us),
-      fmtUs(g.modeled_gap_us), pct(g.modeled_efficiency), ...(unmodeled ? [fmtUs(g.unmodeled_us)] : [])])
-      tr.appendChild(el("td", {class: "num"}, v));
-    table.appendChild(tr);
-  }
+  // The section's groups (hlogap's rules): bound, gap and efficiency over the modeled ops,
+  // the unmodeled ops' time (no bound) beside them, "-" where all are.
+  const S = R.sections.scopes;
+  const table = sectionTable(S.columns, S.figures, S.rows);
+  table.id = "scopes";
+  document.getElementById("scopes").replaceWith(table);
 }
 
 function renderSteps() {

@@ -553,9 +553,11 @@ out:
 }
 
 /* Printable ASCII that escaping leaves as it is (no quote, no backslash). */
+/* Printable ASCII: `printable` (hlogap.units) leaves it as it is, and escaping it needs only
+   the named escapes of a quote and a backslash. */
 static int plain(Span s) {
     for (const uint8_t *q = s.p; q < s.end; q++)
-        if (*q < 0x20 || *q > 0x7E || *q == '"' || *q == '\'' || *q == '\\') return 0;
+        if (*q < 0x20 || *q > 0x7E) return 0;
     return 1;
 }
 
@@ -580,10 +582,20 @@ static int put(Text *t, const char *p, Py_ssize_t n) {
     return 1;
 }
 
+/* `key="value"`, the value escaped as hlogap.hlo.printer.escape (absl::CEscape) does for
+   printable ASCII: `"`, `'` and `\\` get a backslash. */
 static int put_str(Text *t, const char *key, Span value) {
-    return (t->n <= 1 || put(t, " ", 1)) && put(t, key, (Py_ssize_t)strlen(key)) &&
-           put(t, "=\"", 2) && put(t, (const char *)value.p, value.end - value.p) &&
-           put(t, "\"", 1);
+    if (!((t->n <= 1 || put(t, " ", 1)) && put(t, key, (Py_ssize_t)strlen(key)) &&
+          put(t, "=\"", 2)))
+        return 0;
+    const uint8_t *run = value.p;
+    for (const uint8_t *q = value.p; q < value.end; q++) {
+        if (*q != '"' && *q != '\'' && *q != '\\') continue;
+        char escaped[2] = {'\\', (char)*q};
+        if (!put(t, (const char *)run, q - run) || !put(t, escaped, 2)) return 0;
+        run = q + 1;
+    }
+    return put(t, (const char *)run, value.end - run) && put(t, "\"", 1);
 }
 
 static int put_int(Text *t, const char *key, long long value) {
@@ -830,8 +842,12 @@ typedef struct {
                              handed to Python */
     Inst *insts;
     Py_ssize_t n_insts, cap_insts;
-    Py_ssize_t *index; /* open addressing: instruction id -> position in insts + 1 */
+    /* Instruction id -> position in insts + 1: by id - min_id where the ids are dense (as XLA
+       numbers them), else open addressing. */
+    Py_ssize_t *index;
     Py_ssize_t index_cap;
+    int dense;
+    int64_t min_id;
     Vec operands, controls, called, dims, slice_sizes, precision, slices, slice_values;
 } Module;
 
@@ -843,6 +859,10 @@ static Py_ssize_t index_slot(const Module *m, int64_t id) {
 }
 
 static const Inst *find(const Module *m, int64_t id) {
+    if (m->dense) {
+        uint64_t k = (uint64_t)id - (uint64_t)m->min_id;
+        return k < (uint64_t)m->index_cap && m->index[k] ? &m->insts[m->index[k] - 1] : NULL;
+    }
     Py_ssize_t at = m->index[index_slot(m, id)];
     return at ? &m->insts[at - 1] : NULL;
 }
@@ -1170,7 +1190,7 @@ static int set_attr(PyObject *attrs, int key, PyObject *value) {
 }
 
 static inline void set_value(PyObject **values, int field, PyObject *value) {
-    Py_SETREF(values[field], value);
+    Py_XSETREF(values[field], value);
 }
 
 /* `slice` (a tuple of SliceDim) and its text, from the slice_dimensions parts. 0: Python. */
@@ -1501,6 +1521,7 @@ static PyObject *instruction(Module *m, const Inst *inst, int is_root) {
             if (d == NULL) goto failed;
             PyTuple_SET_ITEM(dims, i, d);
         }
+        PyObject_GC_UnTrack(dims); /* ints: CPython's collector would untrack it itself */
         if (!set_attr(attrs, K_DIMENSIONS, int_list(m->dims.v, m->dims.n))) goto failed;
     }
     if (f.global_ids && !set_attr(attrs, K_USE_GLOBAL_DEVICE_IDS, Py_NewRef(strings[V_TRUE])))
@@ -1850,15 +1871,27 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     Py_DECREF(checked);
 
     /* Instruction ids are unique in a module. */
-    m.index_cap = 16;
-    while (m.index_cap < 2 * m.n_insts) m.index_cap *= 2;
+    int64_t min_id = INT64_MAX, max_id = INT64_MIN;
+    for (Py_ssize_t i = 0; i < m.n_insts; i++) {
+        if (m.insts[i].id < min_id) min_id = m.insts[i].id;
+        if (m.insts[i].id > max_id) max_id = m.insts[i].id;
+    }
+    m.dense = m.n_insts > 0 && (uint64_t)max_id - (uint64_t)min_id < 4 * (uint64_t)m.n_insts + 1024;
+    m.min_id = min_id;
+    if (m.dense) {
+        m.index_cap = (Py_ssize_t)((uint64_t)max_id - (uint64_t)min_id) + 1;
+    } else {
+        m.index_cap = 16;
+        while (m.index_cap < 2 * m.n_insts) m.index_cap *= 2;
+    }
     m.index = PyMem_Calloc((size_t)m.index_cap, sizeof *m.index);
     if (m.index == NULL) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = 0; i < m.n_insts; i++) {
-        Py_ssize_t k = index_slot(&m, m.insts[i].id);
+        Py_ssize_t k = m.dense ? (Py_ssize_t)((uint64_t)m.insts[i].id - (uint64_t)min_id)
+                               : index_slot(&m, m.insts[i].id);
         if (m.index[k]) {
             unhandled("repeated instruction ids");
             goto done;
@@ -1903,8 +1936,12 @@ static PyObject *decode(PyObject *self, PyObject *args) {
             for (int k = 0; k < C_COUNT; k++) Py_XDECREF(values[k]);
             goto done;
         }
+        /* Untracked, as its instructions: by the IR's types a computation and its list of
+           instructions can be part of no reference cycle. */
+        PyObject_GC_UnTrack(values[C_INSTRUCTIONS]);
         PyObject *comp = make_object(&computation_layout, values);
         if (comp == NULL) goto done;
+        PyObject_GC_UnTrack(comp);
         PyList_SET_ITEM(computations, i, comp);
     }
     result = PyTuple_Pack(3, name, entry, computations);

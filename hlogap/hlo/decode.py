@@ -17,6 +17,7 @@ import json
 import math
 import struct
 from collections.abc import Mapping
+from dataclasses import MISSING
 
 from google.protobuf.message import DecodeError
 
@@ -922,9 +923,9 @@ def _sharding_body(sharding: hlo_pb2.OpSharding) -> str:
 if _hlodecode is not None:
     _hlodecode.setup(
         Instruction,
-        {f.name: f.default for f in dataclasses.fields(Instruction)},
+        {f.name: f.default for f in dataclasses.fields(Instruction) if f.default is not MISSING},
         Computation,
-        {f.name: f.default for f in dataclasses.fields(Computation)},
+        {f.name: f.default for f in dataclasses.fields(Computation) if f.default is not MISSING},
         SliceDim,
         Shape,
         Layout,

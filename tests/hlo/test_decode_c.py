@@ -205,6 +205,22 @@ def _cases() -> dict[str, hlo_pb2.HloModuleProto]:
                 frontend_attributes={"map": {"k": "v", "g": "{x}"}},
             ),
         ),
+        "metadata with quotes and backslashes": _module_of(
+            _instruction(
+                name="p",
+                opcode="parameter",
+                id=1,
+                shape=F32,
+                metadata={
+                    "op_name": "jit(f)/x[axis=('a',)]\\n\"",
+                    "source_file": "d'ir/f.py",
+                    "source_line": -3,
+                    "source_end_column": 9,
+                    "deduplicated_name": "fusion.1",
+                    "scheduling_name": "s",
+                },
+            ),
+        ),
         "collectives, windows and sorts (Python's)": _module_of(
             p,
             _instruction(

@@ -593,16 +593,20 @@ def _assemble(
     )
     found = scenarios.found
     actions = [f"{Scenarios.ACTION}{k}" for k in range(1, len(found) + 1)]
+    steady_from = report.step_summary.warmup_steps
     report.actions = ranked(
         found,
         np.array([saved[n] for n in actions]).reshape(len(actions), len(steps)) if saved else None,
         steps,
+        steady_from,
         findings(context, True),
         steady_only=framed.steady_only,
     )
     point_hints(rows, report.actions)
     report.what_if = [
-        advise_what_if(rows, other.name, steps, saved.get(f"{Scenarios.WHAT_IF}{other.name}"))
+        advise_what_if(
+            rows, other.name, steps, steady_from, saved.get(f"{Scenarios.WHAT_IF}{other.name}")
+        )
         for other in what_if
     ] or None
 

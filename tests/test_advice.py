@@ -18,6 +18,7 @@ from hlogap.hlo.text import parse_module
 from hlogap.options import AuditOptions
 from hlogap.report.codec import encode
 from hlogap.report.model import IDLE_PLACES, AuditReport, OpRow
+from hlogap.report.summary import StepSummary
 from tests.conftest import AMD_FILES, FIXTURES, SHARED, step_row
 
 FLAWS = FIXTURES / "flaws"
@@ -339,7 +340,7 @@ def test_an_action_per_step_is_in_the_summary_frame() -> None:
     steps = [step_row(n, wall, wall / 4, 0.0) for n, wall in enumerate([100.0, 10.0, 11.0, 12.0])]
     saved = np.array([[50.0, 1.0, 2.0, 3.0]])
     finding = Finding("launch-bound", (), 56.0, "evidence", "change")
-    (action,) = ranked([finding], saved, steps)
+    (action,) = ranked([finding], saved, steps, StepSummary.of_steps(steps).warmup_steps)
     assert action.saving_us == pytest.approx(56.0)  # the contract's sum over every step
     assert action.step_saving_us == pytest.approx(2.0)  # median of 1, 2, 3
     assert action.step_speedup == pytest.approx(11.0 / 9.0)  # median of 10/9, 11/9, 12/9

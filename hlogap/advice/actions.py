@@ -21,7 +21,6 @@ from hlogap.report.model import (
     SavingFrame,
     StepRow,
     step_ratio,
-    warmup_of,
 )
 from hlogap.trace.model import OpKey
 from hlogap.trace.steps import StepTotals
@@ -158,6 +157,7 @@ def ranked(
     found: Sequence[Finding],
     saved: np.ndarray | None,
     steps: Sequence[StepRow],
+    warmup: int,
     unclaimed: Sequence[Finding] = (),
     steady_only: bool = False,
 ) -> list[Action]:
@@ -167,12 +167,13 @@ def ranked(
     above their bound (a program change, `op_savings`, removes work: its saving is its own).
     The `unclaimed` ones (causes run after the step pass: no change of theirs was re-timed)
     save what they claim (`claimed_us`). An action that saves nothing is not listed (its
-    finding stays a hint on its ops). `steady_only` (the report's steady frame): the savings
-    are summed over the steady steps."""
-    first = warmup_of(steps)
+    finding stays a hint on its ops). `warmup`: the leading warm-up steps (the report's
+    `step_summary.warmup_steps`); `steady_only` (the report's steady frame): the savings are
+    summed over the steady steps after them."""
+    first = warmup
     total, saved = _capped_totals(found, saved, steps, first if steady_only else 0)
     # Each action's saving per step in the summary's frame: the steady steps', each step
-    # against itself (steps_summary).
+    # against itself (hlogap.report.summary).
     walls = [s.wall_us for s in steps[first:]]
     exposed = [s.exposed_comm_us for s in steps[first:]]
     actions = []

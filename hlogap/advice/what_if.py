@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hlogap.report.model import OpRow, StepRow, WhatIf, step_ratio, warmup_of
+from hlogap.report.model import OpRow, StepRow, WhatIf, step_ratio
 from hlogap.trace.model import OpKey
 
 NEAR_ROOF = 0.8  # efficiency here from which an op is "at the roof already"
@@ -30,10 +30,15 @@ def ceiling_change(rows: Sequence[OpRow], chip: str) -> dict[OpKey, float] | Non
 
 
 def what_if(
-    rows: Sequence[OpRow], chip: str, steps: Sequence[StepRow], step_saved_us: np.ndarray | None
+    rows: Sequence[OpRow],
+    chip: str,
+    steps: Sequence[StepRow],
+    warmup: int,
+    step_saved_us: np.ndarray | None,
 ) -> WhatIf:
     """The ceiling on another chip; `step_saved_us` per step (from re-timing the steps with
-    `ceiling_change`), or None where the steps could not be re-timed."""
+    `ceiling_change`), or None where the steps could not be re-timed; `warmup`: the leading
+    warm-up steps (the report's `step_summary.warmup_steps`)."""
     measured = sum(r.measured_us for r in rows)
     then: list[tuple[float, OpRow]] = []
     unmodeled = 0.0
@@ -48,9 +53,8 @@ def what_if(
     step_speedup = None
     if step_saved_us is not None and steps and len(step_saved_us) == len(steps):
         # The steady steps, each against itself (the summary's frame).
-        first = warmup_of(steps)
-        walls = [s.wall_us for s in steps[first:]]
-        saved = step_saved_us[first:].tolist()
+        walls = [s.wall_us for s in steps[warmup:]]
+        saved = step_saved_us[warmup:].tolist()
         after = [max(w - d, 0.0) for w, d in zip(walls, saved, strict=True)]
         step_speedup = step_ratio(walls, after)
     step_unavailable = None

@@ -30,7 +30,7 @@ from typing import Literal, get_args
 from hlogap._version import __version__
 from hlogap.chips import Chip
 from hlogap.memory.static import ModuleMemoryChange, memory_changes
-from hlogap.report.model import Action, AuditReport, steady_steps
+from hlogap.report.model import Action, AuditReport
 from hlogap.report.model import OpRow as Op
 
 PairedBy = Literal["name+fingerprint", "fingerprint", "fingerprint (ordered)", "name"]
@@ -416,8 +416,7 @@ class Realized:
 
 def median_step(report: AuditReport) -> float | None:
     """The median wall of the report's steady steps (warm-up left out), None without steps."""
-    steady = steady_steps(report.steps) if report.steps else []
-    return statistics.median(s.wall_us for s in steady) if steady else None
+    return report.step_summary.step_us
 
 
 def _per_step(report: AuditReport) -> float:
@@ -425,7 +424,7 @@ def _per_step(report: AuditReport) -> float:
     rows count (the steady ones in the steady frame) times the devices (0: no steps)."""
     if not report.steps:
         return 0.0
-    counted = steady_steps(report.steps) if report.ops_frame != "all" else report.steps
+    counted = report.steady_steps if report.ops_frame != "all" else report.steps
     devices = max(max((s.devices for s in counted), default=1), 1)
     return float(len(counted) * devices)
 

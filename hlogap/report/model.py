@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 import json
-import statistics
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar, Literal, TypeVar, get_args
@@ -19,6 +18,9 @@ from hlogap.hlo.mesh import Mesh
 from hlogap.memory.static import MemorySection
 from hlogap.report.codec import count, decode, encode, meta, number, optional_number, text
 from hlogap.report.sections import CrossCheck, HostSkew
+from hlogap.report.summary import StepSummary
+from hlogap.report.summary import step_ratio as step_ratio
+from hlogap.report.summary import warmup_steps as warmup_steps
 from hlogap.source import is_url, read_remote, regular_file
 from hlogap.trace.model import Backend, StepSource
 from hlogap.trace.timeline import Timeline
@@ -278,6 +280,11 @@ class StepRow:
             return sum(max(r[wall] - r[bound_wall], 0.0) for r in self.device_rows)
         return max(self.busy_us - self.bound_us, 0.0)
 
+    def first_op_delays_us(self) -> Iterator[float]:
+        """Each device's wait from the step's start to its first op (wall time)."""
+        start = DEVICE_STEP_KEYS.index("start_us")
+        return (r[start] - self.start_us for r in self.device_rows)
+
     @property
     def at_bound_us(self) -> float:
         """Busy time that would remain with every op at its bound (unmodeled ops keep theirs)."""
@@ -293,91 +300,20 @@ class StepRow:
         return data
 
 
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-# A leading step this many times the median step's wall is warm-up (compilation, autotuning,
-# the first input): the summary's figures leave it out and say which (a 2.5 s first step beside
-# 125 ms ones made a run read 79% idle where its steady steps sit 1% idle).
-WARMUP_FACTOR = 1.5
-
-
-def warmup_steps(walls: Sequence[float]) -> int:
-    """How many leading steps (in order) are warm-up: each over `WARMUP_FACTOR` times the
-    median wall of all steps. One step at least is kept steady."""
-    if len(walls) < 2:
-        return 0
-    limit = WARMUP_FACTOR * statistics.median(walls)
-    count = 0
-    while count < len(walls) - 1 and walls[count] > limit:
-        count += 1
-    return count
-
-
 def warmup_of(steps: Sequence[StepRow]) -> int:
     """How many of the steps lead as warm-up (`warmup_steps` of their walls)."""
     return warmup_steps([s.wall_us for s in steps])
 
 
 def steady_steps(steps: Sequence[StepRow]) -> list[StepRow]:
-    """The steps after the warm-up ones (`warmup_of`)."""
+    """The steps after the warm-up ones (`warmup_of`); a report's are `step_summary.steady`."""
     return list(steps[warmup_of(steps) :])
 
 
-def step_ratio(walls: Sequence[float], shorter: Sequence[float]) -> float | None:
-    """The median over steps of each step's wall over its wall after a change (each step
-    against itself: the medians of the two lists may come from different steps)."""
-    ratios = [w / t for w, t in zip(walls, shorter, strict=True) if t > 0]
-    return statistics.median(ratios) if ratios and len(ratios) == len(walls) else None
-
-
-def steps_summary(steps: list[StepRow]) -> dict[str, object]:
-    """The summary's step keys (docs/json.md) over the steady steps (the first `warmup_steps`
-    steps left out): the median step (wall time), and the devices' own step time
-    (device time) split into time at the roofline bound, time lost inside ops and idle time
-    (they add up to `device_wall_us`)."""
-    warmup = warmup_of(steps)
-    steps = steady_steps(steps)
-    busy = sum(s.busy_us for s in steps)
-    at_bound = sum(s.at_bound_us for s in steps)
-    device_wall = sum(s.device_wall_us for s in steps)
-    window = sum(s.wall_us * s.devices for s in steps)
-    idle = sum(s.idle_us for s in steps)
-    # The rest of the steps' wall on every device, on each side of the device's own part.
-    start = DEVICE_STEP_KEYS.index("start_us")
-    before_first = sum(r[start] - s.start_us for s in steps for r in s.device_rows)
-    parted = bool(steps) and all(s.device_rows for s in steps)
-    step_us = _median([s.wall_us for s in steps])
-    bound_walls = [s.bound_wall_us for s in steps if s.bound_wall_us is not None]
-    ratio = (
-        step_ratio([s.wall_us for s in steps], bound_walls)
-        if len(bound_walls) == len(steps)
-        else None
-    )
-    return {
-        "steps": len(steps),
-        "warmup_steps": warmup,
-        "step_us": step_us,
-        "skew_us": _median([s.skew_us for s in steps]),
-        # The median step at the median step's own ratio of wall to wall at the bound.
-        "step_bound_us": step_us / ratio if ratio and step_us is not None else None,
-        "device_wall_us": device_wall,
-        # The devices' own steps over the steps' wall on every device: the rest is before a
-        # device's first op or after its last (skew, host work, input, launch).
-        "device_span_fraction": device_wall / window if window > 0 else None,
-        # Device time: from the step's start to each device's first op, and from each device's
-        # last op to the step's end (None: a report without the devices' parts).
-        "before_first_op_us": before_first if parted else None,
-        "after_last_op_us": window - device_wall - before_first if parted else None,
-        "busy_us": busy,
-        "idle_us": idle,
-        "idle_fraction": idle / device_wall if device_wall > 0 else None,
-        "exposed_comm_us": sum(s.exposed_comm_us for s in steps),
-        "exposed_host_us": sum(s.exposed_host_us for s in steps),
-        "at_bound_us": at_bound,
-        "lost_in_ops_us": sum(s.lost_in_ops_us for s in steps),
-    }
+def steps_summary(steps: Sequence[StepRow]) -> dict[str, object]:
+    """The summary's step keys (docs/json.md) over the steady steps; a report's are
+    `step_summary`."""
+    return encode(StepSummary.of_steps(steps))
 
 
 @dataclass(frozen=True)
@@ -614,6 +550,23 @@ class AuditReport:
     # The selected events themselves, only where a timeline export asked for them (audit
     # --format perfetto); never written to JSON.
     timeline: Timeline | None = field(default=None, repr=False, compare=False)
+    # `step_summary` and the list of steps it was made from.
+    _summarised: tuple[list[StepRow], StepSummary] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    @property
+    def step_summary(self) -> StepSummary:
+        """The steps' summary (hlogap.report.summary): warm-up, steady steps, median step,
+        idle; made once for each list of steps the report holds."""
+        if self._summarised is None or self._summarised[0] is not self.steps:
+            self._summarised = (self.steps, StepSummary.of_steps(self.steps))
+        return self._summarised[1]
+
+    @property
+    def steady_steps(self) -> list[StepRow]:
+        """The steps after the warm-up ones (`step_summary.warmup_steps`)."""
+        return self.steps[self.step_summary.warmup_steps :]
 
     @property
     def total_ops(self) -> int:
@@ -671,11 +624,7 @@ class AuditReport:
         bound (idle, skew and what runs at once kept). Never more than the op-time `speedup`:
         a step cannot gain more than its ops' time can (the two differ only where ops
         overlap)."""
-        steps = steady_steps(self.steps)
-        bound_walls = [s.bound_wall_us for s in steps if s.bound_wall_us is not None]
-        if not steps or len(bound_walls) < len(steps):
-            return None
-        ratio = step_ratio([s.wall_us for s in steps], bound_walls)
+        ratio = self.step_summary.bound_ratio
         if ratio is None:
             return None
         if self.beats_bounds:  # the chip's figures are too low: nothing to claim from them
@@ -687,10 +636,9 @@ class AuditReport:
     def flops_per_s(self) -> float | None:
         """FLOP/s per device over the steady steps: the FLOPs of the ops that ran in them, over
         the steps' wall time and devices."""
-        steps = steady_steps(self.steps)
-        device_seconds = sum(s.wall_us * s.devices for s in steps) * 1e-6
-        flops = sum(s.flops for s in steps)
-        return flops / device_seconds if device_seconds > 0 and flops > 0 else None
+        summary = self.step_summary
+        seconds, flops = summary.device_seconds, summary.flops
+        return flops / seconds if seconds > 0 and flops > 0 else None
 
     @property
     def flops_dtype(self) -> str | None:
@@ -717,11 +665,10 @@ class AuditReport:
         """Model FLOPs utilisation: `--model-flops` per step (whole program) over the steady
         steps' wall time and devices, over the peak: the frame of `hfu` (equal to it where the
         model's FLOPs are the hardware's)."""
-        steps = steady_steps(self.steps)
-        device_seconds = sum(s.wall_us * s.devices for s in steps) * 1e-6
-        if not self.model_flops or device_seconds <= 0:
+        summary = self.step_summary
+        if not self.model_flops or summary.device_seconds <= 0:
             return None
-        return self._of_peak(self.model_flops * len(steps) / device_seconds)
+        return self._of_peak(self.model_flops * summary.steps / summary.device_seconds)
 
     def shares(self, rows: Sequence[Totals]) -> list[tuple[float | None, float | None]]:
         """(share, cum_share) of each row's measured time in the report's, in the rows' order,
@@ -751,7 +698,7 @@ class AuditReport:
             "modeled_fraction": self.modeled_fraction,
             "upper_bound_us": sum(r.upper_bound_us for r in self.ops),
             "speedup": self.speedup,
-            **steps_summary(self.steps),
+            **encode(self.step_summary),
             "ops_frame": self.ops_frame,
             "outside_steps": None if self.outside_steps is None else encode(self.outside_steps),
             "steps_cover_fraction": self.steps_cover_fraction,
@@ -883,7 +830,7 @@ class AuditReport:
     def only_modules(self, keep: list[OpRow]) -> AuditReport:
         """The same report holding only `keep` (a module filter on a saved report: what the
         summary counted of other modules is not known, so it is dropped)."""
-        report = AuditReport(**{f.name: getattr(self, f.name) for f in fields(self)})
+        report = AuditReport(**{f.name: getattr(self, f.name) for f in fields(self) if f.init})
         report.ops = keep
         report.unlisted = Unlisted()
         return report

@@ -28,7 +28,7 @@ from hlogap._version import __version__
 from hlogap.errors import InputError, UsageError
 from hlogap.report.compare import Diff, DiffRow
 from hlogap.report.gate.noise import CONFIDENCE, MEDIAN_SE, Estimate, Spread, log_spread, welch
-from hlogap.report.model import AuditReport, StepRow, steady_steps, steps_summary, warmup_of
+from hlogap.report.model import AuditReport, StepRow
 from hlogap.source import read_toml
 from hlogap.trace.model import CORRUPT_TRACE, MAX_TOTAL_PS
 from hlogap.units import fmt_si, fmt_us
@@ -518,7 +518,7 @@ def _vanished_share(diff: Diff) -> float:
 def _frame_steps(report: AuditReport) -> list[StepRow]:
     """The steps the report's op rows count: its steady steps in the steady frame; every step
     where the rows count every event (no warm-up to leave out, or `--all-steps`)."""
-    return steady_steps(report.steps) if report.ops_frame == "steady steps" else report.steps
+    return report.steady_steps if report.ops_frame == "steady steps" else report.steps
 
 
 @dataclass(frozen=True)
@@ -537,7 +537,7 @@ def per_step(report: AuditReport) -> PerStep | None:
     """The ops' time per steady step: the rows' totals over the steps they count where the
     rows are in the steady frame (or there is no warm-up), else (an older report that counts
     the warm-up in its rows) the steady steps' own figures. None without steps."""
-    steady = steady_steps(report.steps)
+    steady = report.steady_steps
     if not steady:
         return None
     measured = [s.measured_us for s in steady]
@@ -765,7 +765,7 @@ class StepChange:
 def step_change(diff: Diff) -> StepChange | None:
     """The steady median step before -> after and its noise; None unless both sides have
     steps."""
-    sides = [steady_steps(r.steps) for r in (diff.base, diff.new)]
+    sides = [r.steady_steps for r in (diff.base, diff.new)]
     if not all(sides):
         return None
     base, new = (statistics.median([s.wall_us for s in side]) for side in sides)
@@ -869,7 +869,7 @@ def _op_checks(diff: Diff, gated: list[DiffRow], t: Thresholds) -> list[OpCheck]
 def _same_run(diff: Diff) -> bool:
     """Both sides hold one run's steps (a report checked against itself, or an edited copy):
     nothing moved between them but what was edited."""
-    a, b = steady_steps(diff.base.steps), steady_steps(diff.new.steps)
+    a, b = diff.base.steady_steps, diff.new.steady_steps
     return (
         bool(a)
         and len(a) == len(b)
@@ -1002,16 +1002,14 @@ def run_check(diff: Diff, t: Thresholds) -> CheckResult:
 def _idle_share(report: AuditReport) -> float | None:
     """Percent of the devices' own step time spent idle over the steady steps (the summary's
     frame: warm-up left out; skew between devices is not idle)."""
-    fraction = steps_summary(report.steps)["idle_fraction"]
-    return fraction * 100 if isinstance(fraction, float) else None
+    fraction = report.step_summary.idle_fraction
+    return fraction * 100 if fraction is not None else None
 
 
 def _idle_shares(report: AuditReport) -> list[float]:
     """Each steady step's idle share of its devices' own time, in %."""
     return [
-        s.idle_us / s.device_wall_us * 100.0
-        for s in steady_steps(report.steps)
-        if s.device_wall_us > 0
+        s.idle_us / s.device_wall_us * 100.0 for s in report.steady_steps if s.device_wall_us > 0
     ]
 
 
@@ -1020,7 +1018,7 @@ def _warmup(diff: Diff) -> str:
     left = [
         f"{count} in {side}"
         for side, r in (("BASE", diff.base), ("NEW", diff.new))
-        for count in [warmup_of(r.steps)]
+        for count in [r.step_summary.warmup_steps]
         if count
     ]
     return f"; warm-up steps left out: {', '.join(left)}" if left else ""

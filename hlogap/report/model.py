@@ -376,25 +376,9 @@ class GroupRow(Totals):
         return encode(self, rank=rank, share=share, cum_share=cum_share)
 
 
-# An open set (contract version 4): a newer hlogap's cause is kept as written. The causes this
-# version knows, for the docs and the renderers.
+# An open set (contract version 4): the causes are those registered in hlogap.advice.causes,
+# and a newer hlogap's cause in a saved report is kept as written.
 ActionCause = str
-KNOWN_CAUSES: tuple[str, ...] = (
-    "unfused attention",
-    "materialized logits",
-    "per-example loop",
-    "below the ridge",
-    "activation-bound",
-    "layout copy",
-    "dtype",
-    "launch-bound",
-    "exposed collective",
-    "host offload wait",
-    "slow kernel",
-    "tile padding",
-    "slow scatter",
-    "device idle",
-)
 # Where a `device idle` action's gaps sit (contract version 4).
 IDLE_PLACES: tuple[str, ...] = ("between steps", "between programs", "inside an execution")
 SavingFrame = Literal["wall", "device-time"]

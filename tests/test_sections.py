@@ -198,3 +198,21 @@ def test_groups_read_the_same_in_every_format(
         cells = [_cells(r) for r in re.findall(r"<tr>(.*?)</tr>", scopes)]
         assert cells[0] == head
         assert [[c[0], f"`{c[1]}`", *c[2:]] for c in cells[1:]] == rows
+
+
+def test_the_page_holds_the_what_ifs_and_the_warnings(tmp_path: Path) -> None:
+    """The page had no what-if and no warning: it lays out the table's lines for both."""
+    headless_chromium()
+    chip = tmp_path / "amx.toml"
+    chip.write_text(CHIP)
+    report = audit(SHARDED, AuditOptions(chip=str(chip), what_if=("h100-sxm",)))
+    assert report.what_if and report.warnings
+    table = render(report, "table", RenderOptions(top=0))
+    page = tmp_path / "page.html"
+    page.write_text(render(report, "html", RenderOptions()))
+    dom = html.unescape(browse(page, "--virtual-time-budget=3000").stdout)
+    what_if = [line for line in table.splitlines() if line.startswith("what if on ")]
+    warnings = [line for line in table.splitlines() if line.startswith("warning: ")]
+    assert len(what_if) == len(report.what_if) and len(warnings) == len(report.warnings)
+    for line in (*what_if, *warnings):
+        assert line in dom

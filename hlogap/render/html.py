@@ -23,6 +23,7 @@ from string import Template
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.render.cells import op_labels
 from hlogap.render.sections import (
+    AuditSections,
     audit_sections,
     groups_section,
     hosts_section,
@@ -30,7 +31,7 @@ from hlogap.render.sections import (
     page_scopes,
     sentence,
 )
-from hlogap.report.model import AuditReport
+from hlogap.report.model import AuditReport, GroupRow
 
 
 @cache
@@ -55,47 +56,57 @@ class HtmlRenderer:
     def render(self, document: Document, options: RenderOptions) -> str:
         if not isinstance(document, AuditReport):
             raise TypeError(f"no HTML for {type(document).__name__}")
-        # Every op whatever `--top` says: the page sorts and filters them itself.
-        data = document.to_dict(0)
-        ops = data["ops"]
-        assert isinstance(ops, list)
-        shown = document.ops
-        for op, label in zip(ops, op_labels(document, shown), strict=True):
-            op["label"] = label
-        # By scope: `--group-by scope`'s own groups, else the default depth's, over all ops.
+        # Every row whatever `--top` says: the page sorts and filters the ops itself.
+        sections = audit_sections(document, 0)
         scopes, depth = page_scopes(document)
-        data["html_scopes"] = [g.to_dict(rank) for rank, g in enumerate(scopes, 1)]
+        lines = {
+            name: escape("\n".join(text))
+            for name, text in (
+                ("header", sections.header),
+                ("warnings", sections.warnings),
+                ("cross_check", sections.cross_check),
+                ("what_if", sections.what_if),
+                ("steps", sections.steps.overview[:2]),
+            )
+        }
+        legend = sections.steps.legend
         title = f"hlogap audit: {escape(document.path)}"
         # The command buffers' ops under their calls: a box to hide them where there are some.
-        hidden = "" if any(r.command_buffer_ops for r in shown) else " hidden"
-        checked = " checked" if options.sub_rows else ""
-        # The sections as hlogap words them, every row (the page holds every op, step and
-        # buffer): the header and the steps' overview here, the actions, the steps' rows and
-        # the memory drawn by the page's script.
-        sections = audit_sections(document, 0)
-        hosts = hosts_section(document)
-        data["sections"] = {
-            "actions": sections.actions.to_dict(),
-            "steps": sections.steps.to_dict(),
-            "memory": memory_sections(document, 0).to_dict(),
-            "hosts": None if hosts is None else hosts.to_dict(),
-            "scopes": groups_section(document, scopes, "scope", 0).to_dict(),
-        }
-        header = escape("\n".join(sections.header))
-        steps = escape("\n".join(sections.steps.overview[:2]))
+        hidden = "" if any(r.command_buffer_ops for r in document.ops) else " hidden"
         return Template(page_resource("report.html")).substitute(
+            lines,
             title=title,
-            header=header,
             hidden=hidden,
-            checked=checked,
+            checked=" checked" if options.sub_rows else "",
             depth=depth,
-            steps=steps,
-            steps_legend=escape(sentence(legend) if (legend := sections.steps.legend) else ""),
+            steps_legend=escape(sentence(legend) if legend else ""),
             actions_title=escape(sections.actions.title),
             style=page_resource("report.css"),
-            report=_json_for_script(data),
+            report=_json_for_script(_page_data(document, sections, scopes)),
             script=page_resource("report.js"),
         )
+
+
+def _page_data(
+    report: AuditReport, sections: AuditSections, scopes: list[GroupRow]
+) -> dict[str, object]:
+    """The report's JSON (every op, each with its label), and the sections the page's script
+    lays out: the actions, the steps' rows, the memory, the hosts' tables and the scopes."""
+    data = report.to_dict(0)
+    ops = data["ops"]
+    assert isinstance(ops, list)
+    for op, label in zip(ops, op_labels(report, report.ops), strict=True):
+        op["label"] = label
+    data["html_scopes"] = [g.to_dict(rank) for rank, g in enumerate(scopes, 1)]
+    hosts = hosts_section(report)
+    data["sections"] = {
+        "actions": sections.actions.to_dict(),
+        "steps": sections.steps.to_dict(),
+        "memory": memory_sections(report, 0).to_dict(),
+        "hosts": None if hosts is None else hosts.to_dict(),
+        "scopes": groups_section(report, scopes, "scope", 0).to_dict(),
+    }
+    return data
 
 
 register(HtmlRenderer())

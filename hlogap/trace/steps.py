@@ -400,17 +400,8 @@ def _device_totals(
     covered = _busy_and_waits(table, events, lo, hi, waits_from)
     sums = table.sums
     sums["busy_ps"][d] = sums["compute_ps"][d] = sums["no_host_ps"][d] = covered
-    d_collective, d_host = per_op.collective[events.op], per_op.host[events.op]
-    if d_collective.any() or d_host.any():
-        work = ~(d_collective | d_host)
-        sums["compute_ps"][d] = _covered(
-            *merged_intervals(events.start[work], events.end[work]), lo, hi
-        )
-        if d_host.any():
-            no_host = ~d_host
-            sums["no_host_ps"][d] = _covered(
-                *merged_intervals(events.start[no_host], events.end[no_host]), lo, hi
-            )
+    if per_op.collective.any() or per_op.host.any():  # else no event is either
+        _split_busy(sums, d, events, per_op, lo, hi)
     sums["measured_ps"][d] = np.bincount(k, weights=take(events.self_ps, inside), minlength=steps)
     leaves = _Leaves.of(events, step_of)
     sums["saving_ps"][d] = _saving(
@@ -436,6 +427,30 @@ def _first_and_last(
     at = step[runs]
     first[at] = np.minimum(first[at], np.minimum.reduceat(start, runs))
     last[at] = np.maximum(last[at], np.maximum.reduceat(end, runs))
+
+
+def _split_busy(
+    sums: dict[str, np.ndarray],
+    d: int,
+    events: _DeviceEvents,
+    per_op: _PerOp,
+    lo: np.ndarray,
+    hi: np.ndarray,
+) -> None:
+    """Device `d`'s busy time outside collectives and transfers (`compute_ps`) and outside
+    transfers (`no_host_ps`) in its spans [lo, hi), where it ran any (else its busy time)."""
+    d_collective, d_host = per_op.collective[events.op], per_op.host[events.op]
+    if not (d_collective.any() or d_host.any()):
+        return
+    work = ~(d_collective | d_host)
+    sums["compute_ps"][d] = _covered(
+        *merged_intervals(events.start[work], events.end[work]), lo, hi
+    )
+    if d_host.any():
+        no_host = ~d_host
+        sums["no_host_ps"][d] = _covered(
+            *merged_intervals(events.start[no_host], events.end[no_host]), lo, hi
+        )
 
 
 def _busy_and_waits(
@@ -543,16 +558,12 @@ class _Leaves:
             step = None if step is None else step[by_start]
         return cls(start, end, op, step, _alone(start, end))
 
-    def lonely(self, at: np.ndarray) -> np.ndarray:
-        """Of the leaves at positions `at`: which overlap no other leaf, have a length and
-        start after the one before them (no other leaf starts with them): a change of such
-        ops meets no other event, its re-timing is over its own events (`_change_savings`)."""
-        previous = self.start[np.maximum(at - 1, 0)]
-        lonely: np.ndarray = (
-            self.alone[at]
-            & (self.end[at] > self.start[at])
-            & ((at == 0) | (self.start[at] > previous))
-        )
+    def lonely(self) -> np.ndarray:
+        """Bool per leaf: it overlaps no other leaf, has a length and starts after the one
+        before it (no other leaf starts with it): a change of such ops meets no other event,
+        its re-timing is over its own events (`_split_saving`)."""
+        lonely = self.alone & (self.end > self.start)
+        lonely[1:] &= self.start[1:] > self.start[:-1]
         return lonely
 
 
@@ -565,20 +576,19 @@ def _change_savings(
     are found in one pass over the device's."""
     if not ratios:
         return []
-    touched = np.zeros(len(ratios[0]), dtype=bool)
-    for ratio in ratios:
-        touched |= ratio < 1.0
+    shortened = [ratio < 1.0 for ratio in ratios]  # per change, per op
+    touched = np.logical_or.reduce(shortened)
     candidates = np.flatnonzero(touched[leaves.op])
     candidate_op = leaves.op[candidates]
-    lonely = leaves.lonely(candidates)
+    lonely = leaves.lonely()[candidates]
     found = []
-    for ratio in ratios:
-        mine = ratio[candidate_op] < 1.0
-        at = candidates[mine]
-        if not len(at):
+    for ratio, ops in zip(ratios, shortened, strict=True):
+        mine = ops[candidate_op]
+        if not mine.any():
             found.append(np.zeros(len(lo)))
             continue
-        found.append(_split_saving(leaves, at, ratio[leaves.op[at]], lonely[mine], lo, hi))
+        at = candidates[mine]
+        found.append(_split_saving(leaves, at, ratio[candidate_op[mine]], lonely[mine], lo, hi))
     return found
 
 

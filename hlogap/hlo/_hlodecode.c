@@ -287,7 +287,6 @@ typedef struct {
 } Layout;
 
 static Layout instruction_layout, computation_layout;
-static PyObject *slice_dim_type;
 
 /* Attribute names and fixed values, made once. */
 enum {
@@ -321,6 +320,46 @@ static PyObject *make_object(const Layout *layout, PyObject **values) {
     for (Py_ssize_t i = 0; i < layout->count; i++)
         *(PyObject **)((char *)obj + layout->offsets[i]) = values[i];
     return obj;
+}
+
+/* Frozen dataclasses (Shape, Layout, SliceDim): their fields, in order, set as their
+   generated __init__ sets them (object.__setattr__), without the call into Python. */
+typedef struct {
+    PyObject *type;
+    PyObject *names[8];
+    Py_ssize_t count;
+} Frozen;
+
+static Frozen shape_class, layout_class, slice_dim_class;
+
+static PyObject *make_frozen(const Frozen *frozen, PyObject *const *values) {
+    PyTypeObject *type = (PyTypeObject *)frozen->type;
+    PyObject *obj = type->tp_new(type, empty_tuple, NULL);
+    if (obj == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < frozen->count; i++) {
+        if (PyObject_GenericSetAttr(obj, frozen->names[i], values[i]) < 0) {
+            Py_DECREF(obj);
+            return NULL;
+        }
+    }
+    return obj;
+}
+
+/* (type, field names) from setup: the names as `dataclasses.fields` lists them. */
+static int set_frozen(Frozen *frozen, PyObject *spec, Py_ssize_t count) {
+    PyObject *type, *names;
+    if (!PyArg_ParseTuple(spec, "OO!", &type, &PyTuple_Type, &names)) return 0;
+    if (!PyType_Check(type) || PyTuple_GET_SIZE(names) != count)
+        return unhandled("setup: a frozen IR class's fields changed");
+    frozen->type = Py_NewRef(type);
+    frozen->count = count;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        frozen->names[i] = PyTuple_GET_ITEM(names, i);
+        if (!PyUnicode_Check(frozen->names[i])) return unhandled("setup: field names");
+        Py_INCREF(frozen->names[i]);
+        PyUnicode_InternInPlace(&frozen->names[i]);
+    }
+    return 1;
 }
 
 static int set_layout(Layout *layout, PyObject *type, PyObject *defaults,
@@ -358,7 +397,6 @@ static inline int len_field(int wire, const uint8_t **p, const uint8_t *end, Spa
 /* ---- shapes and metadata, made here in the usual case ---- */
 
 static PyObject *element_names; /* decode.py's _ELEMENT_NAMES: PrimitiveType -> name */
-static PyObject *shape_type, *layout_type;
 #define UNBOUNDED INT64_MIN /* xla::Shape::kUnboundedSize, a `?` dimension */
 
 static PyObject *tuple_of_ints(const int64_t *v, Py_ssize_t n) {
@@ -444,9 +482,14 @@ static PyObject *build_layout(Span s, Py_ssize_t rank, int *is_default) {
         if (tile == NULL) goto out;
         PyTuple_SET_ITEM(tile_tuple, i, tile);
     }
-    layout = PyObject_CallFunction(layout_type, "OOLOLL", order_tuple, tile_tuple,
-                                   (long long)memory_space, empty_tuple,
-                                   (long long)element_bits, (long long)tail_padding);
+    PyObject *numbers[3] = {PyLong_FromLongLong(memory_space), PyLong_FromLongLong(element_bits),
+                            PyLong_FromLongLong(tail_padding)};
+    if (numbers[0] != NULL && numbers[1] != NULL && numbers[2] != NULL) {
+        PyObject *fields[6] = {order_tuple, tile_tuple, numbers[0], empty_tuple, numbers[1],
+                               numbers[2]};
+        layout = make_frozen(&layout_class, fields);
+    }
+    for (int k = 0; k < 3; k++) Py_XDECREF(numbers[k]);
 out:
     Py_XDECREF(order_tuple);
     Py_XDECREF(tile_tuple);
@@ -511,8 +554,8 @@ static PyObject *build_shape(void *context, Span s, int depth) {
             if (made == NULL) goto out;
             PyTuple_SET_ITEM(children, i, made);
         }
-        shape = PyObject_CallFunction(shape_type, "OOOOO", name, empty_tuple, empty_tuple,
-                                      Py_None, children);
+        PyObject *fields[5] = {name, empty_tuple, empty_tuple, Py_None, children};
+        shape = make_frozen(&shape_class, fields);
         goto out;
     }
     if (dynamic.n != 0 && dynamic.n != dims.n) goto out;
@@ -539,7 +582,8 @@ static PyObject *build_shape(void *context, Span s, int depth) {
     } else {
         dynamic_tuple = Py_NewRef(empty_tuple);
     }
-    shape = PyObject_CallFunction(shape_type, "OOOO", name, dims_tuple, dynamic_tuple, layout);
+    PyObject *fields[5] = {name, dims_tuple, dynamic_tuple, layout, empty_tuple};
+    shape = make_frozen(&shape_class, fields);
 out:
     Py_XDECREF(name);
     Py_XDECREF(dims_tuple);
@@ -1222,7 +1266,12 @@ static int slice_attrs(Module *m, Span bytes, PyObject **values, PyObject *attrs
     for (Py_ssize_t i = 0; i < n; i++) {
         long long start = m->slice_values.v[3 * i], limit = m->slice_values.v[3 * i + 1],
                   stride = m->slice_values.v[3 * i + 2];
-        PyObject *dim = PyObject_CallFunction(slice_dim_type, "LLL", start, limit, stride);
+        PyObject *numbers[3] = {PyLong_FromLongLong(start), PyLong_FromLongLong(limit),
+                                PyLong_FromLongLong(stride)};
+        PyObject *dim = NULL;
+        if (numbers[0] != NULL && numbers[1] != NULL && numbers[2] != NULL)
+            dim = make_frozen(&slice_dim_class, numbers);
+        for (int k = 0; k < 3; k++) Py_XDECREF(numbers[k]);
         if (dim == NULL) goto out;
         PyTuple_SET_ITEM(dims, i, dim);
         PyObject *part = strided ? PyUnicode_FromFormat("[%lld:%lld:%lld]", start, limit, stride)
@@ -1966,25 +2015,24 @@ done:
 static PyObject *setup(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *inst, *inst_defaults, *comp, *comp_defaults, *slice_dim, *shape, *layout, *names;
-    if (!PyArg_ParseTuple(args, "OOOOOOOO!", &inst, &inst_defaults, &comp, &comp_defaults,
-                          &slice_dim, &shape, &layout, &PyDict_Type, &names))
+    if (!PyArg_ParseTuple(args, "OOOOO!O!O!O!", &inst, &inst_defaults, &comp, &comp_defaults,
+                          &PyTuple_Type, &slice_dim, &PyTuple_Type, &shape, &PyTuple_Type,
+                          &layout, &PyDict_Type, &names))
         return NULL;
     for (size_t i = 0; i < sizeof opcodes / sizeof *opcodes; i++)
         opcode_lengths[i] = strlen(opcodes[i].name);
-    shape_type = Py_NewRef(shape);
-    layout_type = Py_NewRef(layout);
+    empty_tuple = PyTuple_New(0);
+    if (empty_tuple == NULL || !set_frozen(&shape_class, shape, 5) ||
+        !set_frozen(&layout_class, layout, 6) || !set_frozen(&slice_dim_class, slice_dim, 3))
+        return NULL;
     element_names = Py_NewRef(names);
     if (!set_layout(&instruction_layout, inst, inst_defaults, instruction_fields, I_COUNT) ||
         !set_layout(&computation_layout, comp, comp_defaults, computation_fields, C_COUNT))
         return NULL;
-    Py_INCREF(slice_dim);
-    slice_dim_type = slice_dim;
     for (int i = 0; i < S_COUNT; i++) {
         strings[i] = PyUnicode_InternFromString(string_values[i]);
         if (strings[i] == NULL) return NULL;
     }
-    empty_tuple = PyTuple_New(0);
-    if (empty_tuple == NULL) return NULL;
     Py_RETURN_NONE;
 }
 

@@ -26,9 +26,9 @@ def setup(
     instruction_defaults: dict[str, object],
     computation: type[Computation],
     computation_defaults: dict[str, object],
-    slice_dim: type[SliceDim],
-    shape: type[Shape],
-    layout: type[Layout],
+    slice_dim: tuple[type[SliceDim], tuple[str, ...]],
+    shape: tuple[type[Shape], tuple[str, ...]],
+    layout: tuple[type[Layout], tuple[str, ...]],
     element_names: dict[int, str],
     /,
 ) -> None: ...

@@ -926,8 +926,8 @@ if _hlodecode is not None:
         {f.name: f.default for f in dataclasses.fields(Instruction) if f.default is not MISSING},
         Computation,
         {f.name: f.default for f in dataclasses.fields(Computation) if f.default is not MISSING},
-        SliceDim,
-        Shape,
-        Layout,
+        (SliceDim, tuple(f.name for f in dataclasses.fields(SliceDim))),
+        (Shape, tuple(f.name for f in dataclasses.fields(Shape))),
+        (Layout, tuple(f.name for f in dataclasses.fields(Layout))),
         _ELEMENT_NAMES,
     )

@@ -149,117 +149,126 @@ def op_rows(
 ) -> list[OpRow]:
     """One row per costed op, bounded on `chip` and on each `what_if` chip."""
     rows: list[OpRow] = []
-    times = run.times
     num_devices = len({(d.host, d.ordinal) for d in run.devices}) or None
-    ops = {i: op.resolved for i, op in costed.items()}
-    host_waits = _host_waits(run.ops, ops, chip, pairs_on_hosts)
+    host_waits = _host_waits(
+        run.ops, {i: op.resolved for i, op in costed.items()}, chip, pairs_on_hosts
+    )
     timed: dict[tuple[str, str], set[str]] = {}  # the ops timed on their own, per module
-    for i in ops:
-        timed.setdefault((run.ops[i].key.module, run.ops[i].key.program_id), set()).add(
-            run.ops[i].key.name
-        )
+    for i in costed:
+        key = run.ops[i].key
+        timed.setdefault((key.module, key.program_id), set()).add(key.name)
     for i, op in costed.items():
-        info = run.ops[i]
-        resolved, cost, runs = op.resolved, op.cost, op.runs
-        inst = resolved.instruction
-        bound = bound_op(cost, chip, _timed_role(inst, run.backend) if inst else "")
+        info, inst = run.ops[i], op.resolved.instruction
+        role = _timed_role(inst, run.backend) if inst else ""
         buffer = (
             command_buffer(
                 inst,
-                resolved.module,
+                op.resolved.module,
                 chip,
-                lambda op: _timed_role(op, run.backend),
+                lambda timed_op: _timed_role(timed_op, run.backend),
                 timed[(info.key.module, info.key.program_id)],
                 num_devices,
             )
             if inst is not None
             else None
         )
-        if buffer is not None:  # a CUDA graph: the sum of its ops' bounds
-            bound = buffer.bound
-        occurrences = int(times.occurrences[i])
-        events = int(times.events[i])
-        per_run = bound  # one run of the op; an occurrence runs it `runs` times
-        measured_us = float(times.measured_ps[i]) / 1e6
-        bound_us = per_run.lower_s * 1e6 * runs * occurrences
-        host_hint: list[str] = []
-        wait = host_waits.get(int(i))
-        if wait is not None:  # a done waiting for a host transfer: the link bounds the wait
-            per_run, bound_us, hint = wait
-            host_hint.append(hint)
-        cache_hint = _cached_hint(
-            run.backend, per_run, bound_us, measured_us, cost, chip
-        ) or _estimate_hint(inst, bound_us, measured_us)
-        if cache_hint:
-            bound_us = measured_us  # a floor the op beat: what it did is the floor
-        counters = info.utilisation()
-        rows.append(
-            OpRow(
-                module=info.key.module,
-                program_id=info.key.program_id,
-                name=info.key.name,
-                opcode=inst.opcode if inst else "unknown",
-                category=resolved.category,
-                occurrences=occurrences,
-                runs_per_occurrence=max(round(runs), 1),
-                events=events,
-                measured_us=measured_us,
-                total_us=float(times.duration_ps[i]) / 1e6,
-                median_us=float(times.median_ps[i]) / 1e6,
-                bound_us=bound_us,
-                upper_bound_us=per_run.upper_s * 1e6 * runs * occurrences,
-                bound_by=per_run.bound_by,
-                flops=cost.flops * runs,
-                bytes=cost.hbm_bytes * runs,
-                comm_bytes=cost.comm_bytes * runs,
-                transcendentals=cost.transcendentals * runs,
-                dtype=(cost.matrix_dtype or cost.vector_dtype or "") if cost.flops else "",
-                t_compute_us=per_run.t_compute_s * 1e6 * runs,
-                t_memory_us=per_run.t_memory_s * 1e6 * runs,
-                t_comm_us=per_run.t_comm_s * 1e6 * runs,
-                op_name=(inst.op_name or "") if inst else "",
-                source=(inst.source or "") if inst else "",
-                hlo=info.hlo_text or (print_instruction(inst) if inst else ""),
-                fingerprint=fingerprint(inst, resolved.module) if inst else "",
-                counters=counters,
-                hints=host_hint
-                or [
-                    *cache_hint,
-                    *(
-                        h
-                        for h in hints_for(
-                            inst,
-                            cost,
-                            bound,
-                            chip,
-                            resolved.missing,
-                            measured_us=measured_us / max(occurrences * runs, 1),
-                        )
-                        if not (cache_hint and h.startswith(FASTER_THAN_ROOF))
-                    ),
-                ],
-            )
-        )
-        if op.runs_note:
-            rows[-1].hints.append(op.runs_note)
-        if counters:
-            rows[-1].hints.append(counters_hint(counters))
+        # A CUDA graph is bounded by the sum of its ops' bounds.
+        bound = buffer.bound if buffer is not None else bound_op(op.cost, chip, role)
+        row = _row(run, i, op, bound, chip, host_waits.get(i))
         if buffer is not None:
-            rows[-1].command_buffer_ops = estimated_rows(rows[-1], buffer, chip)
-            rows[-1].hints.append(split_hint(rows[-1]))
+            row.command_buffer_ops = estimated_rows(row, buffer, chip)
+            row.hints.append(split_hint(row))
         if inst is not None:
-            _place_on_mesh(rows[-1], inst, index.mesh(info.key.module, info.key.program_id))
+            _place_on_mesh(row, inst, index.mesh(info.key.module, info.key.program_id))
         if what_if:
-            role = _timed_role(inst, run.backend) if inst else ""
             other = {
-                c.name: buffer.on(c).bound if buffer else bound_op(cost, c, role) for c in what_if
+                c.name: buffer.on(c).bound if buffer else bound_op(op.cost, c, role)
+                for c in what_if
             }
-            rows[-1].what_if_us = {
-                name: b.lower_s * 1e6 * runs * occurrences
+            row.what_if_us = {
+                name: b.lower_s * 1e6 * op.runs * row.occurrences
                 for name, b in other.items()
                 if b.bound_by != "unmodeled"
             }
+        rows.append(row)
     return rows
+
+
+def _row(
+    run: RunSummary,
+    i: int,
+    op: CostedOp,
+    bound: Bound,
+    chip: Chip,
+    wait: tuple[Bound, float, str] | None,
+) -> OpRow:
+    """The row of `run.ops[i]`: its times, its bound (`wait`: a done waiting for a host
+    transfer, bounded by the link), its counts per occurrence and its hints."""
+    info, times, cost, runs = run.ops[i], run.times, op.cost, op.runs
+    inst = op.resolved.instruction
+    occurrences = int(times.occurrences[i])
+    per_run = bound  # one run of the op; an occurrence runs it `runs` times
+    measured_us = float(times.measured_ps[i]) / 1e6
+    bound_us = per_run.lower_s * 1e6 * runs * occurrences
+    host_hint: list[str] = []
+    if wait is not None:
+        per_run, bound_us, hint = wait
+        host_hint.append(hint)
+    cache_hint = _cached_hint(
+        run.backend, per_run, bound_us, measured_us, cost, chip
+    ) or _estimate_hint(inst, bound_us, measured_us)
+    if cache_hint:
+        bound_us = measured_us  # a floor the op beat: what it did is the floor
+    counters = info.utilisation()
+    hints = host_hint or [
+        *cache_hint,
+        *(
+            h
+            for h in hints_for(
+                inst,
+                cost,
+                bound,
+                chip,
+                op.resolved.missing,
+                measured_us=measured_us / max(occurrences * runs, 1),
+            )
+            if not (cache_hint and h.startswith(FASTER_THAN_ROOF))
+        ),
+    ]
+    return OpRow(
+        module=info.key.module,
+        program_id=info.key.program_id,
+        name=info.key.name,
+        opcode=inst.opcode if inst else "unknown",
+        category=op.resolved.category,
+        occurrences=occurrences,
+        runs_per_occurrence=max(round(runs), 1),
+        events=int(times.events[i]),
+        measured_us=measured_us,
+        total_us=float(times.duration_ps[i]) / 1e6,
+        median_us=float(times.median_ps[i]) / 1e6,
+        bound_us=bound_us,
+        upper_bound_us=per_run.upper_s * 1e6 * runs * occurrences,
+        bound_by=per_run.bound_by,
+        flops=cost.flops * runs,
+        bytes=cost.hbm_bytes * runs,
+        comm_bytes=cost.comm_bytes * runs,
+        transcendentals=cost.transcendentals * runs,
+        dtype=(cost.matrix_dtype or cost.vector_dtype or "") if cost.flops else "",
+        t_compute_us=per_run.t_compute_s * 1e6 * runs,
+        t_memory_us=per_run.t_memory_s * 1e6 * runs,
+        t_comm_us=per_run.t_comm_s * 1e6 * runs,
+        op_name=(inst.op_name or "") if inst else "",
+        source=(inst.source or "") if inst else "",
+        hlo=info.hlo_text or (print_instruction(inst) if inst else ""),
+        fingerprint=fingerprint(inst, op.resolved.module) if inst else "",
+        counters=counters,
+        hints=[
+            *hints,
+            *([op.runs_note] if op.runs_note else []),
+            *([counters_hint(counters)] if counters else []),
+        ],
+    )
 
 
 def _place_on_mesh(row: OpRow, inst: Instruction, on_mesh: ModuleMesh | None) -> None:

@@ -10,6 +10,8 @@ time, when only transfers to or from host memory run.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from hlogap.hlo.opcodes import is_transfer
@@ -53,77 +55,27 @@ def step_rows(run: RunSummary, steps: list[Step], totals: list[StepTotals]) -> l
     device parts."""
     if not steps or not totals or run.origin_ps is None or not run.times.devices:
         return []
-    t = StepTotals.stacked(totals)
+    parts = _DeviceParts.of(StepTotals.stacked(totals))
     origin = min(run.origin_ps, min(s.start_ps for s in steps))  # the profile's first event
-    ran = t.first_ps != FIRST_NONE  # (devices, steps)
-    first = np.where(ran, t.first_ps, 0)
-    wall = np.where(ran, t.last_ps - first, 0) / 1e6
-    busy = np.where(ran, t.busy_ps, 0.0) / 1e6
-    no_host, compute = t.no_host_ps / 1e6, t.compute_ps / 1e6
-    exposed_comm = np.where(ran, no_host - compute, 0.0)
-    exposed_host = np.where(ran, busy - no_host, 0.0)
-    idle = np.maximum(wall - busy, 0.0)
-    bound_wall = np.where(ran, np.maximum(wall - t.saving_ps / 1e6, 0.0), 0.0)
     step_start = np.array([s.start_ps for s in steps], dtype=np.int64)
     step_wall = np.array([s.end_ps - s.start_ps for s in steps], dtype=np.float64) / 1e6
-    # The step ends with its last device: at the bound, each device's own end moves earlier by
-    # what it saves (time in the window after every device is kept).
-    offset = (first - step_start) / 1e6
-    none = np.where(ran, 0.0, -np.inf)
-    ends_now, ends_at_bound = (
-        (offset + wall + none).max(axis=0),
-        (offset + bound_wall + none).max(axis=0),
-    )
-    any_ran = ran.any(axis=0)
-    # A step no device ran an op in ends at -inf both ways: nothing is subtracted there.
-    shorter = np.zeros(len(steps))
-    shorter[any_ran] = ends_now[any_ran] - ends_at_bound[any_ran]
-    step_bound = step_wall - shorter
-    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-    skew = np.where(
-        any_ran, np.where(ran, first, small).max(axis=0) - np.where(ran, first, big).min(axis=0), 0
-    )
-    slowest = np.where(ran, wall, -1.0).argmax(axis=0)
-    # Each device part as one row of values (DEVICE_STEP_KEYS), steps in order, devices in
-    # order within a step: rows zipped from whole columns, then cut per step.
-    step_of, device_of = np.nonzero(ran.T)
-    rows = list(
-        zip(
-            device_of.tolist(),
-            ((first[device_of, step_of] - origin) / 1e6).tolist(),
-            *(
-                column[device_of, step_of].tolist()
-                for column in (
-                    wall,
-                    busy,
-                    idle,
-                    exposed_comm,
-                    exposed_host,
-                    t.measured_ps / 1e6,
-                    t.bound_us,
-                    bound_wall,
-                )
-            ),
-            strict=True,
-        )
-    )
-    cut = np.concatenate([[0], np.cumsum(ran.sum(axis=0))]).tolist()
+    rows, cut = parts.rows(origin)
     columns = zip(
         steps,
         step_wall.tolist(),
-        ran.sum(axis=0).tolist(),
-        busy.sum(axis=0).tolist(),
-        (t.measured_ps.sum(axis=0) / 1e6).tolist(),
-        t.bound_us.sum(axis=0).tolist(),
-        exposed_comm.sum(axis=0).tolist(),
-        exposed_host.sum(axis=0).tolist(),
-        idle.sum(axis=0).tolist(),
-        wall.sum(axis=0).tolist(),
-        (skew / 1e6).tolist(),
-        np.where(any_ran, slowest, -1).tolist(),
-        np.maximum(step_bound, 0.0).tolist(),
-        t.flops.sum(axis=0).tolist(),
-        np.where(ran, np.maximum(wall - bound_wall, 0.0), 0.0).sum(axis=0).tolist(),
+        parts.ran.sum(axis=0).tolist(),
+        parts.busy.sum(axis=0).tolist(),
+        (parts.measured_ps.sum(axis=0) / 1e6).tolist(),
+        parts.bound.sum(axis=0).tolist(),
+        parts.exposed_comm.sum(axis=0).tolist(),
+        parts.exposed_host.sum(axis=0).tolist(),
+        parts.idle.sum(axis=0).tolist(),
+        parts.wall.sum(axis=0).tolist(),
+        (parts.skew_ps() / 1e6).tolist(),
+        parts.slowest().tolist(),
+        np.maximum(step_wall - parts.shorter_at_bound(step_start), 0.0).tolist(),
+        parts.flops.sum(axis=0).tolist(),
+        parts.lost().sum(axis=0).tolist(),
         strict=True,
     )
     return [
@@ -165,3 +117,98 @@ def step_rows(run: RunSummary, steps: list[Step], totals: list[StepTotals]) -> l
             lost_us,
         ) in enumerate(columns)
     ]
+
+
+@dataclass(frozen=True)
+class _DeviceParts:
+    """Each device's part of each step, as (devices, steps) arrays in us (0 where the device
+    ran no op in the step)."""
+
+    ran: np.ndarray  # the device ran an op in the step
+    first_ps: np.ndarray  # its first op's start (0: none)
+    wall: np.ndarray  # its first op start to its last op end
+    busy: np.ndarray
+    idle: np.ndarray
+    exposed_comm: np.ndarray
+    exposed_host: np.ndarray
+    bound_wall: np.ndarray  # its wall with every op at its bound
+    measured_ps: np.ndarray  # self time of its ops that started in the step
+    bound: np.ndarray  # their bound
+    flops: np.ndarray
+
+    @classmethod
+    def of(cls, t: StepTotals) -> _DeviceParts:
+        ran = t.first_ps != FIRST_NONE
+        first = np.where(ran, t.first_ps, 0)
+        wall = np.where(ran, t.last_ps - first, 0) / 1e6
+        busy = np.where(ran, t.busy_ps, 0.0) / 1e6
+        no_host, compute = t.no_host_ps / 1e6, t.compute_ps / 1e6
+        return cls(
+            ran=ran,
+            first_ps=first,
+            wall=wall,
+            busy=busy,
+            idle=np.maximum(wall - busy, 0.0),
+            exposed_comm=np.where(ran, no_host - compute, 0.0),
+            exposed_host=np.where(ran, busy - no_host, 0.0),
+            bound_wall=np.where(ran, np.maximum(wall - t.saving_ps / 1e6, 0.0), 0.0),
+            measured_ps=t.measured_ps,
+            bound=t.bound_us,
+            flops=t.flops,
+        )
+
+    def shorter_at_bound(self, step_start: np.ndarray) -> np.ndarray:
+        """How much earlier each step ends with every op at its bound: the step ends with its
+        last device, and each device's own end moves earlier by what it saves (time in the
+        window after every device is kept)."""
+        offset = (self.first_ps - step_start) / 1e6
+        none = np.where(self.ran, 0.0, -np.inf)
+        ends_now = (offset + self.wall + none).max(axis=0)
+        ends_at_bound = (offset + self.bound_wall + none).max(axis=0)
+        any_ran = self.ran.any(axis=0)
+        # A step no device ran an op in ends at -inf both ways: nothing is subtracted there.
+        shorter = np.zeros(self.ran.shape[1])
+        shorter[any_ran] = ends_now[any_ran] - ends_at_bound[any_ran]
+        return shorter
+
+    def skew_ps(self) -> np.ndarray:
+        """Per step: the latest device's first op start minus the earliest's (0: none ran)."""
+        big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+        latest = np.where(self.ran, self.first_ps, small).max(axis=0)
+        earliest = np.where(self.ran, self.first_ps, big).min(axis=0)
+        return np.where(self.ran.any(axis=0), latest - earliest, 0)
+
+    def slowest(self) -> np.ndarray:
+        """Per step: the device with the longest own wall (-1: none ran)."""
+        slowest = np.where(self.ran, self.wall, -1.0).argmax(axis=0)
+        return np.where(self.ran.any(axis=0), slowest, -1)
+
+    def lost(self) -> np.ndarray:
+        """Each device's part's wall beyond its wall at the bound (`lost_in_ops_us`)."""
+        return np.where(self.ran, np.maximum(self.wall - self.bound_wall, 0.0), 0.0)
+
+    def rows(self, origin_ps: int) -> tuple[list[tuple[float, ...]], list[int]]:
+        """Each device part as one row of values (DEVICE_STEP_KEYS), steps in order, devices
+        in order within a step (rows zipped from whole columns), and where each step's rows
+        start (`cut[k]:cut[k + 1]` are step k's)."""
+        step_of, device_of = np.nonzero(self.ran.T)
+        columns = (
+            self.wall,
+            self.busy,
+            self.idle,
+            self.exposed_comm,
+            self.exposed_host,
+            self.measured_ps / 1e6,
+            self.bound,
+            self.bound_wall,
+        )
+        rows = list(
+            zip(
+                device_of.tolist(),
+                ((self.first_ps[device_of, step_of] - origin_ps) / 1e6).tolist(),
+                *(column[device_of, step_of].tolist() for column in columns),
+                strict=True,
+            )
+        )
+        cut = np.concatenate([[0], np.cumsum(self.ran.sum(axis=0))]).tolist()
+        return rows, cut

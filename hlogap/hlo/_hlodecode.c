@@ -330,7 +330,8 @@ typedef struct {
     Py_ssize_t count;
 } Frozen;
 
-static Frozen shape_class, layout_class, slice_dim_class;
+static Frozen shape_class, layout_class, slice_dim_class, file_location_class, stack_frame_class,
+    stack_frame_index_class;
 
 static PyObject *make_frozen(const Frozen *frozen, PyObject *const *values) {
     PyTypeObject *type = (PyTypeObject *)frozen->type;
@@ -790,6 +791,84 @@ static PyObject *nest(PyObject *values, Py_ssize_t from, Py_ssize_t to, const in
     return out;
 }
 
+
+/* ---- the module's stack frames ---- */
+
+/* Each item of a repeated message field of `s` whose number is `field`, made by `make`. */
+typedef PyObject *(*ItemMaker)(Span item);
+
+static PyObject *int32_items(Span item, const int *order, int count) {
+    /* The int32 fields 1..count of a flat message, as the dataclass orders them. */
+    int32_t numbers[8] = {0};
+    const uint8_t *p = item.p;
+    while (p < item.end) {
+        uint64_t field, v;
+        int wire;
+        if (!read_tag(&p, item.end, &field, &wire)) return NULL;
+        if (field >= 1 && field <= (uint64_t)count) {
+            if (wire != WIRE_VARINT || !read_varint(&p, item.end, &v)) return NULL;
+            numbers[field - 1] = (int32_t)(uint32_t)v;
+        } else if (!skip_value(wire, &p, item.end)) {
+            return NULL;
+        }
+    }
+    PyObject *values[8];
+    for (int k = 0; k < count; k++) {
+        values[k] = PyLong_FromLong(numbers[order[k]]);
+        if (values[k] == NULL) {
+            while (k--) Py_DECREF(values[k]);
+            return NULL;
+        }
+    }
+    PyObject *made =
+        make_frozen(count == 6 ? &file_location_class : &stack_frame_class, values);
+    for (int k = 0; k < count; k++) Py_DECREF(values[k]);
+    return made;
+}
+
+/* decode.py's `_frames` of a StackFrameIndexProto; NULL (no error) for Python to make it. */
+static PyObject *build_frames(Span s) {
+    /* FileLocation: file_name_id=1, function_name_id=2, line=3, column=4, end_line=5,
+       end_column=6; the dataclass has line, end_line, column, end_column. */
+    static const int location_order[6] = {0, 1, 2, 4, 3, 5};
+    static const int frame_order[2] = {0, 1};
+    PyObject *lists[4] = {PyList_New(0), PyList_New(0), PyList_New(0), PyList_New(0)};
+    PyObject *tuples[4] = {NULL, NULL, NULL, NULL}, *out = NULL;
+    for (int k = 0; k < 4; k++)
+        if (lists[k] == NULL) goto out;
+    const uint8_t *p = s.p;
+    while (p < s.end) {
+        uint64_t field;
+        int wire;
+        Span item;
+        if (!read_tag(&p, s.end, &field, &wire)) goto out;
+        if (field < 1 || field > 4) {
+            if (!skip_value(wire, &p, s.end)) goto out;
+            continue;
+        }
+        if (wire != WIRE_LEN || !read_len(&p, s.end, &item)) goto out;
+        PyObject *made = field <= 2 ? text_of(item)
+                         : field == 3 ? int32_items(item, location_order, 6)
+                                      : int32_items(item, frame_order, 2);
+        if (made == NULL) {
+            PyErr_Clear();
+            goto out;
+        }
+        int failed = PyList_Append(lists[field - 1], made) < 0;
+        Py_DECREF(made);
+        if (failed) goto out;
+    }
+    for (int k = 0; k < 4; k++)
+        if ((tuples[k] = PyList_AsTuple(lists[k])) == NULL) goto out;
+    out = make_frozen(&stack_frame_index_class, tuples);
+out:
+    for (int k = 0; k < 4; k++) {
+        Py_XDECREF(lists[k]);
+        Py_XDECREF(tuples[k]);
+    }
+    if (out == NULL) PyErr_Clear(); /* Python makes it, and says what is wrong */
+    return out;
+}
 
 /* ---- opcodes ---- */
 
@@ -1858,6 +1937,8 @@ static PyObject *decode(PyObject *self, PyObject *args) {
 
     /* The module's own fields. */
     Span module_name = {NULL, NULL}, entry_name = {NULL, NULL};
+    const uint8_t *frames_start = NULL, *frames_end = NULL;
+    int frames_count = 0;
     int64_t entry_id = 0;
     uint64_t seen = 0;
     const uint8_t *p = module.p;
@@ -1888,7 +1969,17 @@ static PyObject *decode(PyObject *self, PyObject *args) {
             ok = wire == WIRE_VARINT && read_varint(&p, module.end, &v);
             if (ok && field == 6) entry_id = (int64_t)v;
             break;
-        case 4: case 15: case 17: case 19: /* for upb and decode.py */
+        case 17: /* stack_frame_index: made here when given once, else merged by upb */
+            ok = wire == WIRE_LEN && skip_value(wire, &p, module.end);
+            if (ok && frames_count == 1) ok = append_bytes(module_rest, frames_start, frames_end);
+            if (ok && frames_count >= 1) ok = append_bytes(module_rest, start, p);
+            if (ok && frames_count == 0) {
+                frames_start = start;
+                frames_end = p;
+            }
+            frames_count++;
+            break;
+        case 4: case 15: case 19: /* for upb and decode.py */
             ok = wire == WIRE_LEN && skip_value(wire, &p, module.end);
             if (ok && !append_bytes(module_rest, start, p)) goto done;
             break;
@@ -1902,6 +1993,21 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     name = module_name.p ? text_of(module_name) : PyUnicode_FromString("");
     if (name == NULL) goto done;
     /* The module's stack frames (metadata reads them) and device assignment, first. */
+    if (frames_count == 1) {
+        const uint8_t *q = frames_start;
+        uint64_t field;
+        int wire;
+        Span body;
+        PyObject *frames = NULL;
+        if (read_tag(&q, frames_end, &field, &wire) && read_len(&q, frames_end, &body))
+            frames = build_frames(body);
+        if (frames == NULL && !append_bytes(module_rest, frames_start, frames_end)) goto done;
+        if (frames != NULL) {
+            int failed = PyObject_SetAttrString(hooks, "frames", frames) < 0;
+            Py_DECREF(frames);
+            if (failed) goto done;
+        }
+    }
     PyObject *head = PyObject_CallMethod(hooks, "head", "O", module_rest);
     if (head == NULL) goto done;
     Py_DECREF(head);
@@ -2010,20 +2116,25 @@ done:
     return result;
 }
 
-/* setup(Instruction, its defaults, Computation, its defaults, SliceDim, Shape, Layout,
-         element names) */
+/* setup(Instruction, its defaults, Computation, its defaults, then (class, field names) of
+         SliceDim, Shape, Layout, FileLocation, StackFrame, StackFrameIndex; element names) */
 static PyObject *setup(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *inst, *inst_defaults, *comp, *comp_defaults, *slice_dim, *shape, *layout, *names;
-    if (!PyArg_ParseTuple(args, "OOOOO!O!O!O!", &inst, &inst_defaults, &comp, &comp_defaults,
-                          &PyTuple_Type, &slice_dim, &PyTuple_Type, &shape, &PyTuple_Type,
-                          &layout, &PyDict_Type, &names))
+    PyObject *inst, *inst_defaults, *comp, *comp_defaults, *slice_dim, *shape, *layout, *names,
+        *file_location, *stack_frame, *stack_frame_index;
+    if (!PyArg_ParseTuple(args, "OOOOO!O!O!O!O!O!O!", &inst, &inst_defaults, &comp,
+                          &comp_defaults, &PyTuple_Type, &slice_dim, &PyTuple_Type, &shape,
+                          &PyTuple_Type, &layout, &PyTuple_Type, &file_location, &PyTuple_Type,
+                          &stack_frame, &PyTuple_Type, &stack_frame_index, &PyDict_Type, &names))
         return NULL;
     for (size_t i = 0; i < sizeof opcodes / sizeof *opcodes; i++)
         opcode_lengths[i] = strlen(opcodes[i].name);
     empty_tuple = PyTuple_New(0);
     if (empty_tuple == NULL || !set_frozen(&shape_class, shape, 5) ||
-        !set_frozen(&layout_class, layout, 6) || !set_frozen(&slice_dim_class, slice_dim, 3))
+        !set_frozen(&layout_class, layout, 6) || !set_frozen(&slice_dim_class, slice_dim, 3) ||
+        !set_frozen(&file_location_class, file_location, 6) ||
+        !set_frozen(&stack_frame_class, stack_frame, 2) ||
+        !set_frozen(&stack_frame_index_class, stack_frame_index, 4))
         return NULL;
     element_names = Py_NewRef(names);
     if (!set_layout(&instruction_layout, inst, inst_defaults, instruction_fields, I_COUNT) ||

@@ -1,6 +1,15 @@
 from typing import Protocol
 
-from hlogap.hlo.ir import Computation, Instruction, Layout, Shape, SliceDim
+from hlogap.hlo.ir import (
+    Computation,
+    FileLocation,
+    Instruction,
+    Layout,
+    Shape,
+    SliceDim,
+    StackFrame,
+    StackFrameIndex,
+)
 
 class _Hooks(Protocol):
     def head(self, parts: list[bytes], /) -> None: ...
@@ -29,6 +38,9 @@ def setup(
     slice_dim: tuple[type[SliceDim], tuple[str, ...]],
     shape: tuple[type[Shape], tuple[str, ...]],
     layout: tuple[type[Layout], tuple[str, ...]],
+    file_location: tuple[type[FileLocation], tuple[str, ...]],
+    stack_frame: tuple[type[StackFrame], tuple[str, ...]],
+    stack_frame_index: tuple[type[StackFrameIndex], tuple[str, ...]],
     element_names: dict[int, str],
     /,
 ) -> None: ...

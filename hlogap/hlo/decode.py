@@ -218,7 +218,10 @@ class _Hooks:
         return computation.instructions[0]
 
     def head(self, parts: list[bytes]) -> None:
-        """The module's fields besides its name, entry and computations."""
+        """The module's fields besides its name, entry and computations (and its stack
+        frames, where the C decoder made them: `frames` is set)."""
+        if not parts:
+            return
         proto = self._module(b"".join(parts))
         if proto.HasField("stack_frame_index"):
             self.frames = _frames(proto.stack_frame_index)
@@ -249,8 +252,7 @@ class _Hooks:
         return _frontend_attributes(values) if values else None
 
     def backend_config(self, raw: bytes) -> tuple[str, str]:
-        config = _backend_config(raw)
-        return config, format_backend_config(config)
+        return _backend_config(raw)
 
     def replica_groups(self, raw: bytes) -> tuple[ReplicaGroups, str]:
         """A collective's groups, from its groups' fields (none: the empty list)."""
@@ -471,9 +473,9 @@ class _Instruction:
             self.attrs["control-predecessors"] = "{" + ", ".join(names) + "}"
         self._metadata()
         if p.backend_config:
-            config = _backend_config(p.backend_config)
+            config, text = _backend_config(p.backend_config)
             inst.backend_config = config
-            self.attrs["backend_config"] = format_backend_config(config)
+            self.attrs["backend_config"] = text
         return inst
 
     def _defined(self, instruction_id: int) -> tuple[str, Shape]:
@@ -721,17 +723,21 @@ def _frontend_attributes(values: Mapping[str, str]) -> str:
     return "{" + ",".join(items) + "}"
 
 
-def _backend_config(raw: bytes) -> str:
-    """The config as XLA's text shows it: JSON objects re-serialized with sorted keys."""
+def _backend_config(raw: bytes) -> tuple[str, str]:
+    """The config as XLA's text shows it (JSON objects re-serialized with sorted keys), and
+    its `backend_config=` attr text."""
     config = raw.decode("utf-8", errors="backslashreplace")
     if config.startswith("{"):
         try:
             value = json.loads(config)
         except (ValueError, RecursionError):  # nested past the parser's depth: as stored
-            return config  # not JSON (an FFI attribute dictionary, say): as stored
+            return config, format_backend_config(config)  # not JSON (an FFI dict, say)
         if isinstance(value, dict):
-            return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return config
+            text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            # A JSON object's dump is one balanced `{...}` group (brackets paired, quotes in
+            # strings escaped): printed as it is, without `is_braced`'s scan of it.
+            return text, text
+    return config, format_backend_config(config)
 
 
 def _iota_groups(iota: hlo_pb2.IotaReplicaGroupListProto) -> ReplicaGroups:
@@ -929,5 +935,8 @@ if _hlodecode is not None:
         (SliceDim, tuple(f.name for f in dataclasses.fields(SliceDim))),
         (Shape, tuple(f.name for f in dataclasses.fields(Shape))),
         (Layout, tuple(f.name for f in dataclasses.fields(Layout))),
+        (FileLocation, tuple(f.name for f in dataclasses.fields(FileLocation))),
+        (StackFrame, tuple(f.name for f in dataclasses.fields(StackFrame))),
+        (StackFrameIndex, tuple(f.name for f in dataclasses.fields(StackFrameIndex))),
         _ELEMENT_NAMES,
     )

@@ -9,6 +9,7 @@ and damaged protos give the same module or the same error both ways.
 from __future__ import annotations
 
 import contextlib
+import json
 import lzma
 import re
 import zipfile
@@ -22,6 +23,8 @@ from hypothesis import strategies as st
 from hlogap.hlo import decode
 from hlogap.hlo.decode import HloDecodeError, decode_hlo_module_proto, decode_hlo_proto
 from hlogap.hlo.ir import Module
+from hlogap.hlo.printer import format_backend_config
+from hlogap.hlo.text import is_braced
 from hlogap.proto import hlo_pb2, xplane_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -512,3 +515,22 @@ def test_without_the_extension_python_decodes(committed: dict[str, bytes]) -> No
         decode._hlodecode = None  # type: ignore[assignment]
         assert decode._decode_in_c(data, wrapped=True) is None
         assert isinstance(decode_hlo_proto(data), Module), key
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(), _JSON, max_size=5))
+def test_a_json_object_config_prints_unquoted(value: dict[str, object]) -> None:
+    """decode.py prints a JSON object config as it re-serialized it, without asking
+    `is_braced`: the text parser's own check agrees on every such dump (quotes, braces and
+    backslashes in its strings included)."""
+    raw = json.dumps(value).encode()
+    config, text = decode._backend_config(raw)
+    assert text == config and is_braced(config)
+    assert text == format_backend_config(config)

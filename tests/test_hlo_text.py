@@ -151,6 +151,19 @@ def test_slices_and_dimensions() -> None:
         ("mesh[a=8] {a:(1)2}", ((0, 4), (1, 5), (2, 6), (3, 7)), None),
         ("mesh[a=8] {a:(1)2,a:(4)2}", ((0, 1, 4, 5), (2, 3, 6, 7)), None),
         ("mesh['x'=2,'y'=2], device_ids=(3,2,1,0) {'y'}", ((3, 2), (1, 0)), None),
+        # The device list in the iota form (XLA:CPU's all-to-all along a minor mesh axis):
+        # [2,4]T(1,0) is the list 0,4,1,5,2,6,3,7, and both forms give the same groups.
+        (
+            "mesh['a'=1,'b'=4,'c'=2], device_ids=([2,4]T(1,0)) {'b'}",
+            ((0, 1, 2, 3), (4, 5, 6, 7)),
+            None,
+        ),
+        (
+            "mesh['a'=1,'b'=4,'c'=2], device_ids=(0,4,1,5,2,6,3,7) {'b'}",
+            ((0, 1, 2, 3), (4, 5, 6, 7)),
+            None,
+        ),
+        ("mesh['x'=2,'y'=2], device_ids=([4]) {'y'}", ((0, 1), (2, 3)), None),
     ],
 )
 def test_replica_groups(
@@ -166,6 +179,17 @@ def test_replica_groups(
         assert inst.replica_groups.iota == compact
     assert inst.channel_id == 7 and inst.called == ["add"]
     assert inst.attrs["use_global_device_ids"] == "true"
+
+
+@pytest.mark.parametrize(
+    "ids", ["[2,3]", "[2,4]T(0,0)", "[0,8]", "[2,4]T(1,0"], ids=["size", "perm", "zero", "open"]
+)
+def test_an_iota_device_list_that_does_not_fit_the_mesh_is_malformed(ids: str) -> None:
+    with pytest.raises(HloParseError):
+        parse_instruction(
+            f"%a = f32[4] all-reduce(f32[4] %p), replica_groups=mesh['x'=2,'y'=4], "
+            f"device_ids=({ids}) {{'y'}}, to_apply=%add"
+        )
 
 
 def test_called_computations() -> None:

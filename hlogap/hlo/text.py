@@ -980,7 +980,9 @@ def _mesh_groups(p: _Parser) -> tuple[tuple[tuple[int, ...], ...], int]:
     if p.eat(","):
         p.skip()
         p.expect("device_ids=(")
-        device_ids = p.int_list("", ")")
+        device_ids = (
+            _mesh_device_ids(p, math.prod(sizes)) if p.peek() == "[" else p.int_list("", ")")
+        )
     p.skip()
     p.expect("{")
     refs: list[AxisRef] = []
@@ -1001,6 +1003,26 @@ def _mesh_groups(p: _Parser) -> tuple[tuple[tuple[int, ...], ...], int]:
         return expand_mesh_axes(tuple(sizes), device_ids, tuple(refs))
     except ValueError as e:
         raise p.error(f"mesh axes that fit the mesh ({e})", start) from None
+
+
+def _mesh_device_ids(p: _Parser, total: int) -> tuple[int, ...]:
+    """A mesh's device list in the iota form, `[2,4]T(1,0))` (the `device_ids=(` read): the
+    devices 0..n-1 reshaped to `[2,4]`, transposed by `(1,0)` and read row-major (XLA prints
+    it so for an all-to-all along a mesh axis that is not the major one). Empty (the plain
+    iota order) past MAX_LISTED_DEVICES: the groups are not listed then, only their size."""
+    start = p.pos
+    reshape = p.int_list("[", "]")
+    perm = p.int_list("(", ")") if p.eat("T") else tuple(range(len(reshape)))
+    p.expect(")")
+    if (
+        any(d < 1 for d in reshape)
+        or math.prod(reshape) != total
+        or sorted(perm) != list(range(len(reshape)))
+    ):
+        raise p.error(f"an iota device list of the mesh's {total} devices", start)
+    if total > MAX_LISTED_DEVICES:
+        return ()
+    return tuple(_transposed(list(range(total)), list(reshape), list(perm)))
 
 
 def _axis_name(p: _Parser) -> str:

@@ -870,6 +870,71 @@ out:
     return out;
 }
 
+/* ---- program shapes: checked here as upb would parse them (nothing of them is decoded) ---- */
+
+/* Checks below this nesting only: deeper ones go to upb, whose limit (100 levels from the
+   top message) is then the one that applies. */
+#define CHECK_DEPTH 32
+
+/* Fields of `s`: `varints` may be varints or packed, `messages` are checked by `check`,
+   `strings` are UTF-8; any other known field with another wire type, or malformed bytes:
+   0 (upb's to read). */
+typedef struct {
+    uint8_t number;
+    char kind; /* 'v' varint (repeated or not), 's' string, 'S' shape, 'L' layout, 't' tile,
+                  'c' split config */
+} FieldKind;
+
+static int check_message(Span s, const FieldKind *kinds, int depth);
+
+static const FieldKind tile_fields[] = {{1, 'v'}, {0, 0}};
+static const FieldKind split_fields[] = {{1, 'v'}, {2, 'v'}, {0, 0}};
+static const FieldKind layout_fields[] = {{1, 'v'}, {9, 'v'}, {6, 't'}, {16, 'v'}, {7, 'v'},
+                                          {8, 'v'}, {11, 'v'}, {12, 'v'}, {10, 'S'},
+                                          {15, 'v'}, {17, 'c'}, {0, 0}};
+static const FieldKind shape_fields[] = {{2, 'v'}, {3, 'v'}, {6, 'v'}, {4, 'S'}, {5, 'L'}, {0, 0}};
+static const FieldKind program_shape_fields[] = {{1, 'S'}, {2, 'S'}, {3, 's'}, {0, 0}};
+
+static int check_message(Span s, const FieldKind *kinds, int depth) {
+    if (depth > CHECK_DEPTH) return 0;
+    const uint8_t *p = s.p;
+    while (p < s.end) {
+        uint64_t field, v;
+        int wire;
+        if (!read_tag(&p, s.end, &field, &wire)) return 0;
+        const FieldKind *kind = kinds;
+        while (kind->number && kind->number != field) kind++;
+        if (!kind->number) { /* unknown: skipped */
+            if (!skip_value(wire, &p, s.end)) return 0;
+            continue;
+        }
+        if (kind->kind == 'v') {
+            Span packed;
+            if (wire == WIRE_VARINT) {
+                if (!read_varint(&p, s.end, &v)) return 0;
+            } else if (wire == WIRE_LEN && read_len(&p, s.end, &packed)) {
+                while (packed.p < packed.end)
+                    if (!read_varint(&packed.p, packed.end, &v)) return 0;
+            } else {
+                return 0;
+            }
+            continue;
+        }
+        Span body;
+        if (wire != WIRE_LEN || !read_len(&p, s.end, &body)) return 0;
+        int ok;
+        switch (kind->kind) {
+        case 's': ok = valid_utf8(body); break;
+        case 'S': ok = check_message(body, shape_fields, depth + 1); break;
+        case 'L': ok = check_message(body, layout_fields, depth + 1); break;
+        case 't': ok = check_message(body, tile_fields, depth + 1); break;
+        default: ok = check_message(body, split_fields, depth + 1); break;
+        }
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
 /* ---- opcodes ---- */
 
 enum {
@@ -1869,10 +1934,14 @@ static int read_computation(Module *m, Comp *c, PyObject *rest) {
             ok = len_field(wire, &p, end, field == 1 ? &c->name : &c->execution_thread, &seen,
                            field) == 1;
             break;
-        case 4:
-            ok = wire == WIRE_LEN && skip_value(wire, &p, end);
-            if (ok && !append_bytes(rest, start, p)) return 0;
+        case 4: { /* program_shape: checked here, or by upb */
+            Span body;
+            ok = wire == WIRE_LEN && read_len(&p, end, &body);
+            if (ok && !check_message(body, program_shape_fields, 0) &&
+                !append_bytes(rest, start, p))
+                return 0;
             break;
+        }
         case 5: case 6: case 7:
             ok = wire == WIRE_VARINT && read_varint(&p, end, &v);
             if (ok && field == 5) c->id = (int64_t)v;

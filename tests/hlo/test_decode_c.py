@@ -534,3 +534,42 @@ def test_a_json_object_config_prints_unquoted(value: dict[str, object]) -> None:
     config, text = decode._backend_config(raw)
     assert text == config and is_braced(config)
     assert text == format_backend_config(config)
+
+
+def _with_program_shape(program_shape: bytes) -> bytes:
+    """A module whose computation carries these bytes as its program shape (read by no one,
+    checked by upb)."""
+    p = _instruction(name="p", opcode="parameter", id=1, shape=S32)
+    computation = hlo_pb2.HloComputationProto(name="main", id=1, root_id=1, instructions=[p])
+    data = computation.SerializeToString() + decode._field(4, program_shape)
+    module = hlo_pb2.HloModuleProto(name="m", entry_computation_id=1).SerializeToString()
+    return module + decode._field(3, data)
+
+
+def _deep_shape(depth: int) -> bytes:
+    shape = S32.SerializeToString()
+    for _ in range(depth):
+        shape = decode._field(4, shape)  # tuple_shapes
+    return shape
+
+
+@pytest.mark.parametrize(
+    "program_shape",
+    [
+        hlo_pb2.ProgramShapeProto(parameters=[F32], result=S32, parameter_names=["x"]),
+        decode._field(3, b"\xff"),  # a parameter name that is not UTF-8
+        decode._field(1, b"\x1a\x05\x01"),  # dimensions running past the shape's end
+        decode._field(2, decode._field(5, decode._field(6, b"\x08"))),  # a cut tile
+        decode._field(2, _deep_shape(20)),
+        decode._field(2, _deep_shape(40)),  # past the C check's depth: upb's
+        decode._field(2, _deep_shape(99)),  # past upb's limit
+        decode._field(2, b"\x10\x05" + decode._field(9, b"")),  # an unknown field
+    ],
+    ids=lambda p: str(len(p if isinstance(p, bytes) else p.SerializeToString())),
+)
+def test_program_shapes_are_checked_the_same(
+    program_shape: bytes | hlo_pb2.ProgramShapeProto,
+) -> None:
+    raw = program_shape if isinstance(program_shape, bytes) else program_shape.SerializeToString()
+    data = _with_program_shape(raw)
+    assert _with_c(data, decode_hlo_module_proto) == _reference(data, decode_hlo_module_proto)

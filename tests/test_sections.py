@@ -51,7 +51,10 @@ def _between(text: str, start: str, end: str) -> str:
 
 
 def _cells(row: str) -> list[str]:
-    return re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row)
+    """A table row's cells, as text (a gap cell's bar left out)."""
+    return [
+        re.sub(r"<[^>]*>", "", c).strip() for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row)
+    ]
 
 
 def test_actions_read_the_same_in_every_format(outputs: dict[str, str], dom: str) -> None:
@@ -216,3 +219,27 @@ def test_the_page_holds_the_what_ifs_and_the_warnings(tmp_path: Path) -> None:
     assert len(what_if) == len(report.what_if) and len(warnings) == len(report.warnings)
     for line in (*what_if, *warnings):
         assert line in dom
+
+
+def test_op_cells_read_the_same_on_the_page_as_in_the_table(tmp_path: Path) -> None:
+    """The page's op rows and a command buffer's ops under its call are the table's cells
+    (the table of every op, one line each at 220 columns); the figures are the JSON's."""
+    headless_chromium()
+    from tests.test_command_buffers import GRAPH_LAUNCHES, ONE_BUFFER, _audit
+
+    report = _audit(tmp_path, "jit_step", GRAPH_LAUNCHES, ONE_BUFFER)
+    assert report.ops[0].command_buffer_ops
+    table = render(report, "table", RenderOptions(top=0, width=220))
+    page = tmp_path / "page.html"
+    page.write_text(render(report, "html", RenderOptions()))
+    dom = html.unescape(browse(page, "--virtual-time-budget=3000").stdout)
+    rows = [
+        [c.strip() for c in line.split("│")] for line in table.splitlines() if line.count("│") >= 10
+    ]
+    cells = [_cells(r) for r in re.findall(r'<tr class="op[^"]*"[^>]*>(.*?)</tr>', dom)]
+    assert len(cells) == len(rows) == 1 + len(report.ops[0].command_buffer_ops)
+    for row, page_cells in zip(rows, cells, strict=True):
+        assert [c.lstrip("└ ") for c in page_cells[:-1]] == [c.lstrip("└ ") for c in row[:-1]]
+    data = json.loads(render(report, "json", RenderOptions(top=0)))
+    (op,) = data["ops"]
+    assert cells[0][4] == fmt_us(op["measured_us"]) and cells[0][8] == fmt_eff(op["efficiency"])

@@ -21,13 +21,16 @@ from importlib.resources import files
 from string import Template
 
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
-from hlogap.render.cells import op_labels
+from hlogap.render.cells import sub_row_cells
 from hlogap.render.sections import (
+    OP_COLUMNS,
+    OP_FIGURES,
     AuditSections,
     audit_sections,
     groups_section,
     hosts_section,
     memory_sections,
+    op_cells,
     page_scopes,
     sentence,
 )
@@ -90,16 +93,23 @@ class HtmlRenderer:
 def _page_data(
     report: AuditReport, sections: AuditSections, scopes: list[GroupRow]
 ) -> dict[str, object]:
-    """The report's JSON (every op, each with its label), and the sections the page's script
-    lays out: the actions, the steps' rows, the memory, the hosts' tables and the scopes."""
+    """The report's JSON (every op, each with its label and cells, its command buffer's ops
+    too), and the sections the page's script lays out: the op table's columns, the actions,
+    the steps' rows, the memory, the hosts' tables and the scopes."""
     data = report.to_dict(0)
     ops = data["ops"]
     assert isinstance(ops, list)
-    for op, label in zip(ops, op_labels(report, report.ops), strict=True):
-        op["label"] = label
+    for op, cells, row in zip(ops, op_cells(report, report.ops), report.ops, strict=True):
+        op["label"] = cells["op"]
+        op["cells"] = [cells[c] for c in OP_COLUMNS]
+        for sub, sub_row in zip(op["command_buffer_ops"], row.command_buffer_ops, strict=True):
+            sub_cells = sub_row_cells(sub_row)
+            sub_cells["op"] = sub_cells["op"].lstrip()  # the page indents it itself
+            sub["cells"] = [sub_cells[c] for c in OP_COLUMNS]
     data["html_scopes"] = [g.to_dict(rank) for rank, g in enumerate(scopes, 1)]
     hosts = hosts_section(report)
     data["sections"] = {
+        "ops": {"columns": OP_COLUMNS, "figures": [c in OP_FIGURES for c in OP_COLUMNS]},
         "actions": sections.actions.to_dict(),
         "steps": sections.steps.to_dict(),
         "memory": memory_sections(report, 0).to_dict(),

@@ -9,19 +9,18 @@ from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.render.cells import (
     SUB_ROW,
     SUB_ROWS_NOTE,
-    bound_cells,
-    count_cell,
     more_sub_cells,
-    op_labels,
     sub_row_cells,
     sub_rows,
 )
 from hlogap.render.sections import (
+    OP_COLUMNS,
     ActionsSection,
     GroupsSection,
     StepsSection,
     audit_sections,
     groups_section,
+    op_cells,
     sentence,
 )
 from hlogap.render.text import (
@@ -37,7 +36,6 @@ from hlogap.render.text import (
 from hlogap.report.compare import Diff, DiffRow
 from hlogap.report.gate import CheckResult
 from hlogap.report.model import AuditReport
-from hlogap.units import fmt_eff, fmt_us
 
 
 class MarkdownRenderer:
@@ -75,18 +73,10 @@ def _audit(report: AuditReport, top: int, steps: bool, subs: bool = True) -> str
         "|---:|---|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     rows = report.ops if top <= 0 else report.ops[:top]
-    labels = op_labels(report, rows)
     estimated = False
-    for rank, (r, label, (share, _)) in enumerate(
-        zip(rows, labels, report.shares(rows), strict=True), 1
-    ):
-        hint = r.hints[0] if r.hints else ""
-        bound, gap, eff = bound_cells(r)
-        lines.append(
-            f"| {rank} | `{_cell(label)}` | {_cell(r.category)} | {count_cell(r)} | "
-            f"{fmt_us(r.measured_us)} | {fmt_eff(share)} | {bound} | {gap} | {eff} | "
-            f"{r.bound_by} | {_cell(hint)} |"
-        )
+    for r, cells in zip(rows, op_cells(report, rows), strict=True):
+        cells["op"] = f"`{cells['op']}`"
+        lines.append("| " + " | ".join(_cell(cells[c]) for c in OP_COLUMNS) + " |")
         under, left_out = sub_rows(r, top) if subs else ([], [])
         lines += [_sub_row(sub_row_cells(sub), code=True) for sub in under]
         lines += [_sub_row(more_sub_cells(left_out), code=False)] if left_out else []

@@ -11,7 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeVar
 
-from hlogap.render.cells import any_unmodeled, group_bound_cells
+from hlogap.render.cells import (
+    any_unmodeled,
+    bound_cells,
+    count_cell,
+    group_bound_cells,
+    op_labels,
+)
 from hlogap.render.text import (
     STEP_COLUMNS,
     cross_check_lines,
@@ -23,10 +29,54 @@ from hlogap.render.text import (
     what_if_lines,
 )
 from hlogap.report.groups import DEFAULT_DEPTH, group_rows
-from hlogap.report.model import Action, AuditReport, GroupRow, warmup_of
+from hlogap.report.model import Action, AuditReport, GroupRow, OpRow, warmup_of
 from hlogap.report.schema import AllocatorPeak
 from hlogap.report.sections import StepSkew
 from hlogap.units import fmt_eff, fmt_si, fmt_us
+
+OP_COLUMNS = (
+    "#",
+    "op",
+    "category",
+    "n",
+    "measured",
+    "time",
+    "bound",
+    "gap",
+    "eff",
+    "bound by",
+    "why",
+)
+OP_FIGURES = frozenset(("#", "n", "measured", "time", "bound", "gap", "eff"))  # right-aligned
+
+
+def op_cells(report: AuditReport, rows: list[OpRow]) -> list[dict[str, str]]:
+    """The op rows' cells by `OP_COLUMNS`, ranked from 1: each op's name told apart from
+    another module's, `-` for the bound, gap and efficiency of an op with none, the time's
+    share of the report's, the first hint (hlogap.render.cells)."""
+    return [
+        dict(
+            zip(
+                OP_COLUMNS,
+                (
+                    str(rank),
+                    label,
+                    r.category,
+                    count_cell(r),
+                    fmt_us(r.measured_us),
+                    fmt_eff(share),
+                    *bound_cells(r),
+                    r.bound_by,
+                    r.hints[0] if r.hints else "",
+                ),
+                strict=True,
+            )
+        )
+        for rank, (r, label, (share, _)) in enumerate(
+            zip(rows, op_labels(report, rows), report.shares(rows), strict=True), 1
+        )
+    ]
+
 
 SHOWN_ACTIONS = 5  # in the table and Markdown; `--top 0`, the JSON and the page hold them all
 # The actions' table (the page's): the first `ACTION_FIGURES` columns are figures.

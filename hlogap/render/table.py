@@ -16,10 +16,7 @@ from hlogap.render.base import (
 )
 from hlogap.render.cells import (
     SUB_ROWS_NOTE,
-    bound_cells,
-    count_cell,
     more_sub_cells,
-    op_labels,
     sub_row_cells,
     sub_rows,
 )
@@ -28,11 +25,14 @@ from hlogap.render.sections import (
     ALLOCATOR_FIGURES,
     BUFFER_COLUMNS,
     BUFFER_FIGURES,
+    OP_COLUMNS,
+    OP_FIGURES,
     ActionsSection,
     StepsSection,
     audit_sections,
     groups_section,
     memory_sections,
+    op_cells,
 )
 from hlogap.render.sparkline import allocator_timeline_lines
 from hlogap.render.text import (
@@ -51,7 +51,7 @@ from hlogap.report.compare import RENAMED, Diff, DiffRow
 from hlogap.report.gate import CheckResult
 from hlogap.report.model import AuditReport
 from hlogap.report.schema import Chip, InstructionBound
-from hlogap.units import fmt_eff, fmt_si, fmt_us
+from hlogap.units import fmt_si, fmt_us
 
 if TYPE_CHECKING:  # Rich is imported on use: JSON output never loads its table machinery
     from rich.table import Table
@@ -187,19 +187,7 @@ def _columns(table: Table, columns: tuple[tuple[str, str], ...]) -> None:
 
 
 WIDE = 220
-OP_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("#", "right"),
-    ("op", "left"),
-    ("category", "left"),
-    ("n", "right"),
-    ("measured", "right"),
-    ("time", "right"),
-    ("bound", "right"),
-    ("gap", "right"),
-    ("eff", "right"),
-    ("bound by", "left"),
-    ("why", "left"),
-)
+OP_TABLE_COLUMNS = tuple((c, "right" if c in OP_FIGURES else "left") for c in OP_COLUMNS)
 # Dropped in this order when the terminal is too narrow for every column.
 DROP_FIRST = ("category", "bound", "n", "bound by", "time")
 MIN_OP, MIN_WHY = 16, 24
@@ -292,25 +280,8 @@ def _ops(
     rows = report.ops if top <= 0 else report.ops[:top]
     cells = []
     note: list[str] = []
-    for rank, (r, label, (share, _)) in enumerate(
-        zip(rows, op_labels(report, rows), report.shares(rows), strict=True), 1
-    ):
-        bound, gap, eff = bound_cells(r)
-        cells.append(
-            {
-                "#": str(rank),
-                "op": label,
-                "category": r.category,
-                "n": count_cell(r),
-                "measured": fmt_us(r.measured_us),
-                "time": fmt_eff(share),
-                "bound": bound,
-                "gap": gap,
-                "eff": eff,
-                "bound by": r.bound_by,
-                "why": r.hints[0] if r.hints else "",
-            }
-        )
+    for r, row_cells in zip(rows, op_cells(report, rows), strict=True):
+        cells.append(row_cells)
         shown, left_out = sub_rows(r, top) if subs else ([], [])
         cells += [sub_row_cells(sub) for sub in shown]
         cells += [more_sub_cells(left_out)] if left_out else []
@@ -318,18 +289,18 @@ def _ops(
             note = [SUB_ROWS_NOTE]
     if width is None:
         table = _new_table()
-        _columns(table, OP_COLUMNS)
+        _columns(table, OP_TABLE_COLUMNS)
         for c in cells:
-            _row(table, (c[name] for name, _ in OP_COLUMNS))
+            _row(table, (c[name] for name, _ in OP_TABLE_COLUMNS))
         return table, [*more_line(len(rows), len(report.ops), "--top 0 shows all"), *note]
     more = [*more_line(len(rows), len(report.ops), "--top 0 shows all"), *note]
-    _, _, why_width = _fit(cells, OP_COLUMNS, DROP_FIRST, width)
+    _, _, why_width = _fit(cells, OP_TABLE_COLUMNS, DROP_FIRST, width)
     if all(len(c["why"]) <= why_width for c in cells):
-        table, dropped = _fitted_table(cells, OP_COLUMNS, DROP_FIRST, width)
+        table, dropped = _fitted_table(cells, OP_TABLE_COLUMNS, DROP_FIRST, width)
         return table, [*more, *dropped]
     # A reason cut to the column's width says too little: each goes on lines of its own under
     # its row, wrapped between words, and the row keeps the room for its other columns.
-    table, dropped = _fitted_table(cells, OP_COLUMNS[:-1], DROP_FIRST, width, text=None)
+    table, dropped = _fitted_table(cells, OP_TABLE_COLUMNS[:-1], DROP_FIRST, width, text=None)
     return _with_reasons(table, [c["why"] for c in cells], width, color), [*more, *dropped]
 
 

@@ -25,25 +25,20 @@ const svgChild = (svg, tag, attrs, text) => {
 };
 
 // --- op table: sort, filter, details -------------------------------------------------
-// An unmodeled op has no bound: its bound, gap and efficiency show "-", not 0, its whole time
-// and 0%; it sorts by its row's figures, where the text's --sort puts it (its gap is its whole
-// time). The default order is the report's own (rank). `label` tells apart ops of one name in
-// several modules.
+// Each op's cells are the section's (o.cells: hlogap words them, as the table does: "-" for
+// the bound, gap and efficiency of an unmodeled op, `label` telling apart ops of one name in
+// several modules); each column sorts by the op's figure, where the text's --sort puts it (an
+// unmodeled op's gap is its whole time). The default order is the report's own (rank).
 const bounded = (o, v) => o.bound_by === "unmodeled" ? null : v;
-const runs = (o) => o.runs_per_occurrence > 1 ? o.occurrences + "x" + o.runs_per_occurrence : String(o.occurrences);
-const COLUMNS = [
-  ["rank", "#", (o) => o.rank, (o) => String(o.rank), true],
-  ["name", "op", (o) => o.label, (o) => o.label, false],
-  ["category", "category", (o) => o.category, (o) => o.category, false],
-  ["occurrences", "n", (o) => o.occurrences * o.runs_per_occurrence, runs, true],
-  ["measured_us", "measured", (o) => o.measured_us, (o) => fmtUs(o.measured_us), true],
-  ["share", "time", (o) => o.share, (o) => pct(o.share), true],
-  ["bound_us", "bound", (o) => o.bound_us, (o) => fmtUs(bounded(o, o.bound_us)), true],
-  ["gap_us", "gap", (o) => o.gap_us, (o) => fmtUs(bounded(o, o.gap_us)), true],
-  ["efficiency", "eff", (o) => o.efficiency, (o) => pct(bounded(o, o.efficiency)), true],
-  ["bound_by", "bound by", (o) => o.bound_by, (o) => o.bound_by, false],
-  ["hints", "why", (o) => (o.hints[0] || ""), (o) => (o.hints[0] || ""), false],
+const SORT_KEYS = [
+  ["rank", (o) => o.rank], ["name", (o) => o.label], ["category", (o) => o.category],
+  ["occurrences", (o) => o.occurrences * o.runs_per_occurrence], ["measured_us", (o) => o.measured_us],
+  ["share", (o) => o.share], ["bound_us", (o) => o.bound_us], ["gap_us", (o) => o.gap_us],
+  ["efficiency", (o) => o.efficiency], ["bound_by", (o) => o.bound_by], ["hints", (o) => (o.hints[0] || "")],
 ];
+// [key, heading, sort value, cell, a figure (right-aligned)] of each column.
+const COLUMNS = SORT_KEYS.map(([key, get], k) =>
+  [key, R.sections.ops.columns[k], get, (o) => o.cells[k], R.sections.ops.figures[k]]);
 let sortKey = "rank", sortDir = 1, filterText = "";
 const maxGap = Math.max(1e-9, ...R.ops.map((o) => bounded(o, o.gap_us) || 0));
 
@@ -98,20 +93,11 @@ function renderOps() {
 }
 
 // A command buffer's op under its call (estimated: its share of the call's time by its
-// bound), kept under the call whatever the sort; its estimated figures marked "~".
-const estimated = (text) => text === "-" ? text : "~" + text;
-const SUB_CELLS = {
-  rank: () => "", name: (o) => "\u2514 " + o.name, share: () => "",
-  measured_us: (o) => estimated(fmtUs(o.measured_us)),
-  gap_us: (o) => estimated(fmtUs(bounded(o, o.gap_us))),
-  efficiency: (o) => estimated(pct(bounded(o, o.efficiency))),
-  hints: (o) => (o.hints.find((h) => !h.startsWith("estimated: ")) || ""),
-};
+// bound), kept under the call whatever the sort; its cells (estimated figures marked "~")
+// are the section's.
 function subRow(o) {
   const tr = el("tr", {class: "op sub", title: o.hints[0] || ""});
-  for (const [key, , , show, num] of COLUMNS) {
-    tr.appendChild(el("td", num ? {class: "num"} : {}, (SUB_CELLS[key] || show)(o)));
-  }
+  for (const [, , , show, num] of COLUMNS) tr.appendChild(el("td", num ? {class: "num"} : {}, show(o)));
   tr.addEventListener("click", () => toggleDetail(tr, o));
   return tr;
 }

@@ -1,9 +1,10 @@
-"""The audit's sections, worded once: the header, what to change, the what-ifs, the steps and
-the cross-check, each as a typed section holding its sentences and its table's cells. The
-table, the Markdown and the HTML page lay these out (the page's script draws the actions' and
-the steps' JSON, their `to_dict`) and word none of it themselves, so that a section reads the
-same in every format. The header's lines (with the mesh, memory and hosts) are those of
-hlogap.render.text, which diff and check share.
+"""An audit's sections, worded once: the header, the op rows' cells, what to change, the
+what-ifs, the steps, the cross-check, the warnings, the memory (static and at run time), the
+hosts' tables and the groups, each a typed section holding its sentences and its tables' cells.
+The table, the Markdown and the HTML page lay these out and word none of it themselves (the
+page's script draws the sections' JSON, their `to_dict`), so that a section reads the same in
+every format and a new one is written here once. The header's lines (chip, steps, memory,
+mesh, hosts) are hlogap.render.text's, which diff and check share.
 """
 
 from __future__ import annotations
@@ -530,11 +531,7 @@ def groups_section(
             fmt_us(g.measured_us),
             *group_bound_cells(g),
             *([fmt_us(g.unmodeled_us)] if unmodeled else []),
-            *(
-                [fmt_si(g.bus_bw, "B/s") if g.bus_bw else "-", _opt_us(g.exposed_us)]
-                if by_axis
-                else []
-            ),
+            *(_axis_cells(g) if by_axis else []),
         ]
         for rank, g in enumerate(shown, 1)
     ]

@@ -561,20 +561,28 @@ def _steps_said(est: Estimate) -> str:
     return f"{est.n_base} and {est.n_new} steady steps"
 
 
+@dataclass(frozen=True)
+class Scale:
+    """The scale a check's noise is estimated on, and the unit its value is in: `to_value` maps
+    the scale to the unit, `from_value` back."""
+
+    to_value: Callable[[float], float]
+    from_value: Callable[[float], float]
+    unit: str = "%"
+
+
 def _decide(
     point: float,
     est: Estimate,
     limit: float,
-    to_value: Callable[[float], float],
-    from_value: Callable[[float], float],
+    scale: Scale,
     what: str,
-    unit: str = "%",
     confidence: float = CONFIDENCE,
     between: float = 0.0,
     exact: bool = False,
 ) -> tuple[Verdict, tuple[float, float] | None, str, str]:
     """The verdict on a change `point` (in the check's unit) whose noise is `est` (on its own
-    scale: `to_value` maps the scale to the unit, `from_value` back): pass when none of the
+    `scale`): pass when none of the
     steps' interval is past `limit`; fail when all of it is, even widened by `between` (on the
     scale: the run-to-run noise no step shows, added to the steps' half-width in quadrature);
     else inconclusive. The allowance only keeps noise from failing a run: an unchanged run
@@ -590,19 +598,19 @@ def _decide(
     if steps_half is None or not math.isfinite(steps_half):
         said = f"no noise estimate ({_steps_said(est)}): the fixed limit decides"
         return ("fail" if _over(point, limit) else "pass"), None, said, ""
-    lo, hi = to_value(est.center - steps_half), to_value(est.center + steps_half)
-    widened = to_value(est.center - math.hypot(steps_half, between))
-    said = f"{_fmt_interval(lo, hi, unit)}, {_steps_said(est)}"
+    lo, hi = scale.to_value(est.center - steps_half), scale.to_value(est.center + steps_half)
+    widened = scale.to_value(est.center - math.hypot(steps_half, between))
+    said = f"{_fmt_interval(lo, hi, scale.unit)}, {_steps_said(est)}"
     if not lo <= hi or not widened <= lo:  # NaN: fail closed
         return "fail", None, said, ""
     if _over(widened, limit):
         return "fail", (lo, hi), said, ""
     if hi <= limit:
         return "pass", (lo, hi), said, ""
-    margin = abs(est.center - from_value(limit))
+    margin = abs(est.center - scale.from_value(limit))
     # Below the limit more steps narrow the interval under it; above, a fail also needs the
     # change past the run-to-run allowance.
-    below = est.center < from_value(limit)
+    below = est.center < scale.from_value(limit)
     room = (
         margin
         if below
@@ -619,7 +627,7 @@ def _decide(
         else "more steps would not decide it: the change is within the run-to-run allowance "
         "(--run-noise) of the limit"
     )
-    change = f"{point:+.1f}%" if unit == "%" else f"{point:+.1f} {unit}"
+    change = f"{point:+.1f}%" if scale.unit == "%" else f"{point:+.1f} {scale.unit}"
     line = f"{what} changed {change} ({said}): within run-to-run noise; {about}"
     return "inconclusive", (lo, hi), said, line
 
@@ -634,6 +642,29 @@ def _log(pct: float) -> float:
     return math.log1p(pct / 100.0) if pct > -100.0 else -math.inf
 
 
+# A relative change in %, its noise estimated on the log scale.
+RELATIVE = Scale(_rel, _log)
+
+
+def _gated(
+    name: str,
+    value: float,
+    limit: float,
+    est: Estimate,
+    scale: Scale,
+    what: str,
+    text: Callable[[str], str],
+    between: float = 0.0,
+    exact: bool = False,
+) -> Check:
+    """The check `name` of a change `value` (`what` changed) against `limit`, decided on its
+    noise `est` (`_decide`); `text` words it, given the interval in words."""
+    verdict, interval, said, line = _decide(
+        value, est, limit, scale, what, between=between, exact=exact
+    )
+    return Check(name, value, limit, verdict == "fail", text(said), verdict, interval, line)
+
+
 def _ratio_estimate(
     base: list[float], new: list[float], center: float, median: bool = False
 ) -> Estimate:
@@ -646,98 +677,82 @@ def _totals_checks(diff: Diff, t: Thresholds) -> tuple[list[Check], list[str]]:
     of their steps is the noise), else on the totals scaled by the run-length ratio against
     the fixed limits (a report without steps: no noise estimate)."""
     base, new = per_step(diff.base), per_step(diff.new)
-    notes: list[str] = []
     if base is None or new is None or base.measured_us <= 0:
-        missing = " and ".join(s for s, p in (("BASE", base), ("NEW", new)) if p is None)
-        why = (
-            f"; no steps in {missing}: no noise estimate, the fixed limits decide"
-            if missing
-            else ""
-        )
-        r = diff.ratio
-        scaled = "" if r == 1 else f" (x{r:.3g} run length)"
-        return [
-            Check(
-                "measured",
-                diff.measured_delta_pct,
-                t.max_regression,
-                _over(diff.measured_delta_pct or 0.0, t.max_regression),
-                f"total measured {fmt_us(r * diff.base.measured_us)}{scaled} -> "
-                f"{fmt_us(diff.new.measured_us)}: {_pct(diff.measured_delta_pct)} "
-                f"(limit +{t.max_regression:g}%){why}",
-            ),
-            Check(
-                "gap",
-                diff.gap_delta_pct,
-                t.max_gap_regression,
-                _over(diff.gap_delta_pct or 0.0, t.max_gap_regression),
-                f"total gap {fmt_us(r * diff.base.gap_us)}{scaled} -> {fmt_us(diff.new.gap_us)}: "
-                f"{_pct(diff.gap_delta_pct)} of the baseline's measured time "
-                f"(limit +{t.max_gap_regression:g}%){why}",
-            ),
-        ], notes
+        return _fixed_totals_checks(diff, t, base, new), []
+    notes: list[str] = []
     recomputed = [s for s, p in (("BASE", base), ("NEW", new)) if p.recomputed]
     if recomputed:
         notes.append(
             f"{' and '.join(recomputed)} counts its warm-up steps in its op rows (saved before "
             "hlogap.audit/4): its measured and gap per step are recomputed from its steady steps"
         )
-    checks: list[Check] = []
+    exact = _same_run(diff)
     # Measured time per steady step: a ratio, its noise the spread of the steps' logs.
     delta = (new.measured_us / base.measured_us - 1.0) * 100.0
-    est = _ratio_estimate(base.measured, new.measured, _log(delta))
-    verdict, interval, said, line = _decide(
+    measured = _gated(
+        "measured",
         delta,
-        est,
         t.max_regression,
-        _rel,
-        _log,
+        _ratio_estimate(base.measured, new.measured, _log(delta)),
+        RELATIVE,
         "the measured time per step",
+        lambda said: (
+            f"measured per steady step {fmt_us(base.measured_us)} -> "
+            f"{fmt_us(new.measured_us)}: {_pct(delta)} ({said}; limit +{t.max_regression:g}%)"
+        ),
         between=_log(_noise(t)),
-        exact=_same_run(diff),
-    )
-    checks.append(
-        Check(
-            "measured",
-            delta,
-            t.max_regression,
-            verdict == "fail",
-            f"measured per steady step {fmt_us(base.measured_us)} -> {fmt_us(new.measured_us)}: "
-            f"{_pct(delta)} ({said}; limit +{t.max_regression:g}%)",
-            verdict,
-            interval,
-            line,
-        )
+        exact=exact,
     )
     # The gap's growth, in % of the baseline's measured time per step: a difference.
     scale = 100.0 / base.measured_us
     gap_delta = (new.gap_us - base.gap_us) * scale
-    est = welch(Spread.of(base.gaps), Spread.of(new.gaps), gap_delta / scale)
-    verdict, interval, said, line = _decide(
+    gap = _gated(
+        "gap",
         gap_delta,
-        est,
         t.max_gap_regression,
-        lambda x: x * scale,
-        lambda v: v / scale,
+        welch(Spread.of(base.gaps), Spread.of(new.gaps), gap_delta / scale),
+        Scale(lambda x: x * scale, lambda v: v / scale),
         "the gap per step (in % of the baseline's measured time)",
-        between=_noise(t) / scale,
-        exact=_same_run(diff),
-    )
-    checks.append(
-        Check(
-            "gap",
-            gap_delta,
-            t.max_gap_regression,
-            verdict == "fail",
+        lambda said: (
             f"gap per steady step {fmt_us(base.gap_us)} -> {fmt_us(new.gap_us)}: "
             f"{_pct(gap_delta)} of the baseline's measured time ({said}; "
-            f"limit +{t.max_gap_regression:g}%)",
-            verdict,
-            interval,
-            line,
-        )
+            f"limit +{t.max_gap_regression:g}%)"
+        ),
+        between=_noise(t) / scale,
+        exact=exact,
     )
-    return checks, notes
+    return [measured, gap], notes
+
+
+def _fixed_totals_checks(
+    diff: Diff, t: Thresholds, base: PerStep | None, new: PerStep | None
+) -> list[Check]:
+    """The measured and gap checks on the totals (scaled by the run-length ratio) against the
+    fixed limits: a side without steps has no noise estimate."""
+    missing = " and ".join(s for s, p in (("BASE", base), ("NEW", new)) if p is None)
+    why = f"; no steps in {missing}: no noise estimate, the fixed limits decide" if missing else ""
+    r = diff.ratio
+    scaled = "" if r == 1 else f" (x{r:.3g} run length)"
+    return [
+        Check(
+            "measured",
+            diff.measured_delta_pct,
+            t.max_regression,
+            _over(diff.measured_delta_pct or 0.0, t.max_regression),
+            f"total measured {fmt_us(r * diff.base.measured_us)}{scaled} -> "
+            f"{fmt_us(diff.new.measured_us)}: {_pct(diff.measured_delta_pct)} "
+            f"(limit +{t.max_regression:g}%){why}",
+        ),
+        Check(
+            "gap",
+            diff.gap_delta_pct,
+            t.max_gap_regression,
+            _over(diff.gap_delta_pct or 0.0, t.max_gap_regression),
+            f"total gap {fmt_us(r * diff.base.gap_us)}{scaled} -> {fmt_us(diff.new.gap_us)}: "
+            f"{_pct(diff.gap_delta_pct)} of the baseline's measured time "
+            f"(limit +{t.max_gap_regression:g}%){why}",
+        ),
+    ]
 
 
 @dataclass(frozen=True)
@@ -839,8 +854,7 @@ def _op_checks(diff: Diff, gated: list[DiffRow], t: Thresholds) -> list[OpCheck]
             change,
             welch(*spreads, _log(change)),
             t.max_op_regression,
-            _rel,
-            _log,
+            RELATIVE,
             f"{row.name} (per occurrence)",
             confidence=confidence,
             between=between,
@@ -1027,84 +1041,68 @@ def _warmup(diff: Diff) -> str:
 def _step_checks(diff: Diff, t: Thresholds) -> list[Check]:
     """The step checks asked for, over each side's steady steps (the summary's frame); each
     fails when a side has no steps to compare."""
-    checks: list[Check] = []
     missing = [side for side, r in (("BASE", diff.base), ("NEW", diff.new)) if not r.steps]
     why = f"no steps in {' and '.join(missing)}" if missing else ""
+    checks: list[Check] = []
     if t.max_step_regression is not None:
-        step = None if missing else step_change(diff)
-        if step is None:
-            checks.append(
-                Check("step", None, t.max_step_regression, True, f"step time: {why or 'none'}")
-            )
-        else:
-            delta = (step.new_us / step.base_us - 1.0) * 100.0
-            verdict, interval, said, line = _decide(
-                delta,
-                step.est,
-                t.max_step_regression,
-                _rel,
-                _log,
-                "the step",
-                between=_log(_noise(t)),
-                exact=_same_run(diff),
-            )
-            checks.append(
-                Check(
-                    "step",
-                    delta,
-                    t.max_step_regression,
-                    verdict == "fail",
-                    f"median step {fmt_us(step.base_us)} -> {fmt_us(step.new_us)}: "
-                    f"{_pct(delta)} ({said}; limit +{t.max_step_regression:g}%){_warmup(diff)}",
-                    verdict,
-                    interval,
-                    line,
-                )
-            )
+        checks.append(_step_check(diff, t, t.max_step_regression, why))
     if t.max_idle_regression is not None:
-        # A version-2 report counted the skew between devices as idle (version 3 does not):
-        # its idle is not the same figure, and no verdict can compare the two.
-        older = [
-            side
-            for side, r in (("BASE", diff.base), ("NEW", diff.new))
-            if r.steps and not all(s.device_rows for s in r.steps)
-        ]
-        base_idle, new_idle = _idle_share(diff.base), _idle_share(diff.new)
-        if missing or older or base_idle is None or new_idle is None:
-            reason = why or (
-                f"{' and '.join(older)} saved before hlogap.audit/3 (its idle counts the skew "
-                "between devices): save it again with this hlogap"
-                if older
-                else "no step time"
-            )
-            checks.append(Check("idle", None, t.max_idle_regression, True, f"idle: {reason}"))
-        else:
-            change = new_idle - base_idle
-            est = welch(
-                Spread.of(_idle_shares(diff.base)), Spread.of(_idle_shares(diff.new)), change
-            )
-            verdict, interval, said, line = _decide(
-                change,
-                est,
-                t.max_idle_regression,
-                lambda x: x,
-                lambda v: v,
-                "the devices' idle share",
-                unit="pt",
-                exact=_same_run(diff),
-            )
-            checks.append(
-                Check(
-                    "idle",
-                    change,
-                    t.max_idle_regression,
-                    verdict == "fail",
-                    f"devices idle {base_idle:.1f}% -> {new_idle:.1f}% of step time: "
-                    f"{change:+.1f} pt ({said}; limit +{t.max_idle_regression:g} pt)"
-                    f"{_warmup(diff)}",
-                    verdict,
-                    interval,
-                    line,
-                )
-            )
+        checks.append(_idle_check(diff, t, t.max_idle_regression, why))
     return checks
+
+
+def _step_check(diff: Diff, t: Thresholds, limit: float, why: str) -> Check:
+    """The steady median step's change (`why`: a side has no steps)."""
+    step = None if why else step_change(diff)
+    if step is None:
+        return Check("step", None, limit, True, f"step time: {why or 'none'}")
+    delta = (step.new_us / step.base_us - 1.0) * 100.0
+    return _gated(
+        "step",
+        delta,
+        limit,
+        step.est,
+        RELATIVE,
+        "the step",
+        lambda said: (
+            f"median step {fmt_us(step.base_us)} -> {fmt_us(step.new_us)}: "
+            f"{_pct(delta)} ({said}; limit +{limit:g}%){_warmup(diff)}"
+        ),
+        between=_log(_noise(t)),
+        exact=_same_run(diff),
+    )
+
+
+def _idle_check(diff: Diff, t: Thresholds, limit: float, why: str) -> Check:
+    """The change of the devices' idle share of their steps, in points (`why`: a side has no
+    steps)."""
+    # A version-2 report counted the skew between devices as idle (version 3 does not): its
+    # idle is not the same figure, and no verdict can compare the two.
+    older = [
+        side
+        for side, r in (("BASE", diff.base), ("NEW", diff.new))
+        if r.steps and not all(s.device_rows for s in r.steps)
+    ]
+    base_idle, new_idle = _idle_share(diff.base), _idle_share(diff.new)
+    if why or older or base_idle is None or new_idle is None:
+        reason = why or (
+            f"{' and '.join(older)} saved before hlogap.audit/3 (its idle counts the skew "
+            "between devices): save it again with this hlogap"
+            if older
+            else "no step time"
+        )
+        return Check("idle", None, limit, True, f"idle: {reason}")
+    change = new_idle - base_idle
+    return _gated(
+        "idle",
+        change,
+        limit,
+        welch(Spread.of(_idle_shares(diff.base)), Spread.of(_idle_shares(diff.new)), change),
+        Scale(lambda x: x, lambda v: v, "pt"),
+        "the devices' idle share",
+        lambda said: (
+            f"devices idle {base_idle:.1f}% -> {new_idle:.1f}% of step time: "
+            f"{change:+.1f} pt ({said}; limit +{limit:g} pt){_warmup(diff)}"
+        ),
+        exact=_same_run(diff),
+    )

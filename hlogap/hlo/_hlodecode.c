@@ -363,10 +363,19 @@ static int set_frozen(Frozen *frozen, PyObject *spec, Py_ssize_t count) {
     return 1;
 }
 
-static int set_layout(Layout *layout, PyObject *type, PyObject *defaults,
+/* A slots dataclass whose fields (`fields`, as dataclasses.fields lists them) are `names`,
+   each set here (or from `defaults` where it has one). */
+static int set_layout(Layout *layout, PyObject *type, PyObject *fields, PyObject *defaults,
                       const char *const *names, Py_ssize_t count) {
-    if (!PyType_Check(type) || !PyDict_Check(defaults))
-        return unhandled("setup wants the IR classes and their defaults");
+    if (!PyType_Check(type) || !PyTuple_Check(fields) || !PyDict_Check(defaults))
+        return unhandled("setup wants the IR classes, their fields and their defaults");
+    if (PyTuple_GET_SIZE(fields) != count)
+        return unhandled("setup: an IR class's fields changed");
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *name = PyTuple_GET_ITEM(fields, i);
+        if (!PyUnicode_Check(name) || PyUnicode_CompareWithASCIIString(name, names[i]) != 0)
+            return unhandled("setup: an IR class's fields changed");
+    }
     layout->type = (PyTypeObject *)type;
     Py_INCREF(type);
     layout->count = count;
@@ -1582,11 +1591,8 @@ static PyObject *instruction(Module *m, const Inst *inst, int is_root) {
         (f.groups.p != NULL && (f.groups_split || !(op->flags & COLLECTIVE))))
         return python_instruction(m, inst->bytes, is_root);
 
-    PyObject *values[I_COUNT];
-    for (int i = 0; i < I_COUNT; i++) {
-        values[i] = instruction_layout.defaults[i];
-        Py_XINCREF(values[i]);
-    }
+    /* The fields set below; the others get their defaults at the end. */
+    PyObject *values[I_COUNT] = {NULL};
     PyObject *operands = PyList_New(m->operands.n);
     PyObject *shapes = PyList_New(m->operands.n);
     PyObject *called = PyList_New(m->called.n);
@@ -1853,6 +1859,9 @@ static PyObject *instruction(Module *m, const Inst *inst, int is_root) {
     PyObject_GC_UnTrack(operands);
     PyObject_GC_UnTrack(shapes);
     PyObject_GC_UnTrack(called);
+    for (int i = 0; i < I_COUNT; i++) {
+        if (values[i] == NULL) values[i] = Py_XNewRef(instruction_layout.defaults[i]);
+    }
     PyObject *made = make_object(&instruction_layout, values);
     if (made != NULL) PyObject_GC_UnTrack(made);
     return made;
@@ -2185,14 +2194,17 @@ done:
     return result;
 }
 
-/* setup(Instruction, its defaults, Computation, its defaults, then (class, field names) of
+/* setup(Instruction, its field names, its defaults, Computation, its field names, its
+         defaults, then (class, field names) of
          SliceDim, Shape, Layout, FileLocation, StackFrame, StackFrameIndex; element names) */
 static PyObject *setup(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *inst, *inst_defaults, *comp, *comp_defaults, *slice_dim, *shape, *layout, *names,
         *file_location, *stack_frame, *stack_frame_index;
-    if (!PyArg_ParseTuple(args, "OOOOO!O!O!O!O!O!O!", &inst, &inst_defaults, &comp,
-                          &comp_defaults, &PyTuple_Type, &slice_dim, &PyTuple_Type, &shape,
+    PyObject *inst_fields, *comp_fields;
+    if (!PyArg_ParseTuple(args, "OOOOOOO!O!O!O!O!O!O!", &inst, &inst_fields, &inst_defaults,
+                          &comp, &comp_fields, &comp_defaults, &PyTuple_Type, &slice_dim,
+                          &PyTuple_Type, &shape,
                           &PyTuple_Type, &layout, &PyTuple_Type, &file_location, &PyTuple_Type,
                           &stack_frame, &PyTuple_Type, &stack_frame_index, &PyDict_Type, &names))
         return NULL;
@@ -2206,8 +2218,10 @@ static PyObject *setup(PyObject *self, PyObject *args) {
         !set_frozen(&stack_frame_index_class, stack_frame_index, 4))
         return NULL;
     element_names = Py_NewRef(names);
-    if (!set_layout(&instruction_layout, inst, inst_defaults, instruction_fields, I_COUNT) ||
-        !set_layout(&computation_layout, comp, comp_defaults, computation_fields, C_COUNT))
+    if (!set_layout(&instruction_layout, inst, inst_fields, inst_defaults, instruction_fields,
+                    I_COUNT) ||
+        !set_layout(&computation_layout, comp, comp_fields, comp_defaults, computation_fields,
+                    C_COUNT))
         return NULL;
     for (int i = 0; i < S_COUNT; i++) {
         strings[i] = PyUnicode_InternFromString(string_values[i]);

@@ -32,8 +32,10 @@ class _Hooks(Protocol):
 
 def setup(
     instruction: type[Instruction],
+    instruction_fields: tuple[str, ...],
     instruction_defaults: dict[str, object],
     computation: type[Computation],
+    computation_fields: tuple[str, ...],
     computation_defaults: dict[str, object],
     slice_dim: tuple[type[SliceDim], tuple[str, ...]],
     shape: tuple[type[Shape], tuple[str, ...]],

@@ -926,17 +926,29 @@ def _sharding_body(sharding: hlo_pb2.OpSharding) -> str:
     return text
 
 
+def _fields(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def _defaults(cls: type) -> dict[str, object]:
+    return {f.name: f.default for f in dataclasses.fields(cls) if f.default is not MISSING}
+
+
+# The C decoder writes these classes' fields itself: it checks at import that they are the
+# fields it knows (a field added to the IR fails here, not in a decoded module).
 if _hlodecode is not None:
     _hlodecode.setup(
         Instruction,
-        {f.name: f.default for f in dataclasses.fields(Instruction) if f.default is not MISSING},
+        _fields(Instruction),
+        _defaults(Instruction),
         Computation,
-        {f.name: f.default for f in dataclasses.fields(Computation) if f.default is not MISSING},
-        (SliceDim, tuple(f.name for f in dataclasses.fields(SliceDim))),
-        (Shape, tuple(f.name for f in dataclasses.fields(Shape))),
-        (Layout, tuple(f.name for f in dataclasses.fields(Layout))),
-        (FileLocation, tuple(f.name for f in dataclasses.fields(FileLocation))),
-        (StackFrame, tuple(f.name for f in dataclasses.fields(StackFrame))),
-        (StackFrameIndex, tuple(f.name for f in dataclasses.fields(StackFrameIndex))),
+        _fields(Computation),
+        _defaults(Computation),
+        (SliceDim, _fields(SliceDim)),
+        (Shape, _fields(Shape)),
+        (Layout, _fields(Layout)),
+        (FileLocation, _fields(FileLocation)),
+        (StackFrame, _fields(StackFrame)),
+        (StackFrameIndex, _fields(StackFrameIndex)),
         _ELEMENT_NAMES,
     )

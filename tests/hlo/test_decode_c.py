@@ -22,7 +22,17 @@ from hypothesis import strategies as st
 
 from hlogap.hlo import decode
 from hlogap.hlo.decode import HloDecodeError, decode_hlo_module_proto, decode_hlo_proto
-from hlogap.hlo.ir import Module
+from hlogap.hlo.ir import (
+    Computation,
+    FileLocation,
+    Instruction,
+    Layout,
+    Module,
+    Shape,
+    SliceDim,
+    StackFrame,
+    StackFrameIndex,
+)
 from hlogap.hlo.printer import format_backend_config
 from hlogap.hlo.text import is_braced
 from hlogap.proto import hlo_pb2, xplane_pb2
@@ -573,3 +583,27 @@ def test_program_shapes_are_checked_the_same(
     raw = program_shape if isinstance(program_shape, bytes) else program_shape.SerializeToString()
     data = _with_program_shape(raw)
     assert _with_c(data, decode_hlo_module_proto) == _reference(data, decode_hlo_module_proto)
+
+
+def test_a_changed_ir_class_fails_at_setup() -> None:
+    """The C decoder writes the IR's fields itself: a class whose fields are not those it
+    knows is refused when hlogap imports it, not decoded into half-made objects."""
+    fields = decode._fields(Instruction)
+    with pytest.raises(ValueError, match="fields changed"):
+        decode._hlodecode.setup(  # type: ignore[union-attr]
+            Instruction,
+            (*fields, "cost"),
+            decode._defaults(Instruction),
+            Computation,
+            decode._fields(Computation),
+            decode._defaults(Computation),
+            (SliceDim, decode._fields(SliceDim)),
+            (Shape, decode._fields(Shape)),
+            (Layout, decode._fields(Layout)),
+            (FileLocation, decode._fields(FileLocation)),
+            (StackFrame, decode._fields(StackFrame)),
+            (StackFrameIndex, decode._fields(StackFrameIndex)),
+            decode._ELEMENT_NAMES,
+        )
+    data = next(iter(_committed().values()))
+    assert decode._decode_in_c(data, wrapped=True) is not None  # still set up as before

@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hlogap.errors import HlogapError
+from hlogap.hlo import decode
 from hlogap.hlo.decode import HloDecodeError, decode_hlo_module_proto, decode_hlo_proto
 from hlogap.hlo.ir import ConvDims, Module, ReplicaGroups, Shape, Window
 from hlogap.hlo.printer import print_module
@@ -155,6 +156,18 @@ def _compile(source: str, env: dict[str, str] | None = None) -> dict[str, tuple[
     }
 
 
+@pytest.fixture(params=["c", "python"])
+def hlo_decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Protos decoded by the C extension (hlogap/hlo/_hlodecode.c), and as an install
+    without it decodes them (upb and Python). Not reset between hypothesis inputs: every
+    input of a test runs with the same decoder."""
+    if request.param == "python":
+        monkeypatch.setattr(decode, "_hlodecode", None)
+    elif decode._hlodecode is None:
+        pytest.fail("hlogap was installed without its C decoder (hlogap/hlo/_hlodecode.c)")
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
 def jax_modules() -> dict[str, tuple[str, bytes]]:
     pytest.importorskip("jax")
@@ -205,11 +218,13 @@ def _assert_same_ir(text_module: Module, proto_module: Module) -> None:
             assert decoded[inst.name] == expected, inst.name
 
 
+@pytest.mark.usefixtures("hlo_decoder")
 def test_jax_text_and_proto_give_equal_ir(jax_modules: dict[str, tuple[str, bytes]]) -> None:
     for text, proto in jax_modules.values():
         _assert_same_ir(parse_module(text), decode_hlo_module_proto(proto))
 
 
+@pytest.mark.usefixtures("hlo_decoder")
 def test_jax_proto_wrapped_in_hlo_proto(jax_modules: dict[str, tuple[str, bytes]]) -> None:
     _, proto = jax_modules["mlp"]
     module = hlo_pb2.HloModuleProto()
@@ -218,6 +233,7 @@ def test_jax_proto_wrapped_in_hlo_proto(jax_modules: dict[str, tuple[str, bytes]
     assert decode_hlo_proto(wrapped) == decode_hlo_module_proto(proto)
 
 
+@pytest.mark.usefixtures("hlo_decoder")
 def test_jax_typed_attributes(jax_modules: dict[str, tuple[str, bytes]]) -> None:
     conv = decode_hlo_module_proto(jax_modules["conv"][1]).instructions()
     (inst,) = (i for i in conv.values() if i.opcode == "convolution")
@@ -237,6 +253,7 @@ def test_jax_typed_attributes(jax_modules: dict[str, tuple[str, bytes]]) -> None
     assert opcodes >= {"all-gather", "reduce-scatter", "collective-permute", "all-to-all"}
 
 
+@pytest.mark.usefixtures("hlo_decoder")
 def test_decoded_modules_print_and_parse_back(jax_modules: dict[str, tuple[str, bytes]]) -> None:
     for _, proto in jax_modules.values():
         module = decode_hlo_module_proto(proto)
@@ -352,6 +369,7 @@ PT = hlo_pb2.PrimitiveType
         (PT.C64, (), {"c64s": [1, 0]}, "{...}"),  # complex literals are not decoded
     ],
 )
+@pytest.mark.usefixtures("hlo_decoder")
 def test_literals(
     element: int, dims: tuple[int, ...], values: dict[str, object], text: str
 ) -> None:
@@ -366,6 +384,7 @@ def test_literals(
         hlo_pb2.HloProto(hlo_module=hlo_pb2.HloModuleProto(name="empty")).SerializeToString(),
     ],
 )
+@pytest.mark.usefixtures("hlo_decoder")
 def test_undecodable_bytes(data: bytes) -> None:
     with pytest.raises(HloDecodeError) as info:
         decode_hlo_proto(data)
@@ -373,6 +392,7 @@ def test_undecodable_bytes(data: bytes) -> None:
     assert isinstance(info.value, ValueError) and not isinstance(info.value, HlogapError)
 
 
+@pytest.mark.usefixtures("hlo_decoder")
 def test_dangling_operand_is_an_error() -> None:
     proto = _constant_module(hlo_pb2.ShapeProto(element_type=PT.F32))
     proto.computations[0].instructions[0].operand_ids.append(99)
@@ -392,6 +412,7 @@ def _sample_module() -> bytes:
     return proto.SerializeToString()
 
 
+@pytest.mark.usefixtures("hlo_decoder")
 def test_sample_module_decodes() -> None:
     module = decode_hlo_module_proto(_sample_module())
     neg = module.instructions()["n"]
@@ -401,11 +422,12 @@ def test_sample_module_decodes() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(st.data())
+@pytest.mark.usefixtures("hlo_decoder")
 def test_corrupted_bytes_raise_only_decode_errors(data: st.DataObject) -> None:
     blob = bytearray(_sample_module())
     for _ in range(data.draw(st.integers(1, 4))):
         blob[data.draw(st.integers(0, len(blob) - 1))] = data.draw(st.integers(0, 255))
     cut = data.draw(st.integers(0, len(blob)))
-    for decode in (decode_hlo_module_proto, decode_hlo_proto):
+    for read in (decode_hlo_module_proto, decode_hlo_proto):
         with contextlib.suppress(HloDecodeError):
-            decode(bytes(blob[:cut]))
+            read(bytes(blob[:cut]))

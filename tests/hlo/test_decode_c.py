@@ -41,9 +41,11 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "fixtures"
 PT = hlo_pb2.PrimitiveType
 
-pytestmark = pytest.mark.skipif(
-    decode._hlodecode is None, reason="hlogap was installed without hlogap/hlo/_hlodecode.c"
-)
+
+@pytest.fixture(autouse=True)
+def _extension() -> None:
+    if decode._hlodecode is None:
+        pytest.fail("hlogap was installed without its C decoder (hlogap/hlo/_hlodecode.c)")
 
 
 def _plane_protos(path: Path) -> Iterator[tuple[str, bytes]]:

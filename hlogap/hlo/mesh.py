@@ -33,9 +33,10 @@ import numpy as np
 from hlogap.hlo.ir import Computation, Instruction, Module, Shape
 from hlogap.hlo.opcodes import ELEMENTWISE, collective_kind
 
-# A tile assignment or replica group over more devices than this is not expanded: no pod has
-# them, and expanding one is memory a hostile file would choose.
-MAX_DEVICES = 1 << 16
+# Tile assignments and replica groups over more devices than the parser lists
+# (MAX_LISTED_DEVICES) are not expanded: no pod has them, and expanding one is memory a
+# hostile file would choose.
+from hlogap.hlo.text import MAX_LISTED_DEVICES
 
 # The axes that split one dimension of a value (major first); () unsplit; None unknown.
 DimAxes = tuple[str, ...] | None
@@ -198,7 +199,7 @@ def module_mesh(module: Module) -> ModuleMesh | None:
         + [len(inst_groups) * len(g) for inst_groups, g in counted],
         default=0,
     )
-    if devices <= 1 or devices > MAX_DEVICES or not (atoms or talk):
+    if devices <= 1 or devices > MAX_LISTED_DEVICES or not (atoms or talk):
         return None  # one device, or nothing that says how the devices were used
     # The declared shardings cut the mesh; collectives only where there are none (a collective
     # over part of an axis, XLA's own choice, is that axis's sub-axis, not a new axis).
@@ -290,7 +291,7 @@ def _parse_sharding(text: str, shape: Shape) -> _Tiling | None:
         return None
     dims = _ints(m.group(1))
     count = math.prod(dims) if dims else 0
-    if not dims or not 0 < count <= MAX_DEVICES:
+    if not dims or not 0 < count <= MAX_LISTED_DEVICES:
         return None
     if m.group(2) is not None:
         reshape = _ints(m.group(2))
@@ -393,7 +394,7 @@ def _group_atoms(
     ):
         return None  # replica ids within each partition: not the devices' ids
     group = next((g for g in groups if 0 in g), None)
-    if group is None or len(group) > MAX_DEVICES:
+    if group is None or len(group) > MAX_LISTED_DEVICES:
         return None
     atoms = _atoms(group)
     return (tuple(group), atoms, tuple(groups)) if atoms is not None else None
@@ -403,7 +404,7 @@ def _permute_groups(pairs: str) -> tuple[tuple[int, ...], ...]:
     """The devices a collective-permute's `{{0,2},{2,4},...}` pairs connect, as groups (the
     rings or chains the data moves along)."""
     ids = _ints(pairs.replace("{", "").replace("}", ""))
-    if len(ids) % 2 or len(ids) > 2 * MAX_DEVICES:
+    if len(ids) % 2 or len(ids) > 2 * MAX_LISTED_DEVICES:
         return ()
     parent: dict[int, int] = {}
 

@@ -74,7 +74,7 @@ def test_progress_shows_on_a_terminal_after_a_second(
 ) -> None:
     import shutil
 
-    from hlogap import cli
+    from hlogap.cli.output import Progress
     from hlogap.pipeline import audit
 
     source = next((FIXTURES / "mlp").rglob("*.xplane.pb"))
@@ -84,8 +84,8 @@ def test_progress_shows_on_a_terminal_after_a_second(
         shutil.copy(source, run_dir / f"h{h}.xplane.pb")
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    monkeypatch.setattr(cli._Progress, "DELAY_S", 0.0)  # as if every step took a second
-    with cli._Progress() as progress:
+    monkeypatch.setattr(Progress, "DELAY_S", 0.0)  # as if every step took a second
+    with Progress() as progress:
         assert progress is not None
         audit(tmp_path / "tb", AuditOptions(chip=str(cpu_chip_file), jobs=1), progress=progress)
     shown = terminal.getvalue()
@@ -95,8 +95,8 @@ def test_progress_shows_on_a_terminal_after_a_second(
 
 
 def test_no_progress_off_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hlogap import cli
+    from hlogap.cli.output import Progress
 
     monkeypatch.setattr(sys, "stderr", io.StringIO())
-    with cli._Progress() as progress:
+    with Progress() as progress:
         assert progress is None

@@ -16,7 +16,6 @@ from typer.exceptions import Abort, Exit, TyperException
 
 from hlogap.cli.args import EXIT_CODES, writes
 from hlogap.cli.commands import audit, bound, calibrate, check, chips, demo, diff, memory
-from hlogap.cli.output import Progress
 from hlogap.cli.process import (
     Terminated,
     error_line,
@@ -26,9 +25,6 @@ from hlogap.cli.process import (
     stop_children,
 )
 from hlogap.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_USAGE, HlogapError
-
-# The progress line's old name here (tests/test_terminal.py sets its DELAY_S).
-_Progress = Progress
 
 app = typer.Typer(
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish

@@ -25,11 +25,12 @@ import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import ClassVar, Literal, get_args
 
 from hlogap._version import __version__
 from hlogap.chips import Chip
 from hlogap.memory.static import ModuleMemoryChange, memory_changes
+from hlogap.report.codec import encode
 from hlogap.report.model import Action, AuditReport
 from hlogap.report.model import OpRow as Op
 
@@ -371,6 +372,8 @@ class Diff:
 class StepChange:
     """The steady median step of BASE and NEW (wall time)."""
 
+    JSON_EXTRA: ClassVar[dict[str, str | None]] = {"change": "new_step_us"}
+
     base_step_us: float
     new_step_us: float
 
@@ -386,11 +389,7 @@ class StepChange:
         return self.base_step_us / self.new_step_us if self.new_step_us > 0 else None
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "base_step_us": self.base_step_us,
-            "new_step_us": self.new_step_us,
-            "change": self.change,
-        }
+        return encode(self)
 
 
 @dataclass(frozen=True)
@@ -405,10 +404,7 @@ class Realized:
         return {
             "rank": self.rank,
             "cause": self.action.cause,
-            "ops": [
-                {"module": o.module, "program_id": o.program_id, "name": o.name}
-                for o in self.action.ops
-            ],
+            "ops": [encode(o) for o in self.action.ops],
             "promised_step_saving_us": self.action.step_saving_us,
             "realized_step_saving_us": self.realized_step_saving_us,
         }

@@ -5,7 +5,9 @@ their JSON keys (docs/json.md)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+
+from hlogap.report.codec import encode
 
 
 @dataclass(frozen=True)
@@ -148,5 +150,5 @@ class CrossCheck:
             "summary": self.summary(),
             "ops": len(self.rows),
             "agree": self.agreeing,
-            "rows": [asdict(r) for r in self.rows],
+            "rows": [encode(r) for r in self.rows],
         }

@@ -26,6 +26,7 @@ from typing import Literal
 
 from hlogap._version import __version__
 from hlogap.errors import InputError, UsageError
+from hlogap.report.codec import encode
 from hlogap.report.compare import Diff, DiffRow
 from hlogap.report.gate.noise import CONFIDENCE, MEDIAN_SE, Estimate, Spread, log_spread, welch
 from hlogap.report.model import AuditReport, StepRow
@@ -62,7 +63,7 @@ class Thresholds:
     config: str | None = field(default=None, compare=False)  # the file that set some values
 
     def to_dict(self) -> dict[str, object]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return encode(self)
 
     def describe(self) -> str:
         """Every threshold in force, as the options that set it (`max-regression 5%, ...`)."""

@@ -133,6 +133,19 @@ static PyObject *text_of(Span s) {
     return text;
 }
 
+
+/* An integer's decimal text (what str() of it gives). */
+static PyObject *int_text(long long value) {
+    char digits[24];
+    int n = snprintf(digits, sizeof digits, "%lld", value);
+    return PyUnicode_FromStringAndSize(digits, n);
+}
+
+static PyObject *percent; /* "%", set up once */
+
+/* `%name` */
+static PyObject *percent_name(PyObject *name) { return PyUnicode_Concat(percent, name); }
+
 /* ---- growable int64 lists (a repeated field may come in several packed or single parts) ---- */
 
 typedef struct {
@@ -343,6 +356,9 @@ static PyObject *make_frozen(const Frozen *frozen, PyObject *const *values) {
             return NULL;
         }
     }
+    /* Frozen, its fields ints, strs and tuples of them or of other such objects: it can be
+       part of no reference cycle, and the collector need not pass over it. */
+    PyObject_GC_UnTrack(obj);
     return obj;
 }
 
@@ -412,6 +428,7 @@ static PyObject *element_names; /* decode.py's _ELEMENT_NAMES: PrimitiveType -> 
 static PyObject *tuple_of_ints(const int64_t *v, Py_ssize_t n) {
     PyObject *out = PyTuple_New(n);
     if (out == NULL) return NULL;
+    PyObject_GC_UnTrack(out); /* ints: CPython's collector would untrack it itself */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PyLong_FromLongLong(v[i]);
         if (item == NULL) {
@@ -1338,23 +1355,20 @@ static int read_fields(Module *m, Span bytes, Fields *f) {
 
 /* `{1,2,3}` */
 static PyObject *int_list(const int64_t *v, Py_ssize_t n) {
-    PyObject *parts = PyList_New(n), *text = NULL;
-    if (parts == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyUnicode_FromFormat("%lld", (long long)v[i]);
-        if (item == NULL) goto done;
-        PyList_SET_ITEM(parts, i, item);
+    char small[256], *text = small;
+    size_t cap = sizeof small, used = 0;
+    if ((size_t)n * 22 + 2 > cap) {
+        cap = (size_t)n * 22 + 2;
+        text = PyMem_Malloc(cap);
+        if (text == NULL) return PyErr_NoMemory();
     }
-    PyObject *comma = PyUnicode_FromString(","), *joined;
-    if (comma == NULL) goto done;
-    joined = PyUnicode_Join(comma, parts);
-    Py_DECREF(comma);
-    if (joined == NULL) goto done;
-    text = PyUnicode_FromFormat("{%U}", joined);
-    Py_DECREF(joined);
-done:
-    Py_DECREF(parts);
-    return text;
+    text[used++] = '{';
+    for (Py_ssize_t i = 0; i < n; i++)
+        used += (size_t)snprintf(text + used, cap - used, i ? ",%lld" : "%lld", (long long)v[i]);
+    text[used++] = '}';
+    PyObject *out = PyUnicode_FromStringAndSize(text, (Py_ssize_t)used);
+    if (text != small) PyMem_Free(text);
+    return out;
 }
 
 /* `{a, b}` of the given strs, each prefixed by `prefix`. */
@@ -1654,7 +1668,7 @@ static PyObject *instruction(Module *m, const Inst *inst, int is_root) {
     case OP_GTE:
         set_value(values, I_TUPLE_INDEX, PyLong_FromLongLong(f.tuple_index));
         if (values[I_TUPLE_INDEX] == NULL ||
-            !set_attr(attrs, K_INDEX, PyUnicode_FromFormat("%lld", (long long)f.tuple_index)))
+            !set_attr(attrs, K_INDEX, int_text(f.tuple_index)))
             goto failed;
         break;
     case OP_FUSION: {
@@ -1667,7 +1681,7 @@ static PyObject *instruction(Module *m, const Inst *inst, int is_root) {
     }
     case OP_IOTA:
         if (m->dims.n && !set_attr(attrs, K_IOTA_DIMENSION,
-                                   PyUnicode_FromFormat("%lld", (long long)m->dims.v[0])))
+                                   int_text(m->dims.v[0])))
             goto failed;
         break;
     case OP_COMPARE: {
@@ -1694,7 +1708,7 @@ static PyObject *instruction(Module *m, const Inst *inst, int is_root) {
     if (f.channel_id > 0) {
         set_value(values, I_CHANNEL_ID, PyLong_FromLongLong(f.channel_id));
         if (values[I_CHANNEL_ID] == NULL ||
-            !set_attr(attrs, K_CHANNEL_ID, PyUnicode_FromFormat("%lld", (long long)f.channel_id)))
+            !set_attr(attrs, K_CHANNEL_ID, int_text(f.channel_id)))
             goto failed;
     }
     if (op->flags & COLLECTIVE) {
@@ -1734,7 +1748,7 @@ static PyObject *instruction(Module *m, const Inst *inst, int is_root) {
             if (groups[k] == 1) continue;
             set_value(values, slots[k], PyLong_FromLongLong(groups[k]));
             if (values[slots[k]] == NULL ||
-                !set_attr(attrs, keys[k], PyUnicode_FromFormat("%lld", (long long)groups[k])))
+                !set_attr(attrs, keys[k], int_text(groups[k])))
                 goto failed;
         }
     }
@@ -1784,21 +1798,21 @@ static PyObject *instruction(Module *m, const Inst *inst, int is_root) {
         Py_ssize_t n = m->called.n;
         if (op->kind == OP_WHILE && n == 2) {
             PyObject *body = PyList_GET_ITEM(called, 0), *condition = PyList_GET_ITEM(called, 1);
-            if (!set_attr(attrs, K_CONDITION, PyUnicode_FromFormat("%%%U", condition)) ||
-                !set_attr(attrs, K_BODY, PyUnicode_FromFormat("%%%U", body)))
+            if (!set_attr(attrs, K_CONDITION, percent_name(condition)) ||
+                !set_attr(attrs, K_BODY, percent_name(body)))
                 goto failed;
             PyList_SET_ITEM(called, 0, condition); /* the text's order: condition, body */
             PyList_SET_ITEM(called, 1, body);
         } else if (op->flags & TO_APPLY) {
             if (!set_attr(attrs, K_TO_APPLY,
-                          PyUnicode_FromFormat("%%%U", PyList_GET_ITEM(called, 0))))
+                          percent_name(PyList_GET_ITEM(called, 0))))
                 goto failed;
         } else if (op->kind == OP_CUSTOM_CALL) {
             if (!set_attr(attrs, K_CALLED_COMPUTATIONS, joined_names(called, "%", ", ")))
                 goto failed;
         } else if (n == 1) {
             if (!set_attr(attrs, K_CALLS,
-                          PyUnicode_FromFormat("%%%U", PyList_GET_ITEM(called, 0))))
+                          percent_name(PyList_GET_ITEM(called, 0))))
                 goto failed;
         } else if (!set_attr(attrs, K_CALLS, joined_names(called, "%", ", "))) {
             goto failed;
@@ -2223,6 +2237,8 @@ static PyObject *setup(PyObject *self, PyObject *args) {
         !set_layout(&computation_layout, comp, comp_fields, comp_defaults, computation_fields,
                     C_COUNT))
         return NULL;
+    percent = PyUnicode_InternFromString("%");
+    if (percent == NULL) return NULL;
     for (int i = 0; i < S_COUNT; i++) {
         strings[i] = PyUnicode_InternFromString(string_values[i]);
         if (strings[i] == NULL) return NULL;

@@ -201,6 +201,7 @@ typedef struct {
     Py_ssize_t cap, used;
     Builder build;  /* or NULL */
     PyObject *make; /* hooks.NAME: bytes -> the value; NULL: `build` always answers */
+    Slot last;      /* the last one asked for: neighbouring instructions often repeat it */
 } Cache;
 
 static uint64_t hash_bytes(const uint8_t *p, Py_ssize_t n) {
@@ -249,14 +250,18 @@ static int cache_grow(Cache *c) {
 /* The value for these bytes (borrowed: the cache holds it), made once. */
 static PyObject *cached(Cache *c, void *context, Span s) {
     Py_ssize_t n = s.end - s.p;
+    if (c->last.value != NULL && c->last.n == n && memcmp(c->last.p, s.p, (size_t)n) == 0)
+        return c->last.value;
     uint64_t h = hash_bytes(s.p, n);
     if (2 * (c->used + 1) > c->cap && !cache_grow(c)) return NULL;
     Py_ssize_t k = (Py_ssize_t)(h & (uint64_t)(c->cap - 1));
     for (;; k = (k + 1) & (c->cap - 1)) {
         Slot *slot = &c->slots[k];
         if (slot->value == NULL) break;
-        if (slot->hash == h && slot->n == n && memcmp(slot->p, s.p, (size_t)n) == 0)
+        if (slot->hash == h && slot->n == n && memcmp(slot->p, s.p, (size_t)n) == 0) {
+            c->last = *slot;
             return slot->value;
+        }
     }
     PyObject *value = c->build != NULL ? c->build(context, s, 0) : NULL;
     if (value == NULL) {
@@ -270,6 +275,7 @@ static PyObject *cached(Cache *c, void *context, Span s) {
     }
     c->slots[k] = (Slot){h, s.p, n, value};
     c->used++;
+    c->last = c->slots[k];
     return value;
 }
 

@@ -3,20 +3,28 @@
    hlogap/hlo/decode.py builds the IR from upb's messages, reading every field of every
    instruction through a Python object: ~16 us an instruction, 28x upb's own parse. Here the
    wire format (https://protobuf.dev/programming-guides/encoding/; the field numbers are
-   hlogap/proto/hlo.proto's) is walked once in place and each `Instruction` is made directly,
-   its slots written (ir.Instruction is a slots dataclass). What Python's decoder writes as text
-   from a sub-message (a shape, metadata, a literal, a sharding, frontend attributes, a backend
-   config, an escaped string) is asked of Python once per distinct serialized bytes of it
-   (`hooks`), as decode.py caches shapes and metadata by their bytes.
+   hlogap/proto/hlo.proto's) is walked in place and each object is made directly: an
+   Instruction's or a Computation's slots written (both are slots dataclasses), a frozen
+   dataclass's fields set as its __init__ sets them. Shapes, metadata, literals and opcodes are
+   made once per distinct serialized bytes (`Cache`), as decode.py caches shapes and metadata;
+   what is rare or long to write (a sharding, frontend attributes, a backend config re-
+   serialized, replica groups, an escaped custom-call target; a shape, metadata or literal
+   outside the usual cases) is asked of decode.py's own functions (`hooks`), once per distinct
+   bytes, each part parsed by upb where it sits in the whole message.
 
    Python's decoder stays the reference. An instruction carrying a field or an opcode whose
-   attributes are not written here (a window, dot or convolution numbers, replica groups,
-   gather, scatter, pad, sort, fft, rng, ...) is handed to it whole (`hooks.instruction`, its
-   bytes parsed by upb); that is slower, never different. Anything else this decoder does not
-   answer for (malformed bytes, a message field given twice, an unknown id, a wire type that does
-   not match the schema, a group, invalid UTF-8) raises ValueError: the caller then decodes the
-   module with upb and Python, which says what is wrong as it always did. Every read is checked
-   against the end of the buffer it belongs to. */
+   attributes are not written here (a window, dot or convolution numbers, gather, scatter,
+   sort, fft, rng, ...) is handed to it whole (`hooks.instruction`, its bytes parsed by upb);
+   that is slower, never different. Anything else this decoder does not answer for (malformed
+   bytes, a message field given twice, an unknown id, a wire type that does not match the
+   schema, a group, invalid UTF-8) raises ValueError: the caller then decodes the module with
+   upb and Python, which says what is wrong as it always did. Every read is checked against
+   the end of the buffer it belongs to.
+
+   The objects made here are not tracked by the cyclic garbage collector: by the IR's types
+   none can be part of a reference cycle (instructions hold names, shapes and text; frozen
+   objects hold ints, strs and tuples), and a module's 10^4-10^5 of them cost the collector's
+   passes a third of the decode. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -826,9 +834,6 @@ static PyObject *nest(PyObject *values, Py_ssize_t from, Py_ssize_t to, const in
 
 /* ---- the module's stack frames ---- */
 
-/* Each item of a repeated message field of `s` whose number is `field`, made by `make`. */
-typedef PyObject *(*ItemMaker)(Span item);
-
 static PyObject *int32_items(Span item, const int *order, int count) {
     /* The int32 fields 1..count of a flat message, as the dataclass orders them. */
     int32_t numbers[8] = {0};
@@ -1237,8 +1242,7 @@ typedef struct {
     Span groups;
     int groups_split;
     int has_metadata, has_literal, has_sharding, has_precision, has_frontend, has_padding;
-    int64_t parameter_number, tuple_index, channel_id, feature_group_count, batch_group_count,
-        id;
+    int64_t parameter_number, tuple_index, channel_id, feature_group_count, batch_group_count;
     int32_t api_version;
     int side_effect, global_ids;
 } Fields;
@@ -1333,7 +1337,6 @@ static int read_fields(Module *m, Span bytes, Fields *f) {
             case F_PARAMETER_NUMBER: f->parameter_number = (int64_t)v; break;
             case F_TUPLE_INDEX: f->tuple_index = (int64_t)v; break;
             case F_CHANNEL_ID: f->channel_id = (int64_t)v; break;
-            case F_ID: f->id = (int64_t)v; break;
             case F_FEATURE_GROUP_COUNT: f->feature_group_count = (int64_t)v; break;
             case F_BATCH_GROUP_COUNT: f->batch_group_count = (int64_t)v; break;
             case F_CUSTOM_CALL_API_VERSION: f->api_version = (int32_t)(uint32_t)v; break;

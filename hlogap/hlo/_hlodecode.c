@@ -322,7 +322,8 @@ enum {
     K_DYNAMIC_SLICE_SIZES, K_OPERAND_PRECISION, K_CUSTOM_CALL_TARGET,
     K_CUSTOM_CALL_HAS_SIDE_EFFECT, K_API_VERSION, K_SHARDING, K_CONDITION, K_BODY, K_TO_APPLY,
     K_CALLED_COMPUTATIONS, K_CALLS, K_FRONTEND_ATTRIBUTES, K_CONTROL_PREDECESSORS, K_METADATA,
-    K_BACKEND_CONFIG, K_REPLICA_GROUPS, K_PADDING, V_TRUE, V_FLOAT, V_SIGNED, V_UNSIGNED, V_API_2, V_API_3, V_API_4,
+    K_BACKEND_CONFIG, K_REPLICA_GROUPS, K_PADDING, K_LHS_BATCH_DIMS, K_LHS_CONTRACTING_DIMS,
+    K_RHS_BATCH_DIMS, K_RHS_CONTRACTING_DIMS, V_TRUE, V_FLOAT, V_SIGNED, V_UNSIGNED, V_API_2, V_API_3, V_API_4,
     S_COUNT
 };
 static const char *const string_values[S_COUNT] = {
@@ -331,7 +332,8 @@ static const char *const string_values[S_COUNT] = {
     "dynamic_slice_sizes", "operand_precision", "custom_call_target",
     "custom_call_has_side_effect", "api_version", "sharding", "condition", "body", "to_apply",
     "called_computations", "calls", "frontend_attributes", "control-predecessors", "metadata",
-    "backend_config", "replica_groups", "padding", "true", "FLOAT", "SIGNED", "UNSIGNED", "API_VERSION_STATUS_RETURNING",
+    "backend_config", "replica_groups", "padding", "lhs_batch_dims", "lhs_contracting_dims",
+    "rhs_batch_dims", "rhs_contracting_dims", "true", "FLOAT", "SIGNED", "UNSIGNED", "API_VERSION_STATUS_RETURNING",
     "API_VERSION_STATUS_RETURNING_UNIFIED", "API_VERSION_TYPED_FFI",
 };
 static PyObject *strings[S_COUNT];
@@ -358,7 +360,7 @@ typedef struct {
 } Frozen;
 
 static Frozen shape_class, layout_class, slice_dim_class, file_location_class, stack_frame_class,
-    stack_frame_index_class;
+    stack_frame_index_class, dot_dims_class;
 
 static PyObject *make_frozen(const Frozen *frozen, PyObject *const *values) {
     PyTypeObject *type = (PyTypeObject *)frozen->type;
@@ -1220,11 +1222,11 @@ enum {
     F_COMPARISON_DIRECTION = 63, F_CUSTOM_CALL_HAS_SIDE_EFFECT = 65, F_DELTA = 66,
     F_FRONTEND_ATTRIBUTES = 68, F_USE_GLOBAL_DEVICE_IDS = 71, F_COMPARISON_TYPE = 72,
     F_CUSTOM_CALL_API_VERSION = 77, F_ASYNC_EXECUTION_THREAD = 79, F_IS_COMPOSITE = 89,
-    F_PADDING_CONFIG = 21, F_REPLICA_GROUPS = 49, F_COLLECTIVE_DEVICE_LIST = 87,
+    F_DOT_DIMENSION_NUMBERS = 30, F_PADDING_CONFIG = 21, F_REPLICA_GROUPS = 49, F_COLLECTIVE_DEVICE_LIST = 87,
     F_IOTA_COLLECTIVE_DEVICE_LIST = 92, F_MESH_AXES_REPLICA_GROUP_LIST = 93,
 };
 /* The other fields hlo.proto knows: an instruction carrying one goes to Python. */
-static const uint8_t python_fields[] = {15, 16, 18, 19, 23, 30, 31, 32, 33, 34, 47, 48,
+static const uint8_t python_fields[] = {15, 16, 18, 19, 23, 31, 32, 33, 34, 47, 48,
                                         52, 60, 67, 69, 70, 81, 85};
 
 static int is_python_field(uint64_t field) {
@@ -1236,12 +1238,13 @@ static int is_python_field(uint64_t field) {
 /* What one instruction's bytes hold. Repeated fields are in the module's vectors. */
 typedef struct {
     Span opcode, shape, metadata, literal, fusion_kind, custom_call_target, backend_config,
-        sharding, frontend, direction, comparison_type, precision, padding;
+        sharding, frontend, direction, comparison_type, precision, padding, dot;
     /* The replica groups' fields (49, 87, 92, 93), tags and all: one run of them, or
        groups_split (another field between them: Python's). */
     Span groups;
     int groups_split;
-    int has_metadata, has_literal, has_sharding, has_precision, has_frontend, has_padding;
+    int has_metadata, has_literal, has_sharding, has_precision, has_frontend, has_padding,
+        has_dot;
     int64_t parameter_number, tuple_index, channel_id, feature_group_count, batch_group_count;
     int32_t api_version;
     int side_effect, global_ids;
@@ -1293,6 +1296,9 @@ static int read_fields(Module *m, Span bytes, Fields *f) {
             break;
         case F_BACKEND_CONFIG:
             ok = len_field(wire, &p, end, &f->backend_config, seen, field);
+            break;
+        case F_DOT_DIMENSION_NUMBERS:
+            ok = f->has_dot = len_field(wire, &p, end, &f->dot, seen, field);
             break;
         case F_PADDING_CONFIG:
             ok = f->has_padding = len_field(wire, &p, end, &f->padding, seen, field);
@@ -1467,6 +1473,49 @@ out:
     Py_XDECREF(parts);
     Py_XDECREF(separator);
     Py_XDECREF(joined);
+    return done;
+}
+
+/* `dot_dims` and its attrs (batch dims only when there are some, as XLA prints them). 0:
+   Python. */
+static int dot_attrs(Span s, PyObject **values, PyObject *attrs) {
+    /* DotDimensionNumbers: lhs_contracting=1, rhs_contracting=2, lhs_batch=3, rhs_batch=4 */
+    Vec dims[4] = {{0}, {0}, {0}, {0}};
+    PyObject *tuples[4] = {NULL, NULL, NULL, NULL};
+    int done = 0;
+    const uint8_t *p = s.p;
+    while (p < s.end) {
+        uint64_t field;
+        int wire;
+        if (!read_tag(&p, s.end, &field, &wire)) goto out;
+        if (field >= 1 && field <= 4) {
+            int ok = read_repeated(&dims[field - 1], wire, &p, s.end);
+            if (ok != 1) {
+                done = PyErr_Occurred() ? -1 : 0;
+                goto out;
+            }
+        } else if (!skip_value(wire, &p, s.end)) {
+            goto out;
+        }
+    }
+    done = -1;
+    static const int order[4] = {2, 3, 0, 1}; /* DotDims: lhs_batch, rhs_batch, lhs_c, rhs_c */
+    for (int k = 0; k < 4; k++)
+        if ((tuples[k] = tuple_of_ints(dims[order[k]].v, dims[order[k]].n)) == NULL) goto out;
+    PyObject *made = make_frozen(&dot_dims_class, tuples);
+    if (made == NULL) goto out;
+    set_value(values, I_DOT_DIMS, made);
+    if ((dims[2].n && !set_attr(attrs, K_LHS_BATCH_DIMS, int_list(dims[2].v, dims[2].n))) ||
+        !set_attr(attrs, K_LHS_CONTRACTING_DIMS, int_list(dims[0].v, dims[0].n)) ||
+        (dims[3].n && !set_attr(attrs, K_RHS_BATCH_DIMS, int_list(dims[3].v, dims[3].n))) ||
+        !set_attr(attrs, K_RHS_CONTRACTING_DIMS, int_list(dims[1].v, dims[1].n)))
+        goto out;
+    done = 1;
+out:
+    for (int k = 0; k < 4; k++) {
+        Py_XDECREF(tuples[k]);
+        vec_free(&dims[k]);
+    }
     return done;
 }
 
@@ -1760,6 +1809,11 @@ static PyObject *instruction(Module *m, const Inst *inst, int is_root) {
                 !set_attr(attrs, keys[k], int_text(groups[k])))
                 goto failed;
         }
+    }
+    if (f.has_dot) {
+        int done = dot_attrs(f.dot, values, attrs);
+        if (done < 0) goto failed;
+        if (done == 0) goto python;
     }
     if (op->kind == OP_SLICE) {
         int done = slice_attrs(m, inst->bytes, values, attrs);
@@ -2219,17 +2273,18 @@ done:
 
 /* setup(Instruction, its field names, its defaults, Computation, its field names, its
          defaults, then (class, field names) of
-         SliceDim, Shape, Layout, FileLocation, StackFrame, StackFrameIndex; element names) */
+         SliceDim, Shape, Layout, FileLocation, StackFrame, StackFrameIndex, DotDims; element
+         names) */
 static PyObject *setup(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *inst, *inst_defaults, *comp, *comp_defaults, *slice_dim, *shape, *layout, *names,
-        *file_location, *stack_frame, *stack_frame_index;
+        *file_location, *stack_frame, *stack_frame_index, *dot_dims;
     PyObject *inst_fields, *comp_fields;
-    if (!PyArg_ParseTuple(args, "OOOOOOO!O!O!O!O!O!O!", &inst, &inst_fields, &inst_defaults,
+    if (!PyArg_ParseTuple(args, "OOOOOOO!O!O!O!O!O!O!O!", &inst, &inst_fields, &inst_defaults,
                           &comp, &comp_fields, &comp_defaults, &PyTuple_Type, &slice_dim,
-                          &PyTuple_Type, &shape,
-                          &PyTuple_Type, &layout, &PyTuple_Type, &file_location, &PyTuple_Type,
-                          &stack_frame, &PyTuple_Type, &stack_frame_index, &PyDict_Type, &names))
+                          &PyTuple_Type, &shape, &PyTuple_Type, &layout, &PyTuple_Type,
+                          &file_location, &PyTuple_Type, &stack_frame, &PyTuple_Type,
+                          &stack_frame_index, &PyTuple_Type, &dot_dims, &PyDict_Type, &names))
         return NULL;
     for (size_t i = 0; i < sizeof opcodes / sizeof *opcodes; i++)
         opcode_lengths[i] = strlen(opcodes[i].name);
@@ -2238,7 +2293,8 @@ static PyObject *setup(PyObject *self, PyObject *args) {
         !set_frozen(&layout_class, layout, 6) || !set_frozen(&slice_dim_class, slice_dim, 3) ||
         !set_frozen(&file_location_class, file_location, 6) ||
         !set_frozen(&stack_frame_class, stack_frame, 2) ||
-        !set_frozen(&stack_frame_index_class, stack_frame_index, 4))
+        !set_frozen(&stack_frame_index_class, stack_frame_index, 4) ||
+        !set_frozen(&dot_dims_class, dot_dims, 4))
         return NULL;
     element_names = Py_NewRef(names);
     if (!set_layout(&instruction_layout, inst, inst_fields, inst_defaults, instruction_fields,

@@ -2,6 +2,7 @@ from typing import Protocol
 
 from hlogap.hlo.ir import (
     Computation,
+    DotDims,
     FileLocation,
     Instruction,
     Layout,
@@ -43,6 +44,7 @@ def setup(
     file_location: tuple[type[FileLocation], tuple[str, ...]],
     stack_frame: tuple[type[StackFrame], tuple[str, ...]],
     stack_frame_index: tuple[type[StackFrameIndex], tuple[str, ...]],
+    dot_dims: tuple[type[DotDims], tuple[str, ...]],
     element_names: dict[int, str],
     /,
 ) -> None: ...

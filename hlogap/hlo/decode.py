@@ -950,5 +950,6 @@ if _hlodecode is not None:
         (FileLocation, _fields(FileLocation)),
         (StackFrame, _fields(StackFrame)),
         (StackFrameIndex, _fields(StackFrameIndex)),
+        (DotDims, _fields(DotDims)),
         _ELEMENT_NAMES,
     )

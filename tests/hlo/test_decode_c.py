@@ -24,6 +24,7 @@ from hlogap.hlo import decode
 from hlogap.hlo.decode import HloDecodeError, decode_hlo_module_proto, decode_hlo_proto
 from hlogap.hlo.ir import (
     Computation,
+    DotDims,
     FileLocation,
     Instruction,
     Layout,
@@ -257,6 +258,31 @@ def _cases() -> dict[str, hlo_pb2.HloModuleProto]:
                 id=1,
                 shape=S32,
                 literal={"shape": S32, "s32s": [-7]},
+            ),
+        ),
+        "dots": _module_of(
+            p,
+            _instruction(
+                name="d",
+                opcode="dot",
+                id=3,
+                shape=F32,
+                operand_ids=[1, 1],
+                dot_dimension_numbers={
+                    "lhs_contracting_dimensions": [1],
+                    "rhs_contracting_dimensions": [0],
+                    "lhs_batch_dimensions": [0],
+                    "rhs_batch_dimensions": [2],
+                },
+                precision_config={"operand_precision": [1, 1]},
+            ),
+            _instruction(
+                name="d2",
+                opcode="dot",
+                id=4,
+                shape=F32,
+                operand_ids=[1, 1],
+                dot_dimension_numbers={},
             ),
         ),
         "pads and collectives": _module_of(
@@ -605,6 +631,7 @@ def test_a_changed_ir_class_fails_at_setup() -> None:
             (FileLocation, decode._fields(FileLocation)),
             (StackFrame, decode._fields(StackFrame)),
             (StackFrameIndex, decode._fields(StackFrameIndex)),
+            (DotDims, decode._fields(DotDims)),
             decode._ELEMENT_NAMES,
         )
     data = next(iter(_committed().values()))

@@ -172,7 +172,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -878,34 +878,45 @@ def build_documented_two_fns() -> Documented:
 # attention, materialized logits, per-example loop), profiled the documented way. The loop and
 # its vmap share one function name (module `jit_per_example_step`): `diff` compares the two as
 # the same program before and after the fix.
-ATTENTION_LAYERS = 3
+ATTENTION_LAYERS, ATTENTION_HEADS = 3, 4
+# How documented_attention (written out), _fused and _blocked compute attention.
+AttentionImplementation = Literal["written", "dot_product_attention", "blocked"]
+# Keys a trip of documented_attention_blocked: 4 trips over the 256 keys, [2,4,256,64] scores a
+# block (a flash kernel's block is 64 or 128 keys).
+ATTENTION_KEY_BLOCK = 64
+ATTENTION_RTOL, ATTENTION_ATOL = 1e-5, 1e-5  # f32 sums in another order: ~5e-7 apart
 LOOP_BATCH, LOOP_DIM = 64, 2048  # 16 MB of weights: read from memory each trip, not cache
 # Tokens a block of documented_logits_chunked: [16, 32768] logits, 2 MB; 16 rows a weight read,
 # over the 12 the CPU chip's f32 ridge asks (at 8 hlogap put the output matmul below the ridge).
 LOGITS_CHUNK = 16
 
 
-def build_documented_attention(fused: bool = False) -> Documented:
-    """A 3-layer attention block written out: softmax(QK^T / sqrt(d)) V with its [b,h,s,s]
-    scores in memory between the two batched dots (no fused kernel). `fused`: the same model
-    through jax.nn.dot_product_attention (documented_attention_fused, the same function name:
-    `diff` pairs the two)."""
+def build_documented_attention(implementation: AttentionImplementation = "written") -> Documented:
+    """A 3-layer attention block, softmax(QK^T / sqrt(d)) V, in one of three implementations
+    (all under the same function name: `diff` pairs them): "written" out with its [b,h,s,s]
+    scores in memory between the two batched dots (documented_attention, no fused kernel);
+    through jax.nn.dot_product_attention ("dot_product_attention": documented_attention_fused);
+    or "blocked" as a flash kernel computes it (documented_attention_blocked, _blocked_attention):
+    the CPU's stand-in for a fused kernel."""
     import jax
     import jax.numpy as jnp
 
-    batch, heads, seq, head_dim = 2, 4, 256, 32
+    batch, heads, seq, head_dim = 2, ATTENTION_HEADS, 256, 32
     width = heads * head_dim
 
     def layer(x: Any, wqkv: Any, wo: Any) -> Any:
         qkv = (x @ wqkv).reshape(batch, seq, 3, heads, head_dim)
-        if fused:
+        if implementation == "dot_product_attention":
             # [batch, seq, heads, head_dim] each, the layout dot_product_attention takes.
             q, k, v = (qkv[:, :, i] for i in range(3))
             out = jax.nn.dot_product_attention(q, k, v)
             return x + out.reshape(batch, seq, width) @ wo
         q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
-        scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / jnp.sqrt(jnp.float32(head_dim))
-        out = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
+        if implementation == "blocked":
+            out = _blocked_attention(q, k, v)
+        else:
+            scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / jnp.sqrt(jnp.float32(head_dim))
+            out = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
         return x + out.transpose(0, 2, 1, 3).reshape(batch, seq, width) @ wo
 
     def attention_step(params: Any, x: Any) -> Any:
@@ -925,6 +936,101 @@ def build_documented_attention(fused: bool = False) -> Documented:
         return run(params, x)
 
     return Documented([_named(attention_step, "attention_step")], None, step)
+
+
+def _blocked_attention(q: Any, k: Any, v: Any) -> Any:
+    """softmax(q k^T / sqrt(d)) v over [batch, heads, seq, head_dim] operands, one block of
+    ATTENTION_KEY_BLOCK keys a trip of a lax.scan with an online softmax: the loop carries each
+    query row's running max and sum of exponentials and its unnormalized output, rescaled by
+    exp(old max - new max) when a block raises the max, so only [b,h,s,block] scores exist at
+    once (a flash-attention kernel's arithmetic, its blocks in memory on XLA:CPU)."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, heads, seq, head_dim = q.shape
+    blocks = seq // ATTENTION_KEY_BLOCK
+
+    def by_block(t: Any) -> Any:  # [blocks, batch, heads, block, head_dim]: what scan walks
+        return t.reshape(batch, heads, blocks, ATTENTION_KEY_BLOCK, head_dim).transpose(
+            2, 0, 1, 3, 4
+        )
+
+    q = q / jnp.sqrt(jnp.float32(head_dim))
+
+    def one_block(carry: Any, kv: Any) -> Any:
+        row_max, row_sum, out = carry
+        k_block, v_block = kv
+        scores = jnp.einsum("bhqd,bhkd->bhqk", q, k_block)
+        new_max = jnp.maximum(row_max, scores.max(axis=-1))
+        p = jnp.exp(scores - new_max[..., None])
+        rescale = jnp.exp(row_max - new_max)
+        row_sum = row_sum * rescale + p.sum(axis=-1)
+        out = out * rescale[..., None] + jnp.einsum("bhqk,bhkd->bhqd", p, v_block)
+        return (new_max, row_sum, out), None
+
+    rows = (batch, heads, seq)
+    start = (
+        jnp.full(rows, -jnp.inf, jnp.float32),
+        jnp.zeros(rows, jnp.float32),
+        jnp.zeros(q.shape, jnp.float32),
+    )
+    (_, row_sum, out), _ = jax.lax.scan(one_block, start, (by_block(k), by_block(v)))
+    return out / row_sum[..., None]
+
+
+def blocked_attention_oracle(
+    functions: Sequence[Callable[..., Any]], args: dict[int, tuple[Any, ...]]
+) -> Any:
+    """documented_attention_blocked computes what documented_attention does: both programs run
+    on the traced step's inputs and compared (np.allclose at ATTENTION_RTOL/ATTENTION_ATOL), and
+    each against the model evaluated in float64 numpy (independent of XLA)."""
+    import jax
+    import numpy as np
+
+    (blocked,) = functions
+    (written,) = build_documented_attention("written").functions
+    params, x = args[0]
+    got = {
+        "blocked": np.asarray(jax.jit(blocked)(params, x)),
+        "written": np.asarray(jax.jit(written)(params, x)),
+    }
+    exact = np.asarray(x, np.float64)
+    for wqkv, wo in params:
+        exact = _attention_layer_f64(
+            exact, np.asarray(wqkv, np.float64), np.asarray(wo, np.float64)
+        )
+    return {
+        "matches_unfused": {
+            "against": "documented_attention (the same inputs: the traced step's)",
+            "allclose": bool(
+                np.allclose(
+                    got["blocked"], got["written"], rtol=ATTENTION_RTOL, atol=ATTENTION_ATOL
+                )
+            ),
+            "rtol": ATTENTION_RTOL,
+            "atol": ATTENTION_ATOL,
+            "max_abs_diff": float(np.max(np.abs(got["blocked"] - got["written"]))),
+            "max_abs_diff_to_float64": {
+                name: float(np.max(np.abs(out - exact))) for name, out in sorted(got.items())
+            },
+        }
+    }
+
+
+def _attention_layer_f64(x: Any, wqkv: Any, wo: Any) -> Any:
+    """One layer of documented_attention in float64 numpy: x + softmax(qk^T/sqrt(d)) v wo."""
+    import numpy as np
+
+    batch, seq, width = x.shape
+    heads = ATTENTION_HEADS
+    head_dim = width // heads
+    qkv = (x @ wqkv).reshape(batch, seq, 3, heads, head_dim).transpose(2, 0, 3, 1, 4)
+    q, k, v = qkv
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(head_dim)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    out = (weights @ v).transpose(0, 2, 1, 3).reshape(batch, seq, width)
+    return x + out @ wo
 
 
 def _per_example_inputs() -> tuple[Any, Any, Any]:
@@ -1476,6 +1582,7 @@ DOCUMENTED_ORACLES: dict[str, Callable[..., Any]] = {
     "documented_block": block_oracle,
     "documented_cond_sharded": sharded_dots_oracle,
     "documented_all_to_all": sharded_dots_oracle,
+    "documented_attention_blocked": blocked_attention_oracle,
 }
 
 
@@ -1566,7 +1673,8 @@ DOCUMENTED: dict[str, Callable[[], Documented]] = {
     "documented_loop": build_documented_loop,
     "documented_vmap": build_documented_vmap,
     "documented_logits": build_documented_logits,
-    "documented_attention_fused": lambda: build_documented_attention(fused=True),
+    "documented_attention_fused": lambda: build_documented_attention("dot_product_attention"),
+    "documented_attention_blocked": lambda: build_documented_attention("blocked"),
     "documented_logits_chunked": lambda: build_documented_logits(chunked=True),
     "documented_block": build_documented_block,
     "documented_cond_sharded": build_documented_cond_sharded,

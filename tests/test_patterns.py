@@ -4,7 +4,9 @@ logits and a per-example loop each fire on the committed CPU fixture made for it
 shapes the fixture's HLO text holds, and on no other fixture; repeated layers are one action;
 every action saves something; a device idle action says where its gaps sit; `diff` of the loop
 against its vmap leads with the step and says what the loop's action promised and realized;
-a cause this version does not know is kept and diffed."""
+a cause this version does not know is kept and diffed. The attention pair: on XLA:CPU the
+blocked (flash-style) stand-in for a fused kernel gets no unfused-attention action, and is no
+faster a step: that promise is not realized there."""
 
 from __future__ import annotations
 
@@ -38,6 +40,9 @@ EXPECTED = {
     # XLA:CPU's jax.nn.dot_product_attention is the composed (XLA) implementation: its HLO
     # writes the same [2,4,256,256] scores; unfused still (test_fused_attention_on_cpu_...).
     "documented_attention_fused": {"unfused attention"},
+    # The same model, its softmax online over 4 blocks of 64 keys in a lax.scan (flash-style):
+    # [2,4,256,64] scores a trip, no [.., 256, 256] one.
+    "documented_attention_blocked": set(),
     "documented_logits_chunked": set(),  # [16, 32768] logits a trip of a lax.map: chunked
     "fori": set(),  # a loop over a [32,128] state: a matrix product each trip, no batch walk
     "scan": set(),
@@ -250,6 +255,136 @@ def test_fused_attention_on_cpu_is_the_unfused_program(tmp_path: Path) -> None:
     realized = doc["actions_realized"][0]
     # No faster: whatever moved is noise, not the promise (a fused kernel's saving).
     assert realized["realized_step_saving_us"] < 0.5 * realized["promised_step_saving_us"]
+
+
+def _marker_step_us(program: str) -> float:
+    """The steady median step of the fixture's trace, as its oracle read it from trace.json
+    and the xplane (not hlogap): each step's first op to its last op's end marker, step 0 (the
+    compile) left out."""
+    oracle = json.loads((FIXTURES / program / "oracle.json").read_text())
+    return statistics.median(
+        s["device_end_marker_us"] - s["device_start_us"] for s in oracle["trace_steps"][1:]
+    )
+
+
+def test_blocked_attention_gets_no_action_and_realizes_no_promise(tmp_path: Path) -> None:
+    """documented_attention_blocked is documented_attention's model (its oracle: allclose to it
+    on the traced step's inputs) computed as a flash kernel does, softmax online over blocks of
+    keys in a lax.scan: the CPU's stand-in for a fused kernel. It gets no unfused-attention
+    action. The promise cannot come true on XLA:CPU, so the 2x check of the other pairs is not
+    made here: the block's [2,4,256,64] scores are still written to memory (no on-chip tile
+    memory, so no score traffic saved) and its smaller products and loop trips cost more than
+    they save; recorded, the blocked step is no faster (docs/actions.md, 'the attention
+    pair'). What is checked: diff reports the action's promise and the realization it
+    measured, nothing, since the step did not get faster."""
+    oracle = json.loads((FIXTURES / "documented_attention_blocked" / "oracle.json").read_text())
+    match = oracle["matches_unfused"]
+    assert match["allclose"] and match["max_abs_diff"] <= match["atol"]
+    blocked = _audit("documented_attention_blocked")
+    assert not any(a.cause == "unfused attention" for a in blocked.actions or [])
+    # Its scores are a block of keys each, made inside the loop; none is [.., 256, 256].
+    lines = _hlo_lines("documented_attention_blocked")
+    assert any("f32[2,4,256,64]" in line and " fusion(" in line for line in lines.values())
+    assert not any("256,256]" in line for line in lines.values())
+
+    doc, action, walls = _pair(tmp_path, "documented_attention", "documented_attention_blocked")
+    assert action["cause"] == "unfused attention" and action["step_saving_us"] > 0
+    realized = doc["actions_realized"][0]
+    assert realized["cause"] == "unfused attention" and realized["ops"] == action["ops"]
+    assert realized["promised_step_saving_us"] == action["step_saving_us"]
+    # No faster a step, by the traces themselves and by hlogap's steps.
+    assert _marker_step_us("documented_attention_blocked") > _marker_step_us("documented_attention")
+    assert walls["new"] > walls["base"]
+    # A realization is no more than the step moved: a step no faster realizes nothing.
+    assert realized["realized_step_saving_us"] == 0.0
+    base, new = (
+        tmp_path / "documented_attention.json",
+        tmp_path / "documented_attention_blocked.json",
+    )
+    text = subprocess.run(
+        [sys.executable, "-m", "hlogap", "diff", str(base), str(new)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert text[0].startswith("step: ") and "slower" in text[0]
+    assert text[1].startswith("  action 1, unfused attention: promised ")
+    assert "not realized" in text[1]
+
+
+def _key_block_loops(step: Any, *args: Any) -> list[str | None]:
+    """For each op of the compiled step (in the entry or a loop body) writing [.., 128, k]
+    scores of a batched dot (k 64 or more): the loop `_key_block_loop` takes it for (blocked
+    attention), or None."""
+    from hlogap.advice.causes.attention import _key_block_loop, _scores
+    from hlogap.advice.graph import ModuleGraph
+    from hlogap.advice.patterns import ModuleOps
+
+    module = parse_module(step.lower(*args).compile().as_text())
+    ops = ModuleOps(module, ModuleGraph.of(module), {})
+    found: list[str | None] = []
+    bodies = {
+        i.attrs.get("body", "").lstrip("%")
+        for c in module.computations
+        for i in c.instructions
+        if i.opcode == "while"
+    }
+    for comp in module.computations:
+        if not (comp.is_entry or comp.name in bodies):
+            continue  # a fusion's own dot: the op is the fusion that calls it
+        for inst in comp.instructions:
+            dot = _scores(ops, inst)
+            if dot is not None and dot.shape.dims[-2] == 128:
+                loop = _key_block_loop(ops, inst, dot)
+                found.append(loop.name if loop is not None else None)
+    return found
+
+
+def test_a_key_block_loop_is_told_from_a_layer_loop() -> None:
+    """Scores made a block of keys a trip of a loop carrying each row's running max and sum
+    (blocked attention) are not unfused; attention written out in a loop over layers (a
+    lax.scan over stacked weights, as models scan their layers), forward and backward, is:
+    its loops carry activations and gradients, not a per-row statistic."""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    batch, heads, seq, head_dim, layers = 2, 2, 128, 16, 3
+    q = k = v = jnp.ones((batch, heads, seq, head_dim))
+
+    def blocked(q: Any, k: Any, v: Any) -> Any:
+        def one_block(carry: Any, kv: Any) -> Any:
+            row_max, row_sum, out = carry
+            scores = jnp.einsum("bhqd,bhkd->bhqk", q, kv[0])
+            new_max = jnp.maximum(row_max, scores.max(axis=-1))
+            p = jnp.exp(scores - new_max[..., None])
+            rescale = jnp.exp(row_max - new_max)
+            out = out * rescale[..., None] + jnp.einsum("bhqk,bhkd->bhqd", p, kv[1])
+            return (new_max, row_sum * rescale + p.sum(axis=-1), out), None
+
+        def by_block(t: Any) -> Any:
+            return t.reshape(batch, heads, 2, seq // 2, head_dim).transpose(2, 0, 1, 3, 4)
+
+        rows = (batch, heads, seq)
+        start = (jnp.full(rows, -jnp.inf), jnp.zeros(rows), jnp.zeros(q.shape))
+        (_, row_sum, out), _ = jax.lax.scan(one_block, start, (by_block(k), by_block(v)))
+        return out / row_sum[..., None]
+
+    def layer_loop(w: Any, x: Any) -> Any:
+        def layer(x: Any, w: Any) -> Any:  # documented_attention's layer, its output as is
+            qkv = (x @ w).reshape(batch, seq, 3, heads, head_dim)
+            q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+            scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / jnp.sqrt(jnp.float32(head_dim))
+            out = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
+            return x + out.transpose(0, 2, 1, 3).reshape(x.shape), None
+
+        return jnp.sum(jax.lax.scan(layer, x, w)[0])
+
+    found = _key_block_loops(jax.jit(blocked), q, k, v)
+    assert found and all(name is not None for name in found)
+    width = heads * head_dim
+    w, x = jnp.ones((layers, width, 3 * width)) * 0.01, jnp.ones((batch, seq, width))
+    for step in (jax.jit(layer_loop), jax.jit(jax.grad(layer_loop))):
+        found = _key_block_loops(step, w, x)
+        assert found and all(name is None for name in found)
 
 
 def test_vmap_gets_no_loop_action_and_the_fix_keeps_no_pattern() -> None:

@@ -2,7 +2,9 @@
 read by a softmax (a max/sum reduction over Sk and an exponential) and by the batched PV
 product. A fused attention kernel keeps the scores on chip: the saving is each op's time over
 its bound without the score tensors' bytes (its FLOPs and efficiency kept). One action for
-every layer of the pattern (`layers`)."""
+every layer of the pattern (`layers`). Scores made one block of keys a trip of a loop with an
+online softmax (blocked, flash-style attention written in JAX) are what a fused kernel
+computes, not this pattern."""
 
 from __future__ import annotations
 
@@ -47,6 +49,32 @@ def _scores(ops: ModuleOps, inst: Instruction) -> Instruction | None:
     if out.num_elements != dot.shape.num_elements:
         return None
     return dot
+
+
+def _key_block_loop(ops: ModuleOps, inst: Instruction, dot: Instruction) -> Instruction | None:
+    """The while loop whose body makes these scores one block of keys a trip with an online
+    softmax, else None: the loop carries a running statistic of each score row (a tensor of
+    the scores' shape less the key dimension: the running max, the sum of exponentials) and
+    never the scores, so a block's scores are all that exist at once. A loop over layers
+    carries activations, not per-row softmax statistics."""
+    comp = ops.home(inst)
+    if comp is None or comp.is_entry:
+        return None
+    loop = next(
+        (
+            i
+            for c in ops.module.computations
+            for i in c.instructions
+            if i.opcode == "while" and i.attrs.get("body", "").lstrip("%") == comp.name
+        ),
+        None,
+    )
+    if loop is None:
+        return None
+    carried = {s.dims for s in loop.shape.leaves()}
+    if dot.shape.dims[:-1] in carried and dot.shape.dims not in carried:
+        return loop
+    return None
 
 
 def _layer(
@@ -94,7 +122,7 @@ def unfused_attention(ctx: Context) -> Iterator[Finding]:
                 if ops.row(inst) is None or id(inst) in taken:
                     continue
                 dot = _scores(ops, inst)
-                if dot is None:
+                if dot is None or _key_block_loop(ops, inst, dot) is not None:
                     continue
                 found = _layer(ops, inst, dot.shape.num_elements)
                 if found is None:

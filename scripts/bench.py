@@ -43,6 +43,7 @@ import lzma
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -621,15 +622,21 @@ def install_revision(rev: str) -> tuple[str, Path]:
 
 
 def bench_against(
-    all_cases: list[Case], repeats: int, tmp: Path, rev: str
+    all_cases: list[Case], repeats: int, tmp: Path, rev: str, this: str | None = None
 ) -> list[dict[str, object]]:
-    """This checkout's hlogap and commit `rev`'s on the same files, head to head: each case's
-    `hlogap audit FILE --format json --top 0` run by both in turn (which goes first alternates
-    from round to round), best of `repeats`; both as `python -m hlogap` from the same
-    interpreter and dependencies, `rev`'s installed apart (`install_revision`)."""
+    """This checkout's hlogap (or commit `this`'s) and commit `rev`'s on the same files, head
+    to head: each case's `hlogap audit FILE --format json --top 0` run by both in turn (which
+    goes first alternates from round to round), best of `repeats`; both as `python -m hlogap`
+    from the same interpreter and dependencies, a commit's installed apart
+    (`install_revision`: a checkout others edit meanwhile, its bytecode going stale, is not
+    what a commit is)."""
     label, site = install_revision(rev)
     theirs_env = {**os.environ, "PYTHONPATH": str(site)}
     ours_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    this_label = "this"
+    if this is not None:
+        this_label, this_site = install_revision(this)
+        ours_env["PYTHONPATH"] = str(this_site)
     results = []
     for case in all_cases:
         big, events = case_file(case, tmp)
@@ -637,15 +644,23 @@ def bench_against(
         command += ["--top", "0", *case.options]
         pin = ["taskset", "-c", "0"] if case.one_core and shutil.which("taskset") else []
         runs: dict[str, list[Run]] = {"ours": [], "theirs": []}
+        said = tmp / "stderr.txt"
         for i in range(repeats):
             turn = [("ours", ours_env), ("theirs", theirs_env)]
             for side, env in turn if i % 2 == 0 else turn[::-1]:
-                runs[side].append(measure([*pin, *command], tmp, env=env))
+                runs[side].append(measure([*pin, *command], tmp, said, env))
+                failed = [r for r in runs[side] if not r.ok]
+                if failed and failed[0] is runs[side][-1]:  # say why, once (an older hlogap
+                    # may not read the file)
+                    name = this_label if side == "ours" else label
+                    why = said.read_text(errors="replace").strip().splitlines()[-1:]
+                    print(f"{case.name}: {name} failed: {' '.join(why)}", file=sys.stderr)
         row: dict[str, object] = {
             "case": case.name,
             "events": events,
             "size_mb": big.stat().st_size / 1e6,
             "against": label,
+            "this": this_label,
         }
         for side, done in runs.items():
             row[f"{side}_s"] = min(r.wall_s for r in done)
@@ -658,8 +673,8 @@ def bench_against(
 
 
 AGAINST_HEADER = (
-    "| case | events | file | {rev} wall | this wall | this / {rev} "
-    "| {rev} peak total (x file) | this peak total (x file) |\n"
+    "| case | events | file | {rev} wall | {this} wall | {this} / {rev} "
+    "| {rev} peak total (x file) | {this} peak total (x file) |\n"
     "|---|---:|---:|---:|---:|---:|---:|---:|"
 )
 AGAINST_BEGIN, AGAINST_END = "<!-- bench-against:begin -->", "<!-- bench-against:end -->"
@@ -738,14 +753,14 @@ def write_docs(
     doc = ROOT / "docs" / "performance.md"
     text = doc.read_text()
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    command = " ".join(["python", "scripts/bench.py", *sys.argv[1:]])
+    command = shlex.join(["python", "scripts/bench.py", *sys.argv[1:]])
     measured = f"Measured {time.strftime('%Y-%m-%d')} on {machine} by `{command}`"
-    rev = str(against[0]["against"]) if against else ""
+    rev, this = (str(against[0][k]) for k in ("against", "this")) if against else ("", "")
     for begin, end_mark, lines in (
         (
             AGAINST_BEGIN,
             AGAINST_END,
-            [f"{measured}:", "", AGAINST_HEADER.format(rev=rev)]
+            [f"{measured}:", "", AGAINST_HEADER.format(rev=rev, this=this)]
             + [_format_against_row(r) for r in against],
         ),
         (
@@ -796,10 +811,13 @@ def main() -> None:
     parser.add_argument(
         "--against-only", action="store_true", help="only the head-to-head against REV"
     )
+    parser.add_argument(
+        "--this", metavar="REV", help="with --against: commit REV's hlogap, not this checkout's"
+    )
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
-    if args.against_only and not args.against:
-        parser.error("--against-only needs --against REV")
+    if (args.against_only or args.this) and not args.against:
+        parser.error("--against-only and --this need --against REV")
     # hlogap as a user has it: pip compiles a package's bytecode when it installs it; an
     # editable install under PYTHONDONTWRITEBYTECODE would compile every module on every run.
     compileall.compile_dir(ROOT / "hlogap", quiet=1)
@@ -829,8 +847,8 @@ def main() -> None:
                 print(HEADER)
                 results = bench(chosen, args.repeats, Path(tmp))
             if args.against:
-                print(AGAINST_HEADER.format(rev=args.against))
-                against = bench_against(chosen, args.repeats, Path(tmp), args.against)
+                print(AGAINST_HEADER.format(rev=args.against, this=args.this or "this"))
+                against = bench_against(chosen, args.repeats, Path(tmp), args.against, args.this)
     pod = []
     if not args.no_pod:
         print(POD_HEADER)

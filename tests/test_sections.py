@@ -1,6 +1,7 @@
-"""Sections worded once (issue 42): the actions and the steps read the same in the table, the
-Markdown and the HTML page, whose script draws the sections' words instead of wording them
-again. The oracle for the figures is the report's JSON; for the words, the other formats."""
+"""Sections worded once (issue 42): the op cells, the actions, the steps, the groups, the memory,
+the what-ifs and the warnings read the same in the table, the Markdown and the HTML page, whose
+script draws the sections' words instead of wording them again. The oracle for the figures is
+the report's JSON; for the words, the other formats."""
 
 from __future__ import annotations
 

@@ -200,7 +200,7 @@ class _Plan:
             spec, key = _spec(f), _spec(f).key or f.name
             if spec.written == "never":
                 continue
-            readers.append((f.name, key, spec.read or reader(hints[f.name]), spec.absent))
+            readers.append((f.name, key, spec.read or _reader(hints[f.name]), spec.absent))
             no_default = f.default is MISSING and f.default_factory is MISSING
             if spec.absent is UNSET and (spec.required or no_default):
                 required.append(key)
@@ -210,7 +210,7 @@ class _Plan:
 _PLANS: dict[type, _Plan] = {}
 
 
-def reader(hint: object) -> Reader:
+def _reader(hint: object) -> Reader:
     """The reader of a JSON value of type `hint`."""
     if hint is float:
         return number
@@ -227,12 +227,12 @@ def reader(hint: object) -> Reader:
         return _one_of(args)
     if origin in (types.UnionType, typing.Union) and type(None) in args:
         (inner,) = [a for a in args if a is not type(None)]
-        read = reader(inner)
+        read = _reader(inner)
         return lambda raw, where: None if raw is None else read(raw, where)
     if origin in (list, tuple) and args[0] is str:
         return _strings if origin is list else lambda raw, where: tuple(_strings(raw, where))
     if origin in (list, tuple):
-        item = reader(args[0])
+        item = _reader(args[0])
 
         def items(raw: object, where: str) -> object:
             if not isinstance(raw, list):

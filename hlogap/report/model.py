@@ -155,11 +155,6 @@ class OpRow(Totals):
     ) -> dict[str, object]:
         return encode(self, rank=rank, share=share, cum_share=cum_share)
 
-    @classmethod
-    def from_dict(cls, raw: object, where: str) -> OpRow:
-        """An op of a saved report; keys a report of an older hlogap lacks keep their defaults."""
-        return decode(cls, raw, where)
-
 
 @dataclass(slots=True)  # 160 k of them for a 40 k-step pod profile: small, quick to make
 class DeviceStep:

@@ -30,7 +30,7 @@ from hlogap.render.text import (
     what_if_lines,
 )
 from hlogap.report.groups import DEFAULT_DEPTH, group_rows
-from hlogap.report.model import Action, AuditReport, GroupRow, OpRow, warmup_of
+from hlogap.report.model import Action, AuditReport, GroupRow, OpRow
 from hlogap.report.schema import AllocatorPeak
 from hlogap.report.sections import StepSkew
 from hlogap.units import fmt_eff, fmt_si, fmt_us
@@ -218,7 +218,7 @@ def actions_frame(report: AuditReport) -> str:
     if not actions or actions[0].frame != "wall":
         return "device time (no steps to re-time)"
     steps = len(report.steps)
-    warmup = warmup_of(report.steps)
+    warmup = report.step_summary.warmup_steps
     if report.ops_frame == "steady steps" and warmup:
         return (
             f"wall time, summed over the {steps - warmup} steady steps (warm-up left out); "

@@ -14,9 +14,6 @@ from hlogap.report.gate import CheckResult
 from hlogap.report.model import (
     AuditReport,
     StepRow,
-    steady_steps,
-    steps_summary,
-    warmup_of,
 )
 from hlogap.report.schema import AllocatorPeak, Chip
 from hlogap.report.sections import HostSkew
@@ -311,21 +308,17 @@ def step_lines(report: AuditReport) -> list[str]:
     steps = report.steps
     if not steps:
         return ["steps: none found (no step annotation, no module execution to count)"]
-    summary = steps_summary(steps)
-    device_wall = summary["device_wall_us"]
-    assert isinstance(device_wall, float)
+    summary = report.step_summary
 
-    def share(key: str) -> str:
-        value = summary[key]
-        assert isinstance(value, float)
-        return fmt_eff(value / device_wall if device_wall > 0 else None)
+    def share(time_us: float) -> str:
+        wall = summary.device_wall_us
+        return fmt_eff(time_us / wall if wall > 0 else None)
 
-    median, skew = summary["step_us"], summary["skew_us"]
-    assert isinstance(median, float) and isinstance(skew, float)
+    median, skew = summary.step_us, summary.skew_us
+    assert median is not None and skew is not None  # there are steps
     step_speedup = report.step_speedup
-    span = summary["device_span_fraction"]
-    warmup = summary["warmup_steps"]
-    assert isinstance(warmup, int)
+    span = summary.device_span_fraction
+    warmup = summary.warmup_steps
     left_out = (
         f"; {_step_list([s.step for s in steps[:warmup]])} left out: warm-up, "
         f"{fmt_us(sum(s.wall_us for s in steps[:warmup]))}"
@@ -333,13 +326,13 @@ def step_lines(report: AuditReport) -> list[str]:
         else ""
     )
     first = (
-        f"step: {fmt_us(median)} wall (median of {summary['steps']}, {steps[0].source}"
+        f"step: {fmt_us(median)} wall (median of {summary.steps}, {steps[0].source}"
         f"{left_out})"
         + (f", device start skew {fmt_us(skew)}" if report.devices > 1 else "")
         + (
             # Each device's first op to last op over the step's wall: a span, not busy time.
             f", each device's first op to last op spans {fmt_eff(span)} of it"
-            if isinstance(span, float) and span < 0.995
+            if span is not None and span < 0.995
             else ""
         )
         + (
@@ -352,9 +345,9 @@ def step_lines(report: AuditReport) -> list[str]:
     lines = [
         first,
         f"each device's step time: "
-        f"{step_shares_text(report, share('at_bound_us'), share('lost_in_ops_us'))}, "
-        f"{share('idle_us')} idle; exposed: "
-        f"collectives {share('exposed_comm_us')}, host transfers {share('exposed_host_us')}",
+        f"{step_shares_text(report, share(summary.at_bound_us), share(summary.lost_in_ops_us))}, "
+        f"{share(summary.idle_us)} idle; exposed: collectives {share(summary.exposed_comm_us)}, "
+        f"host transfers {share(summary.exposed_host_us)}",
     ]
     rate = report.flops_per_s
     if rate:
@@ -431,8 +424,8 @@ def steps_overview(report: AuditReport) -> list[str]:
     if not report.steps:
         return ["steps: none found (no step annotation, no module execution to count)"]
     # The summary's frame: the steady steps; the warm-up ones are named apart.
-    warmup = report.steps[: warmup_of(report.steps)]
-    steps = steady_steps(report.steps)
+    warmup = report.steps[: report.step_summary.warmup_steps]
+    steps = report.steady_steps
     walls = sorted(s.wall_us for s in steps)
 
     def quantile(q: float) -> float:

@@ -23,7 +23,7 @@ import orjson
 
 from hlogap.errors import UsageError
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
-from hlogap.report.model import AuditReport, OpRef, OpRow, warmup_of
+from hlogap.report.model import AuditReport, OpRef, OpRow
 from hlogap.report.tracks import DeviceTracks, Spans, device_tracks, step_tracks
 
 # chrome://tracing's reserved colour names, an event's `cname` (and its args' `band`, which
@@ -91,7 +91,7 @@ def _steps(report: AuditReport) -> list[dict[str, Any]]:
         _name("process_name", STEPS_PID, 0, "steps"),
         _process_sort_index(STEPS_PID),
     ]
-    warmup = {s.step for s in report.steps[: warmup_of(report.steps)]}
+    warmup = {s.step for s in report.steps[: report.step_summary.warmup_steps]}
     steps = sorted(report.steps, key=lambda s: s.start_us)
     track, names = step_tracks(steps)
     for k, title in enumerate(names):

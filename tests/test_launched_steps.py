@@ -18,7 +18,6 @@ import pytest
 from hlogap import audit, load_report
 from hlogap.options import AuditOptions
 from hlogap.render.base import RenderOptions, render
-from hlogap.report.model import warmup_of
 from tests.conftest import FIXTURES, oracle
 from tests.test_timing import _events_by_op
 
@@ -44,7 +43,7 @@ def test_steps_end_with_the_device_work_they_launched(program: str, chip: Path) 
     expected = list(oracle(FIXTURES / program)["trace_steps"])
     assert [s.step for s in report.steps] == [s["step_num"] for s in expected]
     origin = expected[0]["annotation_start_us"]
-    warmup = warmup_of(report.steps)
+    warmup = report.step_summary.warmup_steps
     launched = [s["device_end_us"] - s["annotation_start_us"] for s in expected]
     for k, (step, want) in enumerate(zip(report.steps, expected, strict=True)):
         assert step.start_us == pytest.approx(want["annotation_start_us"] - origin, abs=1.0)
@@ -75,7 +74,7 @@ def test_steps_end_with_the_device_work_they_launched(program: str, chip: Path) 
 def test_op_rows_count_the_steady_steps(program: str, chip: Path) -> None:
     report = audit(FIXTURES / program, AuditOptions(chip=str(chip)))
     assert report.ops_frame == "steady steps"
-    warmup = warmup_of(report.steps)
+    warmup = report.step_summary.warmup_steps
     steady, early = report.steps[warmup:], report.steps[:warmup]
     # Over the steady steps the op rows' measured time is the steps' own (self time of the
     # events starting in them), and what was left out is the warm-up steps'.
@@ -149,7 +148,7 @@ def test_a_pod_with_a_warm_up_step_counts_the_steady_steps(chip: Path, tmp_path:
         (run / f"host{host}.xplane.pb").write_bytes(space.SerializeToString())
     report = audit(tmp_path / "tb", AuditOptions(chip=str(chip)))
     assert report.devices == 32 and len(report.hosts) == 4
-    warmup = warmup_of(report.steps)
+    warmup = report.step_summary.warmup_steps
     assert warmup >= 1
     steady = report.steps[warmup:]
     assert report.measured_us == pytest.approx(sum(s.measured_us for s in steady), rel=1e-9)

@@ -15,7 +15,9 @@ import pytest
 from hlogap import audit
 from hlogap.options import AuditOptions
 from hlogap.proto import xplane_pb2
-from hlogap.report.model import AuditReport, steady_steps, steps_summary
+from hlogap.report.codec import encode
+from hlogap.report.model import AuditReport, StepRow
+from hlogap.report.summary import StepSummary
 from hlogap.trace.model import TraceData
 from hlogap.trace.reading import read_trace
 from hlogap.trace.steps import OpStepCosts, step_totals
@@ -279,7 +281,7 @@ def test_utilisation_shares_and_sort(cpu_chip_file: Path, tmp_path: Path) -> Non
     # Every op of the mlp fixture runs inside a step: the steps' FLOPs are the ops' own.
     flops = sum(r.flops * r.occurrences for r in report.ops)
     assert sum(s.flops for s in report.steps) == pytest.approx(flops)
-    steady = steady_steps(report.steps)
+    steady = report.steady_steps
     flops = sum(s.flops for s in steady)
     device_seconds = sum(s.wall_us * s.devices for s in steady) * 1e-6
     summary = report.summary_dict()
@@ -393,7 +395,7 @@ def test_warmup_left_out_and_each_step_against_itself() -> None:
         step_row(3, 124.0, 31.0, 2.0),
         step_row(4, 130.0, 65.0, 1.0),
     ]
-    summary = steps_summary(steps)
+    summary = encode(StepSummary.of_steps(steps))
     assert summary["warmup_steps"] == 1 and summary["steps"] == 4
     assert summary["idle_fraction"] == pytest.approx(5.0 / (125 + 126 + 124 + 130))
     ratios = [125 / 50, 126 / 63, 124 / 31, 130 / 65]  # 2.5, 2, 4, 2: median 2.25
@@ -402,9 +404,13 @@ def test_warmup_left_out_and_each_step_against_itself() -> None:
     report = AuditReport(path="p", chip=None, ops=[], steps=steps)
     assert report.step_speedup == pytest.approx(2.25)  # not 125.5 / 56.5 = 2.22
     # A slow step amid steady ones is a straggler, not warm-up: it stays.
-    assert steady_steps([steps[1], steps[0], steps[2]]) == [steps[1], steps[0], steps[2]]
+    assert _steady([steps[1], steps[0], steps[2]]) == [steps[1], steps[0], steps[2]]
     # One step alone is kept, however long.
-    assert steady_steps(steps[:1]) == steps[:1]
+    assert _steady(steps[:1]) == steps[:1]
+
+
+def _steady(steps: list[StepRow]) -> list[StepRow]:
+    return steps[StepSummary.of_steps(steps).warmup_steps :]
 
 
 def test_a_small_utilisation_is_not_printed_as_zero() -> None:

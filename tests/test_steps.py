@@ -12,7 +12,6 @@ import pytest
 from hlogap import audit, load_report
 from hlogap.options import AuditOptions
 from hlogap.proto import xplane_pb2
-from hlogap.report.model import warmup_of
 from hlogap.trace.steps import _covered
 from hlogap.trace.timing import merged_intervals
 from tests.conftest import FIXTURES, SHARED, cpu_fixtures, oracle
@@ -65,7 +64,7 @@ def test_annotated_steps_are_the_annotations(program: str, cpu_chip_file: Path) 
         assert step.busy_us + step.idle_us == pytest.approx(step.device_wall_us)
         assert 0 <= step.busy_us <= step.wall_us * step.devices + 1e-9
     # Every op event of these programs ran inside a step: the op rows count the steady ones.
-    steady = report.steps[warmup_of(report.steps) :]
+    steady = report.steady_steps
     assert sum(s.measured_us for s in steady) == pytest.approx(report.measured_us)
     outside = report.outside_steps
     assert outside is not None and outside.other_us == outside.autotuning_us == 0
@@ -133,7 +132,7 @@ def test_without_annotations_a_step_is_an_execution_of_the_main_module(amd_file:
     # The dominant module ran on every device once per step: its ops' occurrences per device.
     top = max(report.ops, key=lambda r: r.measured_us)
     per_device = top.occurrences / report.devices
-    assert len(report.steps[warmup_of(report.steps) :]) == per_device  # the steady frame
+    assert len(report.steady_steps) == per_device  # the steady frame
     for step in report.steps:
         assert step.busy_us + step.idle_us == pytest.approx(step.device_wall_us)
 

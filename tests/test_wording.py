@@ -94,13 +94,12 @@ def test_header_says_the_devices_span_not_their_busy_time(cpu_chip_file: Path) -
     # header read "devices run ops over 65% of it", which is busy time's wording (busy/wall
     # is less: the ops leave gaps inside the span).
     from hlogap.render.text import step_lines
-    from hlogap.report.model import steps_summary
 
     report = audit(TRAIN, AuditOptions(chip=str(cpu_chip_file)))
-    summary = steps_summary(report.steps)
-    span, busy = summary["device_span_fraction"], summary["busy_us"]
-    assert isinstance(span, float) and isinstance(busy, float)
-    window = sum(s.wall_us * s.devices for s in report.steps[summary["warmup_steps"] :])
+    summary = report.step_summary
+    span, busy = summary.device_span_fraction, summary.busy_us
+    assert span is not None
+    window = sum(s.wall_us * s.devices for s in report.steady_steps)
     assert busy / window < span < 0.995
     first = step_lines(report)[0]
     assert f"each device's first op to last op spans {span:.0%} of it" in first

@@ -295,22 +295,6 @@ class StepRow:
         return data
 
 
-def warmup_of(steps: Sequence[StepRow]) -> int:
-    """How many of the steps lead as warm-up (`warmup_steps` of their walls)."""
-    return warmup_steps([s.wall_us for s in steps])
-
-
-def steady_steps(steps: Sequence[StepRow]) -> list[StepRow]:
-    """The steps after the warm-up ones (`warmup_of`); a report's are `step_summary.steady`."""
-    return list(steps[warmup_of(steps) :])
-
-
-def steps_summary(steps: Sequence[StepRow]) -> dict[str, object]:
-    """The summary's step keys (docs/json.md) over the steady steps; a report's are
-    `step_summary`."""
-    return encode(StepSummary.of_steps(steps))
-
-
 @dataclass(frozen=True)
 class GroupRow(Totals):
     """Ops rolled up (`--group-by`): their totals summed."""

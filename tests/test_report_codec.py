@@ -17,8 +17,8 @@ from tests.conftest import ROOT, run_cli
 
 GOLDEN = sorted((ROOT / "tests" / "golden").glob("audit-*.json"))
 SHARDED = ROOT / "tests" / "golden" / "audit-documented_sharded.json"
-# The sections this codec reads (memory's is hlogap.memory's, which keeps no live curve).
-SECTIONS = ("summary", "ops", "steps", "groups", "mesh", "actions", "what_if")
+# The sections a saved report holds (memory's codec is hlogap.memory's own).
+SECTIONS = ("summary", "ops", "steps", "groups", "mesh", "actions", "what_if", "memory")
 
 
 @pytest.mark.parametrize("golden", GOLDEN, ids=lambda p: p.stem)

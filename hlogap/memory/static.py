@@ -446,6 +446,11 @@ def _module_from_dict(raw: object, where: str) -> ModuleMemory:
     spaces = raw.get("other_memory_spaces", {})
     if not isinstance(held, list) or not isinstance(spaces, dict):
         raise ValueError(f"{where}.at_peak or other_memory_spaces is malformed")
+    curve = raw.get("live_curve", [])  # absent in reports older than the HTML curve
+    if not isinstance(curve, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_BYTES for v in curve
+    ):
+        raise ValueError(f"{where}.live_curve is not a list of byte counts")
     return ModuleMemory(
         module=str(raw.get("module", "")),
         program_id=str(raw.get("program_id", "")),
@@ -467,6 +472,7 @@ def _module_from_dict(raw: object, where: str) -> ModuleMemory:
             for b in held
             if isinstance(b, dict)
         ),
+        live_curve=tuple(curve),
         other_spaces=tuple(
             (int(k), int(v)) for k, v in spaces.items() if str(k).isdigit() and isinstance(v, int)
         ),

@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hlogap.errors import InputError, UsageError
-from hlogap.report.groups import DEFAULT_DEPTH, GROUP_KEYS
 from hlogap.report.model import SORT_KEYS
+from hlogap.rows.groups import DEFAULT_DEPTH, GROUP_KEYS
 
 
 @dataclass(frozen=True, kw_only=True)

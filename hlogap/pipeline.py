@@ -15,7 +15,6 @@ from hlogap.errors import InputError
 from hlogap.memory.runtime import allocator_peaks, on_run
 from hlogap.memory.static import memory_section
 from hlogap.options import AuditOptions
-from hlogap.report.groups import GROUP_KEYS, axis_groups, group_rows
 from hlogap.report.model import (
     SORT_KEYS,
     AuditReport,
@@ -26,7 +25,8 @@ from hlogap.report.model import (
     sort_rows,
     warmup_steps,
 )
-from hlogap.report.steps import op_step_costs, step_rows
+from hlogap.rows.groups import GROUP_KEYS, axis_groups, group_rows
+from hlogap.rows.steps import op_step_costs, step_rows
 from hlogap.source import ProfileSource, Remote, find_profile, is_url, regular_file
 from hlogap.trace.host_activity import GapActivity
 from hlogap.trace.model import Backend, OpKey, Step, merge_steps
@@ -70,8 +70,8 @@ if TYPE_CHECKING:
     from hlogap.hlo.index import HloIndex
     from hlogap.hlo.mesh import Mesh
     from hlogap.memory.static import MemorySection
-    from hlogap.report.hosts import ClockOffsets
     from hlogap.report.model import OpRow
+    from hlogap.rows.hosts import ClockOffsets
 
 
 def chip_from_trace(run: RunSummary) -> tuple[Chip, ChipSource, str]:
@@ -150,7 +150,7 @@ def audit(
             report.ops, group_key, options.depth, sort_key, report.exposed_by_axis
         )
     if options.cross_check:
-        from hlogap.report.crosscheck import cross_check as run_cross_check
+        from hlogap.rows.crosscheck import cross_check as run_cross_check
 
         if progress is not None:
             progress("running xprof's converter on a copy of the profile")
@@ -384,7 +384,7 @@ def _cost_rows(
     """Stage cost rows: each op that ran costed once, a calibrated chip raised to what the
     ops reached, and the ops' rows bounded on the chip (and each `what_if` chip)."""
     from hlogap.bounds.measured import raise_to_ops
-    from hlogap.report.analysis import op_costs, op_rows, timed_costs
+    from hlogap.rows.analysis import op_costs, op_rows, timed_costs
 
     run = framed.run
 
@@ -433,7 +433,7 @@ def _clocks(
     steps: FoundSteps,
 ) -> Clocks:
     """Stage clocks: each host's offset from the first, and the steps on one clock."""
-    from hlogap.report.hosts import clock_offsets
+    from hlogap.rows.hosts import clock_offsets
 
     collectives = _busiest_collectives(rows) if len(run.hosts) > 1 else []
     arrivals = (
@@ -547,8 +547,8 @@ def _assemble(
     from hlogap.advice.actions import findings, point_hints, ranked, step_savings
     from hlogap.advice.base import Context
     from hlogap.advice.what_if import what_if as advise_what_if
-    from hlogap.report.hosts import host_skew
-    from hlogap.report.steps import attribute_waits
+    from hlogap.rows.hosts import host_skew
+    from hlogap.rows.steps import attribute_waits
 
     rows, steps, chip = report.ops, report.steps, report.chip
     assert chip is not None, "an audited profile always has a chip"

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hlogap.cli import app
-from hlogap.report.groups import GROUP_KEYS
+from hlogap.rows.groups import GROUP_KEYS
 from tests.conftest import SAMPLE, run_cli
 
 COMMANDS = ["audit", "demo", "calibrate", "bound", "memory", "chips", "check", "diff"]

@@ -1,4 +1,4 @@
-"""Command buffers (hlogap.report.command_buffers): XLA:GPU runs a `call` of a `command_buffer`
+"""Command buffers (hlogap.rows.command_buffers): XLA:GPU runs a `call` of a `command_buffer`
 computation as one CUDA graph, and the profile times the call, not its ops.
 
 The HLO is what XLA's CommandBufferScheduling pass produces (openxla/xla,
@@ -288,7 +288,7 @@ def test_what_if_bounds_the_buffer_by_its_ops_on_the_other_chip(tmp_path: Path) 
 
 
 def test_group_by_scope_gives_the_buffer_time_to_its_ops_scopes(tmp_path: Path) -> None:
-    from hlogap.report.groups import group_rows
+    from hlogap.rows.groups import group_rows
 
     text = ONE_BUFFER.read_text()
     for name, scope in (("fusion.2", "jit(step)/add"), ("custom-call.1", "jit(step)/dense")):

@@ -12,8 +12,8 @@ import pytest
 
 from hlogap.chips import builtin_chips
 from hlogap.render.base import formats
-from hlogap.report.groups import GROUP_KEYS
 from hlogap.report.model import SORT_KEYS
+from hlogap.rows.groups import GROUP_KEYS
 
 
 def _complete(words: str) -> list[str]:

@@ -19,8 +19,8 @@ import pytest
 
 from hlogap import audit
 from hlogap.options import AuditOptions
-from hlogap.report.analysis import runs_per_occurrence
 from hlogap.report.model import AuditReport, OpRow
+from hlogap.rows.analysis import runs_per_occurrence
 from tests.conftest import FIXTURES, SHARED, write_cpu_chip
 
 PROGRAM = FIXTURES / "documented_cond_loop"

@@ -16,7 +16,7 @@ from hlogap import audit
 from hlogap.options import AuditOptions
 from hlogap.proto import xplane_pb2
 from hlogap.report.model import AuditReport
-from hlogap.report.steps import op_step_costs
+from hlogap.rows.steps import op_step_costs
 from hlogap.trace.host_activity import host_activity
 from hlogap.trace.reading import read_trace
 from hlogap.trace.steps import LARGEST_GAPS, OpStepCosts, step_totals

@@ -15,7 +15,7 @@ from hlogap import audit, load_report
 from hlogap.hlo.mesh import Mesh, module_mesh
 from hlogap.hlo.text import parse_module
 from hlogap.options import AuditOptions
-from hlogap.report.groups import NOT_ON_AXES
+from hlogap.rows.groups import NOT_ON_AXES
 from tests.conftest import AMD_FILES, FIXTURES, ROOT, SHARED
 
 V6E = SHARED / "tpu-v6e-offload" / "tpu_inference_2.xplane.pb"

@@ -209,7 +209,7 @@ def test_the_host_that_arrives_last_at_collectives_is_named(tmp_path: Path, chip
 def test_without_steps_in_common_the_collective_ends_give_the_offsets() -> None:
     import numpy as np
 
-    from hlogap.report.hosts import clock_offsets
+    from hlogap.rows.hosts import clock_offsets
     from hlogap.trace.steps import NOT_RUN, CollectiveTimes
 
     def times(ends: list[int]) -> CollectiveTimes:

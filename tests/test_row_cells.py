@@ -166,7 +166,7 @@ def test_groups_keep_unmodeled_time_apart(mlp: AuditReport) -> None:
     """A group's bound, gap and efficiency are its modeled ops' (oracle: the op rows), its
     unmodeled ops' time beside them; JSON keeps the contract's sums."""
     from hlogap.render.cells import group_bound_cells
-    from hlogap.report.groups import group_key, group_rows
+    from hlogap.rows.groups import group_key, group_rows
 
     half = {r.name for r in mlp.ops[::2]}
     report = _unmodeled(mlp, half)

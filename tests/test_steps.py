@@ -148,7 +148,7 @@ def test_union_and_window_cover() -> None:
 
 
 def test_group_by_scope_rolls_ops_up_by_layer(cpu_chip_file: Path) -> None:
-    from hlogap.report.groups import scope_parts
+    from hlogap.rows.groups import scope_parts
 
     path = FIXTURES / "sharded_train"
     report = audit(path, AuditOptions(chip=str(cpu_chip_file), group_by="scope", depth=2))
@@ -170,7 +170,7 @@ def test_group_by_scope_rolls_ops_up_by_layer(cpu_chip_file: Path) -> None:
 
 
 def test_scope_parts_keep_parentheses_whole() -> None:
-    from hlogap.report.groups import scope_parts
+    from hlogap.rows.groups import scope_parts
 
     assert scope_parts("jit(f)/transpose(jvp(g/h))/dot") == ["jit(f)", "transpose(jvp(g/h))", "dot"]
     assert scope_parts("") == []

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from hlogap.render.trace_events import colour_of
-from hlogap.report.tracks import lanes
+from hlogap.rows.tracks import lanes
 from tests.conftest import FIXTURES, SHARED
 from tests.test_errors import run_cli
 

@@ -96,7 +96,7 @@ def _complete_sort(incomplete: str) -> list[str]:
 
 
 def _complete_group_by(incomplete: str) -> list[str]:
-    from hlogap.report.groups import GROUP_KEYS
+    from hlogap.rows.groups import GROUP_KEYS
 
     return [k for k in GROUP_KEYS if k.startswith(incomplete)]
 

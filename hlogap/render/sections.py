@@ -29,10 +29,10 @@ from hlogap.render.text import (
     steps_overview,
     what_if_lines,
 )
-from hlogap.report.groups import DEFAULT_DEPTH, group_rows
 from hlogap.report.model import Action, AuditReport, GroupRow, OpRow
 from hlogap.report.schema import AllocatorPeak
 from hlogap.report.sections import StepSkew
+from hlogap.rows.groups import DEFAULT_DEPTH, group_rows
 from hlogap.units import fmt_eff, fmt_si, fmt_us
 
 OP_COLUMNS = (

@@ -10,7 +10,7 @@ each device has a track of its idle gaps (inside its own step, or between its fi
 without steps), one of exposed communication (a collective running while no compute op does)
 and one of exposed host transfers (only host transfers running), the report's split inside the
 device's own steps; a process of its own holds the steps. Times count from the same instant as
-the report's `start_us`. The tracks and spans are worked out before (hlogap.report.tracks): this
+the report's `start_us`. The tracks and spans are worked out before (hlogap.rows.tracks): this
 module lays them out as events.
 """
 
@@ -24,7 +24,7 @@ import orjson
 from hlogap.errors import UsageError
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.report.model import AuditReport, OpRef, OpRow
-from hlogap.report.tracks import DeviceTracks, Spans, device_tracks, step_tracks
+from hlogap.rows.tracks import DeviceTracks, Spans, device_tracks, step_tracks
 
 # chrome://tracing's reserved colour names, an event's `cname` (and its args' `band`, which
 # Perfetto shows and filters on): efficiency at or above each floor.

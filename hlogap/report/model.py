@@ -130,7 +130,7 @@ class OpRow(Totals):
     # 0-1, over the op's occurrences; None where the profile has none.
     counters: dict[str, float] | None = None
     # True when `measured_us` is an estimate: an op of a command buffer (a CUDA graph) whose
-    # own time the profile does not have (hlogap.report.command_buffers).
+    # own time the profile does not have (hlogap.rows.command_buffers).
     estimated: bool = False
     # A command buffer's call: the ops it runs, each with its bound and an estimated share of
     # the call's time (they add up to it). Not rows of the report: totals count the call once.
@@ -495,9 +495,9 @@ class AuditReport:
     steps_cover_fraction: float | None = None
     group_by: str | None = None  # `--group-by` (scope, category, source, module), when asked
     groups: list[GroupRow] = field(default_factory=list)
-    # `--cross-check`: xprof's counts beside ours (hlogap.report.crosscheck).
+    # `--cross-check`: xprof's counts beside ours (hlogap.rows.crosscheck).
     cross_check: CrossCheck | None = None
-    # Several hosts: the slowest against the median, in all and op by op (hlogap.report.hosts).
+    # Several hosts: the slowest against the median, in all and op by op (hlogap.rows.hosts).
     host_skew: HostSkew | None = None
     # `--model-flops`: the model's FLOPs per step, whole program (for `summary.mfu`).
     model_flops: float | None = None

@@ -1,6 +1,6 @@
 """The report's two optional sections, typed: `hosts` (several hosts: who is slowest, op by op
-and step by step; built by hlogap.report.hosts) and `cross_check` (`audit --cross-check`:
-xprof's counts beside ours; built by hlogap.report.crosscheck). Fields are in the order of
+and step by step; built by hlogap.rows.hosts) and `cross_check` (`audit --cross-check`:
+xprof's counts beside ours; built by hlogap.rows.crosscheck). Fields are in the order of
 their JSON keys (docs/json.md)."""
 
 from __future__ import annotations

@@ -326,7 +326,7 @@ class RunSummary:
     host_measured_ps: list[np.ndarray] = field(default_factory=list)
     host_events: list[np.ndarray] = field(default_factory=list)
     # Per host: its own steps, on its clock: every host has them, and they are laid on one
-    # clock once the hosts' clock offsets are known (hlogap.report.hosts).
+    # clock once the hosts' clock offsets are known (hlogap.rows.hosts).
     host_steps: list[list[Step]] = field(default_factory=list)
     # The hosts' `autotuning_modules`, together.
     autotuning_modules: set[str] = field(default_factory=set)

@@ -82,7 +82,7 @@ def audit(
     """
     from hlogap.options import AuditOptions
     from hlogap.render.base import choose_format, needs_timeline
-    from hlogap.report.groups import DEFAULT_DEPTH
+    from hlogap.rows.groups import DEFAULT_DEPTH
 
     chosen = choose_format("audit", fmt, output)  # a bad format fails before the profile is read
     if depth is not None and group_by != "scope":

@@ -30,7 +30,7 @@ def pallas(inst: Instruction, shapes: Sequence[Shape | None], cost: CustomCost) 
     The estimate does not say which unit does the FLOPs: they are charged to the matrix unit
     (the fastest), at the widest operand type's peak (TPUs take f32 at the bf16 rate), which
     keeps the bound a lower bound. An estimate that claims more than the kernel did is caught
-    where the bound meets the measured time (hlogap.report.analysis).
+    where the bound meets the measured time (hlogap.rows.analysis).
     """
     cfg = config(inst).get("custom_call_config")
     est = cfg.get("cost_estimate") if isinstance(cfg, dict) else None

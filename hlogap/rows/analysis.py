@@ -23,8 +23,8 @@ from hlogap.hlo.ir import Instruction, Module
 from hlogap.hlo.mesh import ModuleMesh
 from hlogap.hlo.opcodes import AsyncRole, async_role, collective_kind
 from hlogap.hlo.printer import print_instruction
-from hlogap.report.command_buffers import command_buffer, estimated_rows, split_hint
 from hlogap.report.model import OpRow
+from hlogap.rows.command_buffers import command_buffer, estimated_rows, split_hint
 from hlogap.trace.model import Backend, OpInfo, OpKey, devices_in
 from hlogap.trace.summary import RunSummary
 from hlogap.trace.timing import AsyncPairs, merged_intervals

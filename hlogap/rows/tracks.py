@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hlogap.report.model import AuditReport, OpRef, OpRow, StepRow
-from hlogap.report.steps import op_step_costs
+from hlogap.rows.steps import op_step_costs
 from hlogap.trace.model import OpKey
 from hlogap.trace.timing import merged_intervals
 

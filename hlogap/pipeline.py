@@ -101,7 +101,8 @@ def chip_from_trace(run: RunSummary) -> tuple[Chip, ChipSource, str]:
             f"cannot tell which {run.backend.upper()} this profile ran on; "
             "pass --chip NAME (see `hlogap chips`) or --chip FILE.toml"
         )
-    from hlogap.chips.calibrate import calibrated_chip, calibrated_path
+    from hlogap.chips.calibrate import calibrated_chip
+    from hlogap.chips.database import calibrated_path
 
     chip = calibrated_chip()
     if chip is None:

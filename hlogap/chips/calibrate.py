@@ -15,9 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-# calibrated_path is re-exported: the audit and older callers ask this module for it.
-from hlogap.chips.database import calibrated_path as calibrated_path
-from hlogap.chips.database import load_chip
+from hlogap.chips.database import calibrated_path, load_chip
 from hlogap.chips.spec import Chip
 from hlogap.errors import HlogapError
 from hlogap.files import write_text

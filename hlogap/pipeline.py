@@ -28,6 +28,7 @@ from hlogap.report.model import (
 from hlogap.rows.groups import GROUP_KEYS, axis_groups, group_rows
 from hlogap.rows.steps import op_step_costs, step_rows
 from hlogap.source import ProfileSource, Remote, find_profile, is_url, regular_file
+from hlogap.trace.backends.base import platform_of
 from hlogap.trace.host_activity import GapActivity
 from hlogap.trace.model import Backend, OpKey, Step, merge_steps
 from hlogap.trace.reading import Progress, SkippedHost
@@ -76,7 +77,7 @@ if TYPE_CHECKING:
 
 def chip_from_trace(run: RunSummary) -> tuple[Chip, ChipSource, str]:
     """(chip, source, reason) without `--chip`: detected from device planes; CPU: calibrated."""
-    if run.backend in ("gpu", "tpu"):
+    if platform_of(run.backend).device_planes:
         # Every device is detected (once per kind of plane and stats): hosts of different
         # chips judged under one chip's peaks read wrong (an MI355X op at 120% of an MI300X).
         seen: dict[tuple[str, str], tuple[Chip, str] | None] = {}
@@ -661,7 +662,7 @@ def _other_chip(run: RunSummary, chosen: Chip) -> list[str]:
     """A warning where `--chip` names another chip than the trace's devices say they are (the
     user may mean it: judging a profile against another chip's peaks; `--what-if` is made
     for that)."""
-    if run.backend not in ("gpu", "tpu"):
+    if not platform_of(run.backend).device_planes:
         return []
     try:
         detected, _, _ = chip_from_trace(run)

@@ -25,6 +25,7 @@ from hlogap.hlo.opcodes import AsyncRole, async_role, collective_kind
 from hlogap.hlo.printer import print_instruction
 from hlogap.report.model import OpRow
 from hlogap.rows.command_buffers import command_buffer, estimated_rows, split_hint
+from hlogap.trace.backends.base import platform_of
 from hlogap.trace.model import Backend, OpInfo, OpKey, devices_in
 from hlogap.trace.summary import RunSummary
 from hlogap.trace.timing import AsyncPairs, merged_intervals
@@ -298,7 +299,11 @@ def _cached_hint(
     keeps what the op before wrote and takes writes it flushes later, so part of the bytes
     need not cross HBM while the op runs. The bound is then the measured time (a floor can
     be no higher than what was done), and this hint says so; [] otherwise."""
-    if backend != "gpu" or bound.bound_by != "memory" or not 0 < measured_us < bound_us:
+    if (
+        not platform_of(backend).unpublished_cache
+        or bound.bound_by != "memory"
+        or not 0 < measured_us < bound_us
+    ):
         return []
     return [
         f"beats the HBM roof by {bound_us / measured_us - 1:.1%}: part of its "
@@ -327,7 +332,11 @@ def _timed_role(inst: Instruction, backend: Backend) -> AsyncRole:
     launches the collective's kernels (NCCL, RCCL) on their own stream: its events are the
     transfer itself, bounded by the link like a synchronous collective."""
     role = async_role(inst.opcode, inst.name)
-    if backend == "gpu" and role == "start" and collective_kind(inst.opcode):
+    if (
+        platform_of(backend).collective_start_is_transfer
+        and role == "start"
+        and collective_kind(inst.opcode)
+    ):
         return ""
     return role
 

@@ -20,6 +20,7 @@ from hlogap.errors import InputError, UsageError
 from hlogap.report.model import AuditReport, OpRow
 from hlogap.report.sections import CrossCheck, CrossCheckRow
 from hlogap.source import host_of
+from hlogap.trace.backends.base import platform_of
 from hlogap.trace.xspace import read_bytes
 
 TIME_TOLERANCE = 0.01  # relative
@@ -40,7 +41,7 @@ def cross_check(report: AuditReport, selected: bool = False) -> CrossCheck:
     if importlib.util.find_spec("xprof") is None:
         raise UsageError("--cross-check runs xprof's converter: pip install 'hlogap[xprof]'")
     xprof = _xprof_rows(report.files)
-    if not xprof and report.backend == "cpu":
+    if not xprof and not platform_of(report.backend).xprof_lists_ops:
         # xprof's op stats come from GPU and TPU device planes; XLA:CPU's ops are on the host.
         why = "xprof's hlo_stats lists no XLA:CPU op (it reads GPU and TPU device planes only)"
         rows = [

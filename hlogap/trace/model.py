@@ -227,7 +227,7 @@ class TraceBuilder:
         self.steps: list[Step] = []
         self.allocations: AllocatorEvents | None = None
         self.autotuning_modules: set[str] = set()  # `TraceData.autotuning_modules`
-        # `TraceData.events_are_runs`: CPU and TPU traces always; a reader says so for others.
+        # `TraceData.events_are_runs`: set from the backend's platform, or by a reader (nsys).
         self.events_are_runs = False
         self._unknown = 0  # negative execution ids handed out where the trace gives none
         self._negative = 0  # events with a negative duration, left out
@@ -384,7 +384,7 @@ class TraceBuilder:
         trace.allocations = self.allocations
         trace.lines = lines
         trace.autotuning_modules = set(self.autotuning_modules)
-        trace.events_are_runs = self.events_are_runs or backend in ("cpu", "tpu")
+        trace.events_are_runs = self.events_are_runs
         return trace
 
 

@@ -64,6 +64,7 @@ def read_trace(path: str | Path, host: str) -> TraceData:
     # The planes' lines (about the file's size) are freed before the events are joined and
     # grouped: the peak at 3 M GPU events 500 -> 397 MB.
     del planes
+    builder.events_are_runs = builder.events_are_runs or backend.platform.events_are_runs
     trace = builder.finish(backend.name, warnings)
     trace.steps = launched_steps(trace)
     trace.path = str(path)

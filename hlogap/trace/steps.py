@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from hlogap.trace.backends.base import platform_of
 from hlogap.trace.model import ANNOTATED, OpKey, Step, TraceData, devices_in
 from hlogap.trace.summary import Selection
 from hlogap.trace.timing import BLOCK_ROWS, blocks, merged_intervals, sorted_spans, take
@@ -72,7 +73,7 @@ def launched_steps(trace: TraceData) -> list[Step]:
     annotated = sorted(
         (s for s in trace.steps if s.source in ANNOTATED), key=lambda s: (s.start_ps, s.number)
     )
-    if not annotated or trace.backend not in ("cpu", "gpu") or not trace.num_events:
+    if not annotated or not platform_of(trace.backend).ops_on_host_clock or not trace.num_events:
         return trace.steps
     spans = list(module_spans(trace, Selection(), None).values())
     if not spans:

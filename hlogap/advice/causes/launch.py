@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from hlogap.advice.base import Context, Finding, capped, register
+from hlogap.trace.backends.base import platform_of
 from hlogap.units import fmt_us
 
 # A run this short whose bound is under a quarter of it is overhead, not work.
@@ -29,7 +30,7 @@ def launch_bound(ctx: Context) -> Iterator[Finding]:
         return
     runs = sum(r.occurrences * max(r.runs_per_occurrence, 1) for r in tiny)
     measured = sum(r.measured_us for r in tiny)
-    if ctx.backend == "gpu":
+    if platform_of(ctx.backend).command_buffers:
         change = (
             "launch fewer kernels: let XLA fuse them, or run them as CUDA graphs (XLA's "
             "command buffers, --xla_gpu_enable_command_buffer)"

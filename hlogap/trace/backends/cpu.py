@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hlogap.trace.backends.base import register
+from hlogap.trace.backends.base import Platform, register
 from hlogap.trace.backends.stat_events import read_stat_events
 from hlogap.trace.model import Backend, TraceBuilder
 from hlogap.trace.xspace import Plane
@@ -21,6 +21,8 @@ HOST_PLANE = "/host:CPU"
 class CpuReader:
     name: Backend = "cpu"
     priority = 100  # the fallback: a file with no device planes
+    # XLA:CPU's thunks run on the host's threads, one event per run; xprof lists none of them.
+    platform = Platform(events_are_runs=True, ops_on_host_clock=True, xprof_lists_ops=False)
 
     def claims(self, planes: Sequence[Plane]) -> bool:
         return True

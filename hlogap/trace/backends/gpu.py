@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hlogap.trace.backends.base import register
+from hlogap.trace.backends.base import Platform, register
 from hlogap.trace.backends.stat_events import ExecutionOf, read_stat_events
 from hlogap.trace.model import UNKNOWN_EXECUTION, Backend, TraceBuilder
 from hlogap.trace.xspace import (
@@ -45,6 +45,15 @@ MODULE_EVENT = ":XLA GPU module"  # `<module>:XLA GPU module`: one execution, on
 class GpuReader:
     name: Backend = "gpu"
     priority = 10
+    # Kernels (several a run) on the host's clock; NCCL/RCCL on their own streams; an L2 whose
+    # bandwidth no vendor publishes; CUDA graphs.
+    platform = Platform(
+        device_planes=True,
+        ops_on_host_clock=True,
+        collective_start_is_transfer=True,
+        unpublished_cache=True,
+        command_buffers=True,
+    )
 
     def claims(self, planes: Sequence[Plane]) -> bool:
         # A GPU that ran nothing (its plane has no lines) leaves the file to the CPU reader.

@@ -31,7 +31,7 @@ from google.protobuf.message import DecodeError
 
 from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
-from hlogap.trace.backends.base import register
+from hlogap.trace.backends.base import Platform, register
 from hlogap.trace.columnar import LineColumns, RawLine
 from hlogap.trace.counters import COUNTER_LINE, UnitSamples, add_op_counters, read_counters
 from hlogap.trace.model import (
@@ -62,6 +62,8 @@ MAX_AGGREGATED_OCCURRENCES = 50_000_000
 class TpuReader:
     name: Backend = "tpu"
     priority = 0
+    # One op event a run, on the chip's own clock (its `Steps` line, not the host's annotations).
+    platform = Platform(device_planes=True, events_are_runs=True)
 
     def claims(self, planes: Sequence[Plane]) -> bool:
         return any(device_ordinal(p, "TPU") is not None and p.has_lines for p in planes)

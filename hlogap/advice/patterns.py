@@ -34,6 +34,22 @@ class ModuleOps:
     def home(self, inst: Instruction) -> Computation | None:
         return self.graph.home.get(id(inst))
 
+    def loop_of(self, inst: Instruction) -> tuple[Instruction, Computation] | None:
+        """The while loop whose body holds `inst`, and that body; None outside any loop."""
+        comp = self.home(inst)
+        if comp is None or comp.is_entry:
+            return None
+        loop = next(
+            (
+                i
+                for c in self.module.computations
+                for i in c.instructions
+                if i.opcode == "while" and i.attrs.get("body", "").lstrip("%") == comp.name
+            ),
+            None,
+        )
+        return (loop, comp) if loop is not None else None
+
 
 def module_ops(ctx: Context) -> Iterator[ModuleOps]:
     """The rows of each module whose HLO is at hand, with the module."""

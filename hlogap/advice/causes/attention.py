@@ -57,20 +57,10 @@ def _key_block_loop(ops: ModuleOps, inst: Instruction, dot: Instruction) -> Inst
     the scores' shape less the key dimension: the running max, the sum of exponentials) and
     never the scores, so a block's scores are all that exist at once. A loop over layers
     carries activations, not per-row softmax statistics."""
-    comp = ops.home(inst)
-    if comp is None or comp.is_entry:
+    found = ops.loop_of(inst)
+    if found is None:
         return None
-    loop = next(
-        (
-            i
-            for c in ops.module.computations
-            for i in c.instructions
-            if i.opcode == "while" and i.attrs.get("body", "").lstrip("%") == comp.name
-        ),
-        None,
-    )
-    if loop is None:
-        return None
+    loop, _ = found
     carried = {s.dims for s in loop.shape.leaves()}
     if dot.shape.dims[:-1] in carried and dot.shape.dims not in carried:
         return loop

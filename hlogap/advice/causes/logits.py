@@ -49,20 +49,10 @@ def _logits(ops: ModuleOps, inst: Instruction) -> Instruction | None:
 def _chunk_loop(ops: ModuleOps, inst: Instruction, vocab: int) -> Instruction | None:
     """The while loop whose body makes the logits one block of tokens a trip (a chunked loss:
     every product in the body reads or writes the vocab dimension), else None."""
-    comp = ops.home(inst)
-    if comp is None or comp.is_entry:
+    found = ops.loop_of(inst)
+    if found is None:
         return None
-    loop = next(
-        (
-            i
-            for c in ops.module.computations
-            for i in c.instructions
-            if i.opcode == "while" and i.attrs.get("body", "").lstrip("%") == comp.name
-        ),
-        None,
-    )
-    if loop is None:
-        return None
+    loop, comp = found
     dots = [d for i in comp.instructions if (d := inner_dot(ops.module, i)) is not None]
     if all(
         any(

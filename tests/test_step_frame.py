@@ -364,24 +364,44 @@ def test_json_written_a_block_of_steps_at_a_time_is_the_report(
         assert len(chunks) == 2 + -(-len(report.steps) // per_chunk)
 
 
-def test_a_change_of_a_few_ops_is_re_timed_exactly_over_its_own_events() -> None:
-    """`_change_saving` (only the changed ops' events and the spans of the others that meet
-    them) gives exactly `_saving` over every event, on random overlapping timelines."""
-    from hlogap.trace.steps import _change_saving, _saving
+@pytest.mark.parametrize("shape", ["stream", "overlapping", "same starts", "wide"])
+def test_each_change_is_re_timed_exactly_over_its_own_events(shape: str) -> None:
+    """The actions' re-timing (`_change_savings`: each change over only its ops' events and
+    the spans of the others that meet them, lonely events apart) gives exactly `_saving` over
+    every event with only that change's ops shortened, on random timelines built to break it:
+    zero-length, touching and same-start events, overlaps, kernels that overlap nothing."""
+    from hlogap.trace.steps import _change_savings, _DeviceEvents, _Leaves, _saving
 
-    rng = np.random.default_rng(7)
-    for trial in range(50):
-        n = int(rng.integers(1, 400))
-        start = np.sort(rng.integers(0, 10_000, n)).astype(np.int64)
-        end = start + rng.integers(1, 300, n)
-        ratio = np.ones(n)
-        changed = rng.random(n) < (0.05 if trial % 2 else 0.5)
-        ratio[changed] = rng.random(int(changed.sum()))
-        lo = np.array([0, 3_000, 7_000], dtype=np.int64)
-        hi = np.array([3_000, 7_000, 10_400], dtype=np.int64)
-        assert _change_saving(start, end, ratio, lo, hi) == pytest.approx(
-            _saving(start, end, ratio, lo, hi), abs=1e-6
+    rng = np.random.default_rng(["stream", "overlapping", "same starts", "wide"].index(shape))
+    for _ in range(200):
+        n = int(rng.integers(1, 300))
+        if shape == "stream":  # one stream: gaps, touching and zero-length kernels
+            duration = rng.integers(0, 50, n)
+            gap = rng.integers(0, 3, n) * rng.integers(0, 20, n)
+            start = np.cumsum(gap + np.r_[0, duration[:-1]]).astype(np.int64)
+            end = start + duration
+        elif shape == "overlapping":
+            start = np.cumsum(rng.integers(0, 60, n)).astype(np.int64)
+            end = start + rng.integers(1, 50, n)
+        elif shape == "same starts":
+            start = np.sort(rng.integers(0, 200, n)).astype(np.int64)
+            end = start + rng.integers(0, 30, n)
+        else:
+            start = np.sort(rng.integers(0, 10_000, n)).astype(np.int64)
+            end = start + rng.integers(1, 300, n)
+        op = rng.integers(0, 6, n)
+        # Windows that tile the time, as steps do (an event may cross from one to the next).
+        top = int(end.max()) + 1
+        cuts = np.sort(rng.integers(1, top + 1, 2))
+        lo = np.array([0, *cuts], dtype=np.int64)
+        hi = np.array([*cuts, top], dtype=np.int64)
+        leaves = _Leaves.of(
+            _DeviceEvents(op, start, end, end - start, end - start), np.zeros(n, dtype=np.int64)
         )
+        ratios = [np.where(rng.random(6) < 0.5, rng.random(6), 1.0) for _ in range(3)]
+        for ratio, got in zip(ratios, _change_savings(leaves, ratios, lo, hi), strict=True):
+            want = _saving(leaves.start, leaves.end, ratio[leaves.op], lo, hi)
+            assert got == pytest.approx(want, abs=1e-6)
 
 
 def test_warmup_left_out_and_each_step_against_itself() -> None:

@@ -635,16 +635,6 @@ def _split_saving(
     return saving
 
 
-def _change_saving(
-    start: np.ndarray, end: np.ndarray, ratio: np.ndarray, lo: np.ndarray, hi: np.ndarray
-) -> np.ndarray:
-    """`_met_saving` of a change given as a ratio per event (sorted by start; 1: kept)."""
-    changed_at = np.flatnonzero(ratio < 1.0)
-    if not len(changed_at):
-        return np.zeros(len(lo))
-    return _met_saving(start, end, changed_at, ratio[changed_at], lo, hi)
-
-
 def _met_saving(
     start: np.ndarray,
     end: np.ndarray,

@@ -34,8 +34,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check hlogap tests scripts
 	$(BIN)/mypy
 
+# `make bench BENCH_ARGS="--against e31f4c2"` adds the head-to-head against that commit
+# (docs/performance.md, issue 43's targets).
+BENCH_ARGS ?=
 bench: $(STAMP)
-	$(BIN)/python scripts/bench.py --write-docs
+	$(BIN)/python scripts/bench.py --write-docs $(BENCH_ARGS)
 
 # Regenerate the protobuf modules from our own .proto files (committed, so users need no protoc).
 proto: $(STAMP)

@@ -349,3 +349,34 @@ def test_capacity_is_the_memory_the_devices_report(report: dict) -> None:
     assert memory["capacity_source"] == "device"
     assert "79 GiB" in report["chip"]["reason"]
     assert round(memory["capacity_bytes"] / 2**30) == 79 and memory["capacity_bytes"] > 8.0e10
+
+
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_range_names_read_as_a_dictionary_number_as_arrow_numbers_strings(chunks: int) -> None:
+    """Range names kept as the parquet file's dictionary (not decoded to one string a row) get
+    the codes pyarrow's own dictionary_encode gives the decoded strings: first seen first, a
+    null read as "", equal strings one name, across row groups whose dictionaries differ."""
+    pa = pytest.importorskip("pyarrow")
+    pc = pytest.importorskip("pyarrow.compute")
+    import numpy as np
+
+    from hlogap.trace.nsys import _first_seen
+
+    rng = np.random.default_rng(chunks)
+    pool = [
+        "TSL:Thunk:#hlo_op=a#",
+        "",
+        None,
+        "XlaModule:#hlo_module=m#",
+        "b",
+        "TSL:Thunk:#hlo_op=a#",
+    ]
+    rows = [pool[k] for k in rng.integers(0, len(pool), 500)]
+    parts = np.array_split(np.array(rows, dtype=object), chunks)
+    column = pa.chunked_array([pa.array(list(p), pa.string()).dictionary_encode() for p in parts])
+    names, codes = _first_seen(column.unify_dictionaries().combine_chunks())
+    expected = pc.dictionary_encode(
+        pc.fill_null(pa.chunked_array([pa.array(list(p), pa.string()) for p in parts]), "")
+    ).combine_chunks()
+    assert names == expected.dictionary.to_pylist()
+    assert codes.tolist() == expected.indices.to_pylist()

@@ -36,7 +36,14 @@ import numpy as np
 
 from hlogap.errors import InputError
 from hlogap.source import NSYS_TRACE_FILE, Remote, is_url
-from hlogap.trace.model import MAX_TIME_PS, OpKey, Step, TraceBuilder, TraceData
+from hlogap.trace.model import (
+    MAX_TIME_PS,
+    OpKey,
+    Step,
+    TraceBuilder,
+    TraceData,
+    distinct_rows,
+)
 
 THREAD_METADATA = "thread-metadata.parquet"
 NEEDS_PYARROW = "reading nsys-jax archives needs pyarrow: pip install 'hlogap[nsys]'"
@@ -70,6 +77,18 @@ _COLUMNS = {
     "range": ("RangeId", "Range ID"),
     "parent": ("ParentId", "Parent ID"),
     "tid": ("TID",),
+}
+# Every column `_read_ranges` reads, under any of its names.
+_READ_COLUMNS = {
+    *(name for names in _COLUMNS.values() for name in names),
+    "Domain",
+    "Projected Start",
+    "Projected Duration",
+    "Start",
+    "End",
+    "PID",
+    "Rank",
+    "NumGPUOps",
 }
 # Ranges nest a few levels (module > while > thunk > NCCL); a longer chain is corrupt data.
 MAX_NESTING = 256
@@ -207,7 +226,17 @@ def _read_ranges(archive: _Archive, member: str) -> _Ranges:
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(io.BytesIO(archive.read(member)))
+        data = io.BytesIO(archive.read(member))
+        # Only the columns read below: the others (nesting level, range stacks, styles,
+        # original times) were 40% of the table a 1 M-range trace decodes to.
+        schema = pq.read_schema(data)
+        wanted = [n for n in schema.names if n in _READ_COLUMNS]
+        # The range names as the file keeps them, a dictionary of the few distinct ones: as
+        # strings, the 1 M names of a long capture took 400 MB to decode.
+        as_dictionary = [
+            n for n in _COLUMNS["name"] if n in wanted and pa.types.is_string(schema.field(n).type)
+        ]
+        table = pq.read_table(data, columns=wanted, read_dictionary=as_dictionary)
     except (pa.ArrowException, OSError) as exc:
         raise InputError(f"corrupt parquet {member} in {archive.path}: {exc}") from exc
     have = set(table.column_names)
@@ -236,12 +265,18 @@ def _read_ranges(archive: _Archive, member: str) -> _Ranges:
         except pa.ArrowException as exc:
             raise InputError(f"bad {name} column in {member} of {archive.path}: {exc}") from exc
 
-    text = texts(column("name"))
+    name = column("name")
     if "Domain" in have:  # the 2026 layout keeps the domain apart: `TSL` + `Thunk:#...#`
-        text = pc.binary_join_element_wise(texts("Domain"), text, ":")
-    encoded = pc.dictionary_encode(text).combine_chunks()
-    names = [str(n) for n in encoded.dictionary.to_pylist()]
-    codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+        text = pc.binary_join_element_wise(texts("Domain"), texts(name), ":")
+        encoded = pc.dictionary_encode(text).combine_chunks()
+        names = [str(n) for n in encoded.dictionary.to_pylist()]
+        codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    elif pa.types.is_dictionary(table.column(name).type):
+        names, codes = _first_seen(table.column(name).unify_dictionaries().combine_chunks())
+    else:
+        encoded = pc.dictionary_encode(texts(name)).combine_chunks()
+        names = [str(n) for n in encoded.dictionary.to_pylist()]
+        codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
     if "Projected Start" in have and "Projected Duration" in have:
         start, duration = ints("Projected Start"), ints("Projected Duration")
     elif "Start" in have and "End" in have:
@@ -271,6 +306,26 @@ def _read_ranges(archive: _Archive, member: str) -> _Ranges:
         ints(column("tid")),
         ints("NumGPUOps"),
     )
+
+
+def _first_seen(names: Any) -> tuple[list[str], np.ndarray]:
+    """A dictionary column's distinct names (a null read as "") and each row's code, numbered
+    in the order the rows first show them, as `dictionary_encode` of the decoded strings
+    numbers them (the ops are interned in that order)."""
+    values = [str(v) if v is not None else "" for v in names.dictionary.to_pylist()] + [""]
+    rows = np.asarray(
+        names.indices.fill_null(len(values) - 1).to_numpy(zero_copy_only=False), dtype=np.int64
+    )
+    # Equal strings are one name (a null and an empty string: both "").
+    distinct: dict[str, int] = {}
+    same = np.array([distinct.setdefault(v, len(distinct)) for v in values], dtype=np.int64)
+    code = same[rows]
+    seen, first = np.unique(code, return_index=True)
+    order = np.argsort(first, kind="stable")
+    renumber = np.empty(len(distinct), dtype=np.int64)
+    renumber[seen[order]] = np.arange(len(order))
+    text = list(distinct)
+    return [text[c] for c in seen[order].tolist()], renumber[code]
 
 
 def _parent_rows(range_id: np.ndarray, parent_id: np.ndarray) -> np.ndarray:
@@ -514,18 +569,18 @@ def _devices(
     process = ranges.process[execution_rows]
     tid = ranges.tid[execution_rows]
     # Per distinct (process, PID, thread) of the executions, not per range: they are few.
-    threads, thread_of = np.unique(
-        np.stack([process, ranges.pid[execution_rows], tid]), axis=1, return_inverse=True
-    )
-    keys: list[tuple[int, int, int]] = [(p, q, t) for p, q, t in threads.T.tolist()]
+    # distinct_rows, not np.unique(axis=1): that sorts row views, 2.4 s of a 5.3 s audit of
+    # an archive of 1 M thunk ranges.
+    threads, thread_of = distinct_rows([process, ranges.pid[execution_rows], tid])
+    keys: list[tuple[int, int, int]] = [(p, q, t) for p, q, t in threads.tolist()]
     if launchers:
         first = min(launchers.values())
         ordinals = [launchers.get((q, t), first) for _, q, t in keys]
     else:
         # Which modules ran on several threads of a process: those threads drive a GPU each.
-        runs = np.unique(np.stack([process, ranges.name_code[execution_rows], tid]), axis=1)
+        runs, _ = distinct_rows([process, ranges.name_code[execution_rows], tid])
         threads_of: dict[tuple[int, int], set[int]] = {}
-        for proc, name, thread in runs.T.tolist():
+        for proc, name, thread in runs.tolist():
             threads_of.setdefault((proc, name), set()).add(thread)
         launcher_tids: dict[int, set[int]] = {}
         for (proc, _), tids in threads_of.items():
@@ -540,7 +595,7 @@ def _devices(
             first_of[proc] = offset
             offset += max(len(launching), 1)
         ordinals = [local.get((p, t), first_of[p]) for p, _, t in keys]
-    result: np.ndarray = np.asarray(ordinals, dtype=np.int64)[thread_of.ravel()]
+    result: np.ndarray = np.asarray(ordinals, dtype=np.int64)[thread_of]
     return result
 
 

@@ -33,33 +33,9 @@
 #include <string.h>
 #include <math.h>
 
-enum { WIRE_VARINT = 0, WIRE_FIXED64 = 1, WIRE_LEN = 2, WIRE_FIXED32 = 5 };
+#include "../_protowire.h"
 
 /* ---- the wire format ---- */
-
-static int read_long_varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
-    const uint8_t *q = *p;
-    uint64_t value = 0;
-    for (int i = 0; i < 10; i++) {
-        if (q >= end) return 0;
-        uint8_t byte = *q++;
-        value |= (uint64_t)(byte & 0x7F) << (7 * i);
-        if (byte < 0x80) {
-            *p = q;
-            *out = value;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-static inline int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
-    if (*p < end && **p < 0x80) {
-        *out = *(*p)++;
-        return 1;
-    }
-    return read_long_varint(p, end, out);
-}
 
 typedef struct {
     const uint8_t *p, *end;
@@ -154,7 +130,23 @@ static PyObject *percent; /* "%", set up once */
 /* `%name` */
 static PyObject *percent_name(PyObject *name) { return PyUnicode_Concat(percent, name); }
 
-/* ---- growable int64 lists (a repeated field may come in several packed or single parts) ---- */
+/* ---- growable arrays ---- */
+
+/* `items` (an array of *cap items of `size` bytes) with room for twice as many (`first` when
+   empty): the new array and *cap updated; NULL with MemoryError set when memory runs out
+   (`items` and *cap kept). */
+static void *doubled(void *items, Py_ssize_t *cap, size_t size, Py_ssize_t first) {
+    Py_ssize_t want = *cap ? 2 * *cap : first;
+    void *grown = PyMem_Realloc(items, (size_t)want * size);
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    *cap = want;
+    return grown;
+}
+
+/* Growable int64 lists: a repeated field may come in several packed or single parts. */
 
 typedef struct {
     int64_t *v;
@@ -163,14 +155,9 @@ typedef struct {
 
 static int vec_push(Vec *vec, int64_t value) {
     if (vec->n == vec->cap) {
-        Py_ssize_t cap = vec->cap ? 2 * vec->cap : 16;
-        int64_t *grown = PyMem_Realloc(vec->v, (size_t)cap * sizeof *grown);
-        if (grown == NULL) {
-            PyErr_NoMemory();
-            return 0;
-        }
+        int64_t *grown = doubled(vec->v, &vec->cap, sizeof *grown, 16);
+        if (grown == NULL) return 0;
         vec->v = grown;
-        vec->cap = cap;
     }
     vec->v[vec->n++] = value;
     return 1;
@@ -1975,14 +1962,9 @@ static int read_computation(Module *m, Comp *c, PyObject *rest) {
             if (wire != WIRE_LEN || !read_len(&p, end, &body))
                 return unhandled("a malformed instruction");
             if (m->n_insts == m->cap_insts) {
-                Py_ssize_t cap = m->cap_insts ? 2 * m->cap_insts : 256;
-                Inst *grown = PyMem_Realloc(m->insts, (size_t)cap * sizeof *grown);
-                if (grown == NULL) {
-                    PyErr_NoMemory();
-                    return 0;
-                }
+                Inst *grown = doubled(m->insts, &m->cap_insts, sizeof *grown, 256);
+                if (grown == NULL) return 0;
                 m->insts = grown;
-                m->cap_insts = cap;
             }
             Inst *inst = &m->insts[m->n_insts];
             *inst = (Inst){0, body, NULL, NULL};
@@ -2109,12 +2091,8 @@ static PyObject *decode(PyObject *self, PyObject *args) {
             break;
         case 3:
             if (n_comps == cap_comps) {
-                cap_comps = cap_comps ? 2 * cap_comps : 64;
-                Comp *grown = PyMem_Realloc(comps, (size_t)cap_comps * sizeof *grown);
-                if (grown == NULL) {
-                    PyErr_NoMemory();
-                    goto done;
-                }
+                Comp *grown = doubled(comps, &cap_comps, sizeof *grown, 64);
+                if (grown == NULL) goto done;
                 comps = grown;
             }
             memset(&comps[n_comps], 0, sizeof *comps);

@@ -22,34 +22,9 @@
 #include <stdint.h>
 #include <string.h>
 
-enum { WIRE_VARINT = 0, WIRE_FIXED64 = 1, WIRE_LEN = 2, WIRE_FIXED32 = 5 };
+#include "../_protowire.h"
+
 #define ABSENT INT64_MIN
-
-/* The varint at *p (at most 10 bytes, within end): 1 and *p moved past it, or 0. Most
-   varints here (tags, ids, lengths) are one byte: that case is inlined. */
-static int read_long_varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
-    const uint8_t *q = *p;
-    uint64_t value = 0;
-    for (int i = 0; i < 10; i++) {
-        if (q >= end) return 0;
-        uint8_t byte = *q++;
-        value |= (uint64_t)(byte & 0x7F) << (7 * i);
-        if (byte < 0x80) {
-            *p = q;
-            *out = value;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-static inline int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
-    if (*p < end && **p < 0x80) {
-        *out = *(*p)++;
-        return 1;
-    }
-    return read_long_varint(p, end, out);
-}
 
 /* A length-delimited payload at *p: its bounds, *p moved past it; 0 if it overruns end. */
 static int read_len(const uint8_t **p, const uint8_t *end, const uint8_t **body,

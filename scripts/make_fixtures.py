@@ -790,24 +790,31 @@ def _sgd(params: Any, grads: Any) -> Any:
     return tuple(p - 0.01 * g for p, g in zip(params, grads, strict=True))
 
 
-def build_documented_step() -> Documented:
-    """One jitted SGD step of the MLP (batch 128), its parameters the state carried over."""
+def _sgd_training(
+    name: str, loss_fn: Callable[[Any, Any], Any], params: Any, batch: Any
+) -> Documented:
+    """One jitted SGD step of `loss_fn`, named `name` (module ``jit_<name>``): the parameters
+    are the state carried from step to step, the batch the same every step."""
     import jax
 
     def train_step(params: Any, batch: Any) -> Any:
-        loss, grads = jax.value_and_grad(_mlp_loss)(params, batch)
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
         return _sgd(params, grads), loss
-
-    rng = _rng()
-    params = _mlp_params(rng)
-    batch = (_f32(rng, 128, 512), _f32(rng, 128, 512))
 
     def step(jitted: Sequence[Callable[..., Any]], state: Any) -> Any:
         (train,) = jitted
         params, _ = state
         return train(params, batch)  # (params, loss)
 
-    return Documented([_named(train_step, "documented_step")], (params, None), step)
+    return Documented([_named(train_step, name)], (params, None), step)
+
+
+def build_documented_step() -> Documented:
+    """One jitted SGD step of the MLP (batch 128), its parameters the state carried over."""
+    rng = _rng()
+    params = _mlp_params(rng)
+    batch = (_f32(rng, 128, 512), _f32(rng, 128, 512))
+    return _sgd_training("documented_step", _mlp_loss, params, batch)
 
 
 def build_documented_sharded() -> Documented:
@@ -830,10 +837,6 @@ def build_documented_sharded() -> Documented:
         x, y = batch
         return jnp.mean((jnp.tanh(x @ w1) @ w2 - y) ** 2)
 
-    def train_step(params: Any, batch: Any) -> Any:
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
-        return _sgd(params, grads), loss
-
     rng = _rng()
 
     def put(shape: tuple[int, ...], sharding: NamedSharding, scale: float = 1.0) -> Any:
@@ -841,13 +844,7 @@ def build_documented_sharded() -> Documented:
 
     params = (put((256, 512), replicated, 0.05), put((512, 256), replicated, 0.05))
     batch = (put((512, 256), split), put((512, 256), split))
-
-    def step(jitted: Sequence[Callable[..., Any]], state: Any) -> Any:
-        (train,) = jitted
-        params, _ = state
-        return train(params, batch)  # (params, loss)
-
-    return Documented([_named(train_step, "documented_sharded")], (params, None), step)
+    return _sgd_training("documented_sharded", loss_fn, params, batch)
 
 
 def build_documented_two_fns() -> Documented:
@@ -1620,10 +1617,6 @@ def _gate(hidden: int) -> Documented:
     import jax
     import numpy as np
 
-    def train_step(params: Any, batch: Any) -> Any:
-        loss, grads = jax.value_and_grad(_mlp_loss)(params, batch)
-        return _sgd(params, grads), loss
-
     rng = _rng()
     params = (
         _f32(rng, 512, hidden, scale=0.04),
@@ -1632,13 +1625,7 @@ def _gate(hidden: int) -> Documented:
         jax.device_put(np.zeros(512, np.float32)),
     )
     batch = (_f32(rng, 128, 512), _f32(rng, 128, 512))
-
-    def step(jitted: Sequence[Callable[..., Any]], state: Any) -> Any:
-        (train,) = jitted
-        params, _ = state
-        return train(params, batch)  # (params, loss)
-
-    return Documented([_named(train_step, "gate_step")], (params, None), step)
+    return _sgd_training("gate_step", _mlp_loss, params, batch)
 
 
 def build_gate() -> Documented:

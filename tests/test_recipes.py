@@ -67,7 +67,13 @@ def plugin_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
     import hlogap.advice.causes as causes
     import hlogap.render as render
     import hlogap.render.base as render_base
+    from hlogap._plugins import import_all
 
+    # The built-in plug-ins registered first, so that the registries restored afterwards hold
+    # them (restored to a snapshot taken before, the built-ins imported meanwhile were lost:
+    # every later audit in the process ran without the causes and renderers).
+    import_all("hlogap.advice.causes")
+    import_all("hlogap.render")
     folder = tmp_path / "plugins"
     folder.mkdir()
     monkeypatch.setattr(causes, "__path__", [*causes.__path__, str(folder)])

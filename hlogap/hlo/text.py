@@ -906,8 +906,7 @@ class _TypedAttrs:
         if p.peek() == "[":  # iota form [groups,size]<=[reshape]T(perm)
             dims = p.int_list("[", "]")
             p.expect("<=")
-            reshape = p.int_list("[", "]")
-            perm = p.int_list("(", ")") if p.eat("T") else tuple(range(len(reshape)))
+            reshape, perm = _reshape_transpose(p)
             if len(dims) != 2:
                 raise p.error("[num_groups,group_size]", start)
             try:
@@ -1011,18 +1010,19 @@ def _mesh_device_ids(p: _Parser, total: int) -> tuple[int, ...]:
     it so for an all-to-all along a mesh axis that is not the major one). Empty (the plain
     iota order) past MAX_LISTED_DEVICES: the groups are not listed then, only their size."""
     start = p.pos
-    reshape = p.int_list("[", "]")
-    perm = p.int_list("(", ")") if p.eat("T") else tuple(range(len(reshape)))
+    reshape, perm = _reshape_transpose(p)
     p.expect(")")
-    if (
-        any(d < 1 for d in reshape)
-        or math.prod(reshape) != total
-        or sorted(perm) != list(range(len(reshape)))
-    ):
-        raise p.error(f"an iota device list of the mesh's {total} devices", start)
-    if total > MAX_LISTED_DEVICES:
-        return ()
-    return tuple(_transposed(list(range(total)), list(reshape), list(perm)))
+    try:  # the list as one group of all the devices: the iota replica groups' own reading
+        listed, _ = expand_iota(1, total, reshape, perm)
+    except ValueError:
+        raise p.error(f"an iota device list of the mesh's {total} devices", start) from None
+    return listed[0] if listed else ()
+
+
+def _reshape_transpose(p: _Parser) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """`[2,4]T(1,0)`, the transpose optional: an iota's reshape and its permutation."""
+    reshape = p.int_list("[", "]")
+    return reshape, p.int_list("(", ")") if p.eat("T") else tuple(range(len(reshape)))
 
 
 def _axis_name(p: _Parser) -> str:

@@ -29,7 +29,11 @@ Head to head (`--against REV`, issue 43): commit REV's hlogap is pip-installed f
 into a directory of its own under the temporary directory (this checkout is only read), and
 both versions run `python -m hlogap audit FILE --format json --top 0` on the same files, in
 turn (which goes first alternates), from the same interpreter and dependencies: best wall of
-N, the peak total and the ratio per case (`--against-only`: that table alone).
+N, the peak total and the ratio per case (`--against-only`: that table, and the decode
+unless `--no-decode`, instead of the xprof and pod tables).
+`make test` (`--suite`, on by default in a full run): CI's test command in a fresh clone of
+HEAD with ../shared beside it, timed from nothing (its venv built there).
+Issue 43's targets, each as this run measured it, are printed last and written to the doc.
 `--write-docs` rewrites the tables in docs/performance.md, each with the command that made it.
 """
 
@@ -672,6 +676,80 @@ def bench_against(
     return results
 
 
+def bench_suite() -> dict[str, object]:
+    """`make test` as CI runs it (`.ci/run` without the lint): in a fresh clone of this
+    checkout's HEAD (what is committed; the venv built there from nothing, the package
+    registries' caches aside), with ../shared beside it where this checkout has one. Its wall
+    time and pytest's last line."""
+    with tempfile.TemporaryDirectory(prefix="hlogap-suite-") as tmp:
+        clone = Path(tmp) / ROOT.name
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        shared = ROOT.parent / "shared"
+        if shared.is_dir():
+            (Path(tmp) / "shared").symlink_to(shared)
+        started = time.perf_counter()
+        done = subprocess.run(
+            ["make", "test"], cwd=clone, capture_output=True, text=True, env=_clean_env()
+        )
+        wall = time.perf_counter() - started
+    said = [line for line in done.stdout.splitlines() if line.strip()]
+    return {"wall_s": wall, "ok": done.returncode == 0, "summary": said[-1].strip("= ")}
+
+
+def _clean_env() -> dict[str, str]:
+    """This environment without the venv's traces (a clone builds its own)."""
+    drop = {"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"}
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+def targets(
+    against: Sequence[dict[str, object]],
+    decode: dict[str, float] | None,
+    suite: dict[str, object] | None,
+) -> list[tuple[str, str, str]]:
+    """Issue 43's targets as this run measured them: (target, measured, met). A target this
+    run did not measure is left out."""
+    found = []
+    for r in against:
+        if not (r["ours_ok"] and r["theirs_ok"]):
+            continue
+        ratio = float(r["ours_s"]) / float(r["theirs_s"])  # type: ignore[arg-type]
+        found.append(
+            (
+                f"{r['case']} ({int(r['events']):,} events): wall <= 1.10x {r['against']}",  # type: ignore[call-overload]
+                f"{ratio:.2f}x",
+                _met(ratio <= 1.10),
+            )
+        )
+        if r["case"] == "GPU, one line":
+            times = float(r["ours_total_mb"]) / float(r["size_mb"])  # type: ignore[arg-type]
+            found.append(
+                ("GPU, one line: peak total <= 1.5x the file", f"{times:.2f}x", _met(times <= 1.5))
+            )
+    if decode:
+        ratio = decode["decode_s"] / decode["upb_s"]
+        found.append(("HLO decode <= 3x upb's parse", f"{ratio:.1f}x", _met(ratio <= 3.0)))
+    if suite:
+        wall = float(suite["wall_s"])  # type: ignore[arg-type]
+        passed = bool(suite["ok"])
+        found.append(
+            (
+                "`make test` in a clean clone < 6 min",
+                f"{wall / 60:.1f} min ({suite['summary']})",
+                _met(wall < 360 and passed),
+            )
+        )
+    return found
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+TARGETS_HEADER = "| target | measured | |\n|---|---:|---|"
+TARGETS_BEGIN, TARGETS_END = "<!-- bench-targets:begin -->", "<!-- bench-targets:end -->"
+
+
 AGAINST_HEADER = (
     "| case | events | file | {rev} wall | {this} wall | {this} / {rev} "
     "| {rev} peak total (x file) | {this} peak total (x file) |\n"
@@ -749,6 +827,7 @@ def write_docs(
     help_s: float,
     decode: dict[str, float] | None = None,
     against: Sequence[dict[str, object]] = (),
+    suite: dict[str, object] | None = None,
 ) -> None:
     doc = ROOT / "docs" / "performance.md"
     text = doc.read_text()
@@ -757,6 +836,12 @@ def write_docs(
     measured = f"Measured {time.strftime('%Y-%m-%d')} on {machine} by `{command}`"
     rev, this = (str(against[0][k]) for k in ("against", "this")) if against else ("", "")
     for begin, end_mark, lines in (
+        (
+            TARGETS_BEGIN,
+            TARGETS_END,
+            [f"{measured}:", "", TARGETS_HEADER]
+            + [f"| {t} | {m} | {ok} |" for t, m, ok in targets(against, decode, suite)],
+        ),
         (
             AGAINST_BEGIN,
             AGAINST_END,
@@ -809,10 +894,18 @@ def main() -> None:
         help="also this checkout against commit REV, head to head on the same files",
     )
     parser.add_argument(
-        "--against-only", action="store_true", help="only the head-to-head against REV"
+        "--against-only",
+        action="store_true",
+        help="the head-to-head against REV (and the decode) instead of the xprof and pod tables",
     )
     parser.add_argument(
         "--this", metavar="REV", help="with --against: commit REV's hlogap, not this checkout's"
+    )
+    parser.add_argument(
+        "--suite",
+        action=argparse.BooleanOptionalAction,
+        help="time `make test` in a clean clone (default: on, but with --against-only, "
+        "--decode-only and --pod-only)",
     )
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
@@ -822,8 +915,10 @@ def main() -> None:
     # editable install under PYTHONDONTWRITEBYTECODE would compile every module on every run.
     compileall.compile_dir(ROOT / "hlogap", quiet=1)
     decode = None
+    if args.suite is None:
+        args.suite = not (args.against_only or args.decode_only or args.pod_only)
     if args.against_only:
-        args.no_decode = args.no_pod = True
+        args.no_pod = True
     if not (args.no_decode or args.pod_only) and NSYS_ARCHIVE.is_file():
         decode = bench_decode(NSYS_ARCHIVE, args.repeats)
         if decode is not None:
@@ -855,8 +950,16 @@ def main() -> None:
         pod = bench_pod(args.chip, args.pod_hosts, args.pod_executors)
     help_s = time_help()
     print(f"hlogap --help: {help_s:.3f} s")
+    suite = None
+    if args.suite:
+        suite = bench_suite()
+        print(f"make test in a clean clone: {suite['wall_s']:.0f} s ({suite['summary']})")
     if args.write_docs:
-        write_docs(results, pod, help_s, decode, against)
+        write_docs(results, pod, help_s, decode, against, suite)
+    if against or decode or suite:
+        print(TARGETS_HEADER)
+        for t, m, ok in targets(against, decode, suite):
+            print(f"| {t} | {m} | {ok} |")
 
 
 if __name__ == "__main__":

@@ -10,10 +10,8 @@ does (`Remote`), with the backend's own credentials chain. Nothing here writes a
 
 from __future__ import annotations
 
-import asyncio
 import stat
 import sys
-import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,7 +161,9 @@ class Remote:
             return InputError(
                 f"access denied to {self.url}: {_first_line(exc)}; check the credentials{where}"
             )
-        if isinstance(exc, (TimeoutError, asyncio.TimeoutError)) or "Timeout" in type(exc).__name__:
+        # The name test also catches Python 3.10's asyncio.TimeoutError (not yet the builtin's
+        # alias), without importing asyncio into every command.
+        if isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__:
             return InputError(
                 f"cannot {verb} {self.url}: no answer from the storage endpoint within "
                 f"{REMOTE_TIMEOUT_S:g} s"
@@ -219,6 +219,8 @@ def _nsys_archives(directory: Path) -> list[Path]:
     in it (one per process of a run: zips holding an nsys-jax trace, unpacked ones), by name."""
     if is_nsys_archive(directory):
         return [directory]
+    import zipfile  # only where a directory may hold nsys-jax archives
+
     found = []
     unreadable = []
     for p in sorted(directory.iterdir()):

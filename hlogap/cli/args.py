@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from typer.core import TyperCommand, TyperOption
 
-from hlogap.hlo.text import MAX_DEVICES
+from hlogap.hlo import MAX_DEVICES
 
 if TYPE_CHECKING:
     # Typer 0.28 vendors Click as typer._click: its Context and HelpFormatter are the ones

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Callable
 
+from hlogap.hlo import MAX_DEVICES
 from hlogap.hlo.ir import (
     ELEMENT_BITS,
     Computation,
@@ -140,10 +141,9 @@ def _chunks(values: list[int], size: int) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(values[k : k + size]) for k in range(0, len(values), size))
 
 
-# No machine has 2**40 devices: replica groups over more are not a program's. Groups are listed
-# device by device up to MAX_LISTED_DEVICES (a pod has thousands); past it only their size is
-# known, by arithmetic (a `[1,100000000]<=[100000000]` list would take gigabytes).
-MAX_DEVICES = 1 << 40
+# Groups are listed device by device up to MAX_LISTED_DEVICES (a pod has thousands); past it
+# only their size is known, by arithmetic (a `[1,100000000]<=[100000000]` list would take
+# gigabytes). Over MAX_DEVICES they are not a program's at all.
 MAX_LISTED_DEVICES = 1 << 16
 
 

@@ -4,21 +4,30 @@ A renderer module in this package defines a class with `name`, `extensions` and 
 documents it can write) and a `render(document, options)` method, and passes an instance to
 `register`. Adding an output format is one new module here: the command line asks this
 registry which formats exist, which document kinds each writes, and which one `-o FILE` means.
+
+Every module here is light to import (the report, the rows and any large library are imported
+where a renderer renders): listing the formats for `--help` imports them all, and a command
+that names its format (`--format json`) imports that renderer's module alone.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
 
 from hlogap._plugins import import_all
 from hlogap.errors import UsageError
-from hlogap.report.compare import Diff
-from hlogap.report.gate import CheckResult
-from hlogap.report.model import AuditReport
-from hlogap.report.schema import Chip, InstructionBound
+
+if TYPE_CHECKING:
+    from hlogap.report.compare import Diff
+    from hlogap.report.gate import CheckResult
+    from hlogap.report.model import AuditReport
+    from hlogap.report.schema import Chip, InstructionBound
 
 DocumentKind = Literal["audit", "diff", "check", "chips", "bound", "memory"]
 
@@ -50,15 +59,22 @@ class MemoryView:
         }
 
 
-Document = AuditReport | Diff | CheckResult | ChipList | InstructionBound | MemoryView
+Document: TypeAlias = "AuditReport | Diff | CheckResult | ChipList | InstructionBound | MemoryView"
+
+
+def _is_a(document: Document, module: str, name: str) -> bool:
+    """Whether `document` is a `module.name`. A module not loaded made no document: it is not
+    imported to say so (an audit's JSON loads neither the comparison nor the gate)."""
+    loaded = sys.modules.get(module)
+    return loaded is not None and isinstance(document, getattr(loaded, name))
 
 
 def kind_of(document: Document) -> DocumentKind:
-    if isinstance(document, AuditReport):
+    if _is_a(document, "hlogap.report.model", "AuditReport"):
         return "audit"
-    if isinstance(document, Diff):
+    if _is_a(document, "hlogap.report.compare", "Diff"):
         return "diff"
-    if isinstance(document, CheckResult):
+    if _is_a(document, "hlogap.report.gate", "CheckResult"):
         return "check"
     if isinstance(document, ChipList):
         return "chips"
@@ -105,28 +121,42 @@ def formats(kind: DocumentKind) -> list[str]:
     return [r.name for r in renderers() if kind in r.kinds]
 
 
+def _named(fmt: str) -> Renderer | None:
+    """The renderer of format `fmt`, None if there is none. A module named after its format
+    (hlogap.render.json, a plug-in folder's tsv.py) is imported alone; any other format
+    (perfetto: trace_events.py) is looked for among every renderer."""
+    if (
+        fmt not in _REGISTRY
+        and fmt.isidentifier()
+        and importlib.util.find_spec(f"hlogap.render.{fmt}") is not None
+    ):
+        importlib.import_module(f"hlogap.render.{fmt}")
+    if fmt not in _REGISTRY:
+        renderers()
+    return _REGISTRY.get(fmt)
+
+
 def choose_format(kind: DocumentKind, fmt: str | None, output: Path | None) -> str:
     """`--format` if given, else what `--output`'s extension names, else `table`; a format
     that cannot write this kind of document is a usage error."""
-    allowed = formats(kind)
     if fmt is None and output is not None:
         # The longest extension the name ends with: `.trace.json` before `.json`.
         name = output.name.lower()
         named = [(len(e), r.name) for r in renderers() for e in r.extensions if name.endswith(e)]
         fmt = max(named)[1] if named else None
-        if fmt is not None and fmt not in allowed:
+        if fmt is not None and fmt not in formats(kind):
             fmt = None
     fmt = fmt or "table"
-    if fmt not in allowed:
-        raise UsageError(f"unknown format '{fmt}' (use one of: {', '.join(allowed)})")
+    renderer = _named(fmt)
+    if renderer is None or kind not in renderer.kinds:
+        raise UsageError(f"unknown format '{fmt}' (use one of: {', '.join(formats(kind))})")
     return fmt
 
 
 def needs_timeline(fmt: str) -> bool:
     """Whether format `fmt` draws the events themselves (hlogap.trace.timeline), which an
     audit keeps only when asked."""
-    renderers()
-    return bool(getattr(_REGISTRY[fmt], "needs_timeline", False))
+    return bool(getattr(_named(fmt), "needs_timeline", False))
 
 
 def render_chunks(document: Document, fmt: str, options: RenderOptions) -> Iterator[bytes] | None:

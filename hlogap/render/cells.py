@@ -16,9 +16,12 @@ totals, where the plain numbers would mislead:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from hlogap.report.model import AuditReport, GroupRow, OpRow
 from hlogap.units import fmt_eff, fmt_us
+
+if TYPE_CHECKING:
+    from hlogap.report.model import AuditReport, GroupRow, OpRow
 
 NO_BOUND = "-"
 

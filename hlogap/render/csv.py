@@ -8,13 +8,14 @@ CSV is machine output, as JSON is: every row (op, group or step) whatever `--top
 
 from __future__ import annotations
 
-import csv
 import io
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.render.cells import has_bound
-from hlogap.report.model import AuditReport, OpRow
+
+if TYPE_CHECKING:
+    from hlogap.report.model import AuditReport, OpRow
 
 COLUMNS = (
     "rank",
@@ -49,6 +50,10 @@ class CsvRenderer:
     kinds: frozenset[DocumentKind] = frozenset({"audit"})
 
     def render(self, document: Document, options: RenderOptions) -> str:
+        import csv
+
+        from hlogap.report.model import AuditReport
+
         if not isinstance(document, AuditReport):
             raise TypeError(f"no CSV for {type(document).__name__}")
         out = io.StringIO()

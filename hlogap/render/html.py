@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from html import escape
-from importlib.resources import files
-from string import Template
+from typing import TYPE_CHECKING
 
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.render.cells import sub_row_cells
@@ -34,7 +32,9 @@ from hlogap.render.sections import (
     page_scopes,
     sentence,
 )
-from hlogap.report.model import AuditReport, GroupRow
+
+if TYPE_CHECKING:
+    from hlogap.report.model import AuditReport, GroupRow
 
 
 @cache
@@ -42,6 +42,8 @@ def page_resource(name: str) -> str:
     """A file of the page's own (`report.js`, its behaviour: it reads the report's JSON from
     the page itself, no network, no library; `report.css`, its style), read once from the
     package (hlogap/render/page/) and inlined: the page stays one self-contained file."""
+    from importlib.resources import files
+
     return (files("hlogap.render") / "page" / name).read_text(encoding="utf-8")
 
 
@@ -57,6 +59,11 @@ class HtmlRenderer:
     kinds: frozenset[DocumentKind] = frozenset({"audit"})
 
     def render(self, document: Document, options: RenderOptions) -> str:
+        from html import escape
+        from string import Template
+
+        from hlogap.report.model import AuditReport
+
         if not isinstance(document, AuditReport):
             raise TypeError(f"no HTML for {type(document).__name__}")
         # Every row whatever `--top` says: the page sorts and filters the ops itself.

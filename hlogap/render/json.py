@@ -6,13 +6,15 @@ terminal table and Markdown), so that `check` and `diff` can match every op of a
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import orjson
 
 from hlogap.render.base import Document, DocumentKind, MemoryView, RenderOptions, register
-from hlogap.report.compare import Diff
-from hlogap.report.gate.history import HistoryEntry
-from hlogap.report.model import AuditReport
+
+if TYPE_CHECKING:
+    from hlogap.report.gate.history import HistoryEntry
+    from hlogap.report.model import AuditReport
 
 # orjson writes NaN/inf as null (JSON has neither), so every consumer can parse the output, and
 # numpy scalars as the numbers they are (without the option: strings, through `default`). The
@@ -38,7 +40,11 @@ class JsonRenderer:
         """UTF-8 JSON as orjson writes it, in pieces the command line writes as they come: a
         40 k-step report's steps (88 MB with their 161 k device parts) are made a block of
         steps at a time instead of all at once (no str copy, no re-encoding either)."""
+        from hlogap.report.model import AuditReport
+
         if not isinstance(document, AuditReport):
+            from hlogap.report.compare import Diff
+
             data = (
                 document.to_dict(options.top)
                 if isinstance(document, (Diff, MemoryView))

@@ -22,11 +22,15 @@ properties, testcase, failure, skipped, system-out), so CI tools that validate i
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
+from typing import TYPE_CHECKING
 
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.render.text import check_notes, diff_step_lines
-from hlogap.report.gate import Check, CheckResult
+
+if TYPE_CHECKING:  # the XML library and the gate load where a check is written as JUnit
+    import xml.etree.ElementTree as ET
+
+    from hlogap.report.gate import Check, CheckResult
 
 SUITE = "hlogap check"
 
@@ -51,6 +55,8 @@ def _message(check: Check) -> str:
 
 
 def _testcase(suite: ET.Element, check: Check) -> ET.Element:
+    import xml.etree.ElementTree as ET
+
     case = ET.SubElement(
         suite, "testcase", {"name": check.name, "classname": "hlogap.check", "time": "0"}
     )
@@ -65,6 +71,8 @@ def _testcase(suite: ET.Element, check: Check) -> ET.Element:
 
 
 def junit_xml(result: CheckResult) -> str:
+    import xml.etree.ElementTree as ET
+
     checks = result.checks
     counts = {
         "tests": str(len(checks)),
@@ -97,6 +105,8 @@ class JUnitRenderer:
     kinds: frozenset[DocumentKind] = frozenset({"check"})
 
     def render(self, document: Document, options: RenderOptions) -> str:
+        from hlogap.report.gate import CheckResult
+
         if not isinstance(document, CheckResult):
             raise TypeError(f"no JUnit XML for {type(document).__name__}")
         return junit_xml(document)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
 from hlogap.render.cells import (
@@ -33,9 +34,11 @@ from hlogap.render.text import (
     more_line,
     multi_module,
 )
-from hlogap.report.compare import Diff, DiffRow
-from hlogap.report.gate import CheckResult
-from hlogap.report.model import AuditReport
+
+if TYPE_CHECKING:
+    from hlogap.report.compare import Diff, DiffRow
+    from hlogap.report.gate import CheckResult
+    from hlogap.report.model import AuditReport
 
 
 class MarkdownRenderer:
@@ -44,8 +47,13 @@ class MarkdownRenderer:
     kinds: frozenset[DocumentKind] = frozenset({"audit", "diff", "check"})
 
     def render(self, document: Document, options: RenderOptions) -> str:
+        from hlogap.report.model import AuditReport
+
         if isinstance(document, AuditReport):
             return _audit(document, options.top, options.steps, options.sub_rows)
+        from hlogap.report.compare import Diff
+        from hlogap.report.gate import CheckResult
+
         if isinstance(document, Diff):
             return "\n".join(["## hlogap diff", "", *_diff(document, options.top)]) + "\n"
         if isinstance(document, CheckResult):

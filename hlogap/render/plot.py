@@ -10,13 +10,15 @@ from __future__ import annotations
 import io
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hlogap.errors import HlogapError, UsageError
 from hlogap.files import check_output
-from hlogap.report.model import AuditReport, OpRow
-from hlogap.report.schema import Chip
 from hlogap.units import fmt_si
+
+if TYPE_CHECKING:
+    from hlogap.report.model import AuditReport, OpRow
+    from hlogap.report.schema import Chip
 
 PLOT_SUFFIXES = (".svg", ".png", ".html")
 

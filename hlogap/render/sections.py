@@ -10,7 +10,7 @@ mesh, hosts) are hlogap.render.text's, which diff and check share.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from hlogap.render.cells import (
     any_unmodeled,
@@ -29,11 +29,12 @@ from hlogap.render.text import (
     steps_overview,
     what_if_lines,
 )
-from hlogap.report.model import Action, AuditReport, GroupRow, OpRow
-from hlogap.report.schema import AllocatorPeak
-from hlogap.report.sections import StepSkew
-from hlogap.rows.groups import DEFAULT_DEPTH, group_rows
 from hlogap.units import fmt_eff, fmt_si, fmt_us
+
+if TYPE_CHECKING:
+    from hlogap.report.model import Action, AuditReport, GroupRow, OpRow
+    from hlogap.report.schema import AllocatorPeak
+    from hlogap.report.sections import StepSkew
 
 OP_COLUMNS = (
     "#",
@@ -547,6 +548,8 @@ def _axis_cells(group: GroupRow) -> list[str]:
 def page_scopes(report: AuditReport) -> tuple[list[GroupRow], str]:
     """The page's ops by scope: `--group-by scope`'s own groups, else the default depth's over
     every op; and the depth, in words."""
+    from hlogap.rows.groups import DEFAULT_DEPTH, group_rows
+
     if report.group_by == "scope":
         return report.groups, "--depth levels"
     return group_rows(report.ops, "scope", DEFAULT_DEPTH, report.sort), f"{DEFAULT_DEPTH} levels"

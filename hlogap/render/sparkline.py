@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from hlogap.report.model import StepRow
-from hlogap.report.schema import AllocatorPeak
 from hlogap.units import fmt_si, fmt_us
+
+if TYPE_CHECKING:
+    from hlogap.report.model import StepRow
+    from hlogap.report.schema import AllocatorPeak
 
 # Eighths of a column's height; a blank is nothing in use, or a time the allocator logged
 # nothing yet (before its first event) or any more (after its last).

@@ -47,14 +47,15 @@ from hlogap.render.text import (
     more_line,
     multi_module,
 )
-from hlogap.report.compare import RENAMED, Diff, DiffRow
-from hlogap.report.gate import CheckResult
-from hlogap.report.model import AuditReport
-from hlogap.report.schema import Chip, InstructionBound
 from hlogap.units import fmt_si, fmt_us
 
 if TYPE_CHECKING:  # Rich is imported on use: JSON output never loads its table machinery
     from rich.table import Table
+
+    from hlogap.report.compare import Diff, DiffRow
+    from hlogap.report.gate import CheckResult
+    from hlogap.report.model import AuditReport
+    from hlogap.report.schema import Chip, InstructionBound
 
 DIFF_WIDTH = 140
 
@@ -67,16 +68,21 @@ class TableRenderer:
     )
 
     def render(self, document: Document, options: RenderOptions) -> str:
+        from hlogap.report.model import AuditReport
+
         if isinstance(document, AuditReport):
             return _audit(document, options)
-        if isinstance(document, Diff):
-            return _diff(document, options.top, options.width)
-        if isinstance(document, CheckResult):
-            return _check(document, options.width)
         if isinstance(document, ChipList):
             return _chips(document.chips, options.width)
         if isinstance(document, MemoryView):
             return _memory(document.report, options.top, options.width)
+        from hlogap.report.compare import Diff
+        from hlogap.report.gate import CheckResult
+
+        if isinstance(document, Diff):
+            return _diff(document, options.top, options.width)
+        if isinstance(document, CheckResult):
+            return _check(document, options.width)
         return _bound(document)
 
 
@@ -199,6 +205,8 @@ def middle(text: str, width: int) -> str:
     its arrow kept (`ynn…ion.1 -> ynn…ion.2`)."""
     if len(text) <= width:
         return text
+    from hlogap.report.compare import RENAMED
+
     old, arrow, new = text.partition(RENAMED)
     room = width - len(RENAMED)
     if arrow and room >= 6:  # each name keeps its first and last characters

@@ -5,19 +5,21 @@ sections are assembled from them once, in hlogap.render.sections."""
 from __future__ import annotations
 
 import math
-import statistics
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from hlogap.render.cells import op_totals_line, step_bound_text, step_shares_text
-from hlogap.report.compare import MATCH_METHODS, Diff, DiffRow
-from hlogap.report.gate import CheckResult
-from hlogap.report.model import (
-    AuditReport,
-    StepRow,
-)
-from hlogap.report.schema import AllocatorPeak, Chip
-from hlogap.report.sections import HostSkew
 from hlogap.units import fmt_eff, fmt_si, fmt_us, si_scale
+
+if TYPE_CHECKING:
+    from hlogap.report.compare import Diff, DiffRow
+    from hlogap.report.gate import CheckResult
+    from hlogap.report.model import (
+        AuditReport,
+        StepRow,
+    )
+    from hlogap.report.schema import AllocatorPeak, Chip
+    from hlogap.report.sections import HostSkew
 
 
 def header_lines(report: AuditReport) -> list[str]:
@@ -423,6 +425,8 @@ def steps_overview(report: AuditReport) -> list[str]:
     p10, p90), the slowest step and its slowest device, and the drift from first to last."""
     if not report.steps:
         return ["steps: none found (no step annotation, no module execution to count)"]
+    import statistics
+
     # The summary's frame: the steady steps; the warm-up ones are named apart.
     warmup = report.steps[: report.step_summary.warmup_steps]
     steps = report.steady_steps
@@ -521,6 +525,8 @@ def opt_us(us: float | None) -> str:
 
 
 def diff_cells(row: DiffRow, with_module: bool) -> list[str]:
+    from hlogap.report.compare import MATCH_METHODS
+
     name = f"{row.pair.module}/{row.name}" if with_module else row.name
     return [
         row.status,
@@ -579,6 +585,8 @@ def diff_step_lines(diff: Diff) -> list[str]:
 
 
 def diff_header(diff: Diff) -> list[str]:
+    from hlogap.report.compare import MATCH_METHODS
+
     counts = diff.counts()
     matched = sum(counts[m] for m in MATCH_METHODS)
     how = ", ".join(f"{counts[m]} by {m}" for m in MATCH_METHODS if counts[m])

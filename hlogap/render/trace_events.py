@@ -17,14 +17,16 @@ module lays them out as events.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from hlogap.errors import UsageError
 from hlogap.render.base import Document, DocumentKind, RenderOptions, register
-from hlogap.report.model import AuditReport, OpRef, OpRow
-from hlogap.rows.tracks import DeviceTracks, Spans, device_tracks, step_tracks
+
+if TYPE_CHECKING:
+    from hlogap.report.model import AuditReport, OpRef, OpRow
+    from hlogap.rows.tracks import DeviceTracks, Spans
 
 # chrome://tracing's reserved colour names, an event's `cname` (and its args' `band`, which
 # Perfetto shows and filters on): efficiency at or above each floor.
@@ -64,6 +66,8 @@ class TraceEventRenderer:
     def render_chunks(self, document: Document, options: RenderOptions) -> Iterator[bytes]:
         """The trace as UTF-8 JSON, a batch of events at a time: a profile's millions of
         events are never all Python objects at once."""
+        from hlogap.report.model import AuditReport
+
         if not isinstance(document, AuditReport) or document.timeline is None:
             raise UsageError(
                 "--format perfetto needs the profile's events: audit a profile, not a saved report"
@@ -79,6 +83,8 @@ class TraceEventRenderer:
 
     def batches(self, report: AuditReport) -> Iterator[list[dict[str, Any]]]:
         """The trace's events in batches: the steps, then each device's, in the run's order."""
+        from hlogap.rows.tracks import device_tracks
+
         yield _steps(report)
         for pid, device in enumerate(device_tracks(report), STEPS_PID + 1):
             yield from _device(device, pid)
@@ -87,6 +93,8 @@ class TraceEventRenderer:
 def _steps(report: AuditReport) -> list[dict[str, Any]]:
     """The steps' process: each step from its first device's start to its last device's end,
     on tracks of their own where skew makes them overlap."""
+    from hlogap.rows.tracks import step_tracks
+
     events: list[dict[str, Any]] = [
         _name("process_name", STEPS_PID, 0, "steps"),
         _process_sort_index(STEPS_PID),

@@ -242,3 +242,52 @@ def _event_or_none(raw: bytes) -> xplane_pb2.XEvent | None:
         return xplane_pb2.XEvent.FromString(raw)
     except DecodeError:
         return None
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=ONE_DECODER)
+@given(
+    events=st.lists(odd_event, max_size=20),
+    size=st.integers(1, 6),
+    wanted=st.sampled_from([WANTED, [], [9, 9, 3], [5, 2**40, -1]]),
+)
+def test_a_line_in_blocks_is_the_line_whole(
+    events: list[bytes], size: int, wanted: list[int], decoder: str
+) -> None:
+    """`RawLine.blocks`, `size` events at a time, are the line's columns cut: the same values,
+    the events left to upb numbered from their block's first event (one empty block for a line
+    without events)."""
+    line = RawLine(_line(events))
+    whole = line.columns(wanted)
+    rows: list[list[int]] = []
+    irregular: dict[int, bytes] = {}
+    blocks = 0
+    for cols in line.blocks(wanted, size):  # each block's columns are the next one's buffer
+        blocks += 1
+        assert len(cols.metadata_id) == (min(size, len(events) - len(rows)) if events else 0)
+        irregular.update({len(rows) + i: raw for i, raw in cols.irregular.items()})
+        columns = (cols.metadata_id, cols.offset_ps, cols.duration_ps, *cols.stats)
+        rows.extend(list(row) for row in zip(*(c.tolist() for c in columns)))
+    assert blocks == max(-(-len(events) // size), 1)
+    columns = (whole.metadata_id, whole.offset_ps, whole.duration_ps, *whole.stats)
+    assert rows == [list(row) for row in zip(*(c.tolist() for c in columns))]
+    assert irregular == whole.irregular
+
+
+def test_a_long_lines_head_walk_hands_back_its_bytes(decoder: str) -> None:
+    """Walking a line's head (`RawLine`) forgets every 16 MB walked, from the line's start, the
+    tail left for the events' decoding; a short line's head walk forgets nothing."""
+    event = xplane_pb2.XEvent(metadata_id=3, offset_ps=10, duration_ps=5).SerializeToString()
+    field = bytes([0x22, len(event)]) + event
+    head = xplane_pb2.XLineRaw(id=1, name="Stream #1").SerializeToString()
+    data = head + field * ((20 << 20) // len(field))
+    forgotten: list[tuple[int, int]] = []
+    line = RawLine(data, lambda at, size: forgotten.append((at, size)))
+    assert line.event_count == (20 << 20) // len(field)
+    if decoder == "without-c":
+        assert not forgotten  # upb's copy: nothing mapped to forget
+        return
+    ((at, size),) = forgotten
+    assert at == 0 and 16 << 20 <= size < (16 << 20) + len(field)
+    forgotten.clear()
+    RawLine(head + field * 1000, lambda at, size: forgotten.append((at, size)))
+    assert not forgotten

@@ -5,6 +5,7 @@ without it; upb's `XPlaneShallow` is the oracle for both."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,33 @@ def test_a_decoded_line_forgets_its_own_bytes(path: Path, monkeypatch: pytest.Mo
                 len(columns.offset_ps),
             )
             assert [e.offset_ps for e in found.events] == columns.offset_ps.tolist()
+
+
+@pytest.mark.parametrize("path", _files()[:3], ids=lambda p: p.parent.name + "/" + p.name)
+def test_a_line_decoded_in_blocks_forgets_each_blocks_bytes(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Decoded a block of events at a time, a line's pages leave block by block: the spans
+    # follow each other over exactly the line's bytes, and each holds its block's events.
+    from hlogap.trace import columnar
+
+    if columnar._xline is None:
+        pytest.skip("no C decoder: lines are upb's copies")
+    forgotten: list[tuple[int, int]] = []
+    monkeypatch.setattr(_MappedFile, "forget", lambda self, at, size: forgotten.append((at, size)))
+    data = path.read_bytes()
+    for plane in read_planes(path)[0]:
+        for line in plane.raw_lines:
+            before = len(forgotten)
+            sizes = [len(cols.offset_ps) for cols in line.blocks([], 5)]
+            spans = forgotten[before:]
+            assert len(spans) == len(sizes)
+            assert all(at + size == after for (at, size), (after, _) in pairwise(spans))
+            start, end = spans[0][0], spans[-1][0] + spans[-1][1]
+            whole = xplane_pb2.XLine.FromString(data[start:end])
+            assert (whole.id, whole.name, len(whole.events)) == (line.id, line.name, sum(sizes))
+            for (at, size), events in zip(spans, sizes, strict=True):
+                assert len(xplane_pb2.XLine.FromString(data[at : at + size]).events) == events
 
 
 def test_other_fields_are_skipped_and_warnings_kept(tmp_path: Path) -> None:

@@ -148,10 +148,22 @@ typedef struct {
     Py_ssize_t events;
 } Head;
 
-/* Walk a line's fields: its head, and (when `columns` is given) each event decoded into
-   `columns`, the ones upb must read appended to `irregular`. 0 with an exception set. */
-static int walk_line(const uint8_t *p, const uint8_t *end, Head *head, const Wanted *wanted,
-                     int64_t *columns, Py_ssize_t n, PyObject *irregular) {
+/* The head walk hands a mapped line's pages back every RELEASE_BYTES it has walked: a line of
+   178 MB is otherwise all resident before its first event is decoded. */
+#define RELEASE_BYTES ((Py_ssize_t)16 << 20)
+
+/* forget(at, size), bytes of the line from its start; 0 with an exception set. */
+static int call_forget(PyObject *forget, Py_ssize_t at, Py_ssize_t size) {
+    PyObject *done = PyObject_CallFunction(forget, "nn", at, size);
+    Py_XDECREF(done);
+    return done != NULL;
+}
+
+/* Walk a line's fields for its head (the events only counted); with `forget` (else NULL),
+   forget(at, size) is called for each RELEASE_BYTES walked, the line's tail left mapped (its
+   events are decoded next). 0 with an exception set. */
+static int walk_head(const uint8_t *start, const uint8_t *end, Head *head, PyObject *forget) {
+    const uint8_t *p = start, *released = start;
     memset(head, 0, sizeof(*head));
     while (p < end) {
         uint64_t tag, v;
@@ -161,18 +173,6 @@ static int walk_line(const uint8_t *p, const uint8_t *end, Head *head, const Wan
         int wire = (int)(tag & 7);
         if (wire == WIRE_LEN && field == 4) {
             if (!read_len(&p, end, &body, &body_end)) goto malformed;
-            if (columns != NULL) {
-                Py_ssize_t row = head->events;
-                if (row >= n) goto malformed;
-                if (!read_event(body, body_end, wanted, columns, n, row)) {
-                    PyObject *item = Py_BuildValue("(ny#)", row, (const char *)body,
-                                                   (Py_ssize_t)(body_end - body));
-                    if (item == NULL) return 0;
-                    int failed = PyList_Append(irregular, item);
-                    Py_DECREF(item);
-                    if (failed) return 0;
-                }
-            }
             head->events++;
         } else if (wire == WIRE_VARINT && (field == 1 || field == 10 || field == 3 || field == 9)) {
             if (!read_varint(&p, end, &v)) goto malformed;
@@ -193,8 +193,47 @@ static int walk_line(const uint8_t *p, const uint8_t *end, Head *head, const Wan
         } else if (!skip_value(field, wire, &p, end)) {
             goto malformed;
         }
+        if (forget != NULL && p - released >= RELEASE_BYTES) {
+            if (!call_forget(forget, released - start, p - released)) return 0;
+            released = p;
+        }
     }
     return 1;
+malformed:
+    PyErr_SetString(PyExc_ValueError, "malformed XLine");
+    return 0;
+}
+
+/* Decode the next `n` events from *p into rows 0..n-1 of `columns`, passing over the line's
+   other fields (walk_head read them), the events upb must read appended to `irregular` as
+   (row, bytes); *p is left just past the n-th event. 0 with an exception set. */
+static int walk_events(const uint8_t **p, const uint8_t *end, const Wanted *wanted,
+                       int64_t *columns, Py_ssize_t n, PyObject *irregular) {
+    Py_ssize_t row = 0;
+    while (row < n && *p < end) {
+        uint64_t tag;
+        const uint8_t *body, *body_end;
+        if (!read_varint(p, end, &tag)) goto malformed;
+        uint64_t field = tag >> 3;
+        int wire = (int)(tag & 7);
+        if (wire != WIRE_LEN || field != 4) {
+            if (!skip_value(field, wire, p, end)) goto malformed;
+            continue;
+        }
+        if (!read_len(p, end, &body, &body_end)) goto malformed;
+        if (!read_event(body, body_end, wanted, columns, n, row)) {
+            PyObject *item =
+                Py_BuildValue("(ny#)", row, (const char *)body, (Py_ssize_t)(body_end - body));
+            if (item == NULL) return 0;
+            int failed = PyList_Append(irregular, item);
+            Py_DECREF(item);
+            if (failed) return 0;
+        }
+        row++;
+    }
+    if (row == n) return 1;
+    PyErr_SetString(PyExc_ValueError, "the line has fewer events than out's length");
+    return 0;
 malformed:
     PyErr_SetString(PyExc_ValueError, "malformed XLine");
     return 0;
@@ -205,15 +244,17 @@ static PyObject *utf8(const uint8_t *start, const uint8_t *end) {
     return PyUnicode_DecodeUTF8((const char *)start, (Py_ssize_t)(end - start), "strict");
 }
 
-/* line_head(data) -> (id, display_id, name, display_name, timestamp_ns, duration_ps, events) */
-static PyObject *line_head(PyObject *self, PyObject *arg) {
+/* line_head(data, forget) -> (id, display_id, name, display_name, timestamp_ns, duration_ps,
+   events); forget None, or called as forget(at, size) on the bytes walked (walk_head). */
+static PyObject *line_head(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer data;
+    PyObject *forget;
     Head head;
-    if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) < 0) return NULL;
+    if (!PyArg_ParseTuple(args, "y*O", &data, &forget)) return NULL;
     const uint8_t *start = (const uint8_t *)data.buf;
     PyObject *result = NULL;
-    if (walk_line(start, start + data.len, &head, NULL, NULL, 0, NULL)) {
+    if (walk_head(start, start + data.len, &head, forget == Py_None ? NULL : forget)) {
         PyObject *name = utf8(head.name, head.name_end);
         PyObject *display_name = name ? utf8(head.display_name, head.display_name_end) : NULL;
         if (name && display_name)
@@ -227,19 +268,20 @@ static PyObject *line_head(PyObject *self, PyObject *arg) {
     return result;
 }
 
-/* line_columns(data, wanted, out) -> irregular: the events into `out`, a writable buffer of
-   int64 rows (metadata_id, offset_ps, duration_ps, then one per wanted stat id, ABSENT where an
-   event lacks it), each as long as the line has events; irregular a list of (row, event
-   bytes). The caller allocates `out` (numpy: huge pages for large arrays, where first-touch
-   page faults otherwise cost as much as the decoding). */
+/* line_columns(data, wanted, out, at) -> (end, irregular): the events that begin at byte `at`
+   of the line (0, or the `end` a previous call returned) into `out`, a writable buffer of int64
+   rows (metadata_id, offset_ps, duration_ps, then one per wanted stat id, ABSENT where an event
+   lacks it), as many events as the rows are long; `end` is the byte just past the last of
+   them, irregular a list of (row, event bytes). The caller allocates `out` (numpy: huge pages
+   for large arrays, where first-touch page faults otherwise cost as much as the decoding). */
 static PyObject *line_columns(PyObject *self, PyObject *args) {
     Py_buffer data, out;
     PyObject *wanted_seq;
+    Py_ssize_t at;
     Wanted wanted;
-    Head head;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*Ow*", &data, &wanted_seq, &out)) return NULL;
-    PyObject *irregular = NULL, *fast = NULL;
+    if (!PyArg_ParseTuple(args, "y*Ow*n", &data, &wanted_seq, &out, &at)) return NULL;
+    PyObject *irregular = NULL, *fast = NULL, *result = NULL;
     fast = PySequence_Fast(wanted_seq, "wanted must be a sequence of ints");
     if (fast == NULL) goto done;
     wanted.count = PySequence_Fast_GET_SIZE(fast);
@@ -263,29 +305,25 @@ static PyObject *line_columns(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "out is not rows of int64");
         goto done;
     }
+    if (at < 0 || at > data.len) {
+        PyErr_SetString(PyExc_ValueError, "at is not within the line");
+        goto done;
+    }
     Py_ssize_t n = out.len / (8 * rows);
     int64_t *columns = (int64_t *)out.buf;
     memset(columns, 0, (size_t)(3 * n) * 8);
     for (Py_ssize_t i = 3 * n; i < rows * n; i++) columns[i] = ABSENT;
     irregular = PyList_New(0);
     if (irregular == NULL) goto done;
-    if (!walk_line((const uint8_t *)data.buf, (const uint8_t *)data.buf + data.len, &head,
-                   &wanted, columns, n, irregular))
-        goto done;
-    if (head.events != n) {
-        PyErr_SetString(PyExc_ValueError, "out's length differs from the line's events");
-        goto done;
-    }
-    PyBuffer_Release(&data);
-    PyBuffer_Release(&out);
-    Py_DECREF(fast);
-    return irregular;
+    const uint8_t *start = (const uint8_t *)data.buf, *p = start + at;
+    if (walk_events(&p, start + data.len, &wanted, columns, n, irregular))
+        result = Py_BuildValue("(nO)", (Py_ssize_t)(p - start), irregular);
 done:
     PyBuffer_Release(&data);
     PyBuffer_Release(&out);
     Py_XDECREF(fast);
     Py_XDECREF(irregular);
-    return NULL;
+    return result;
 }
 
 /* Walk an XPlane's top-level fields: each `lines` (field 3) payload's span, and the other
@@ -396,7 +434,7 @@ static PyObject *exit_on_sigbus(PyObject *self, PyObject *arg) {
 }
 
 static PyMethodDef methods[] = {
-    {"line_head", line_head, METH_O, "A serialized XLine's head fields and event count."},
+    {"line_head", line_head, METH_VARARGS, "A serialized XLine's head fields and event count."},
     {"plane_lines", plane_lines, METH_O, "A serialized XPlane's lines as spans, and the rest."},
     {"line_columns", line_columns, METH_VARARGS, "A serialized XLine's events in columns."},
     {"exit_on_sigbus", exit_on_sigbus, METH_O, "On SIGBUS: write the message, exit with 3."},

@@ -125,16 +125,15 @@ class Plane:
     @property
     def raw_lines(self) -> Iterator[RawLine]:
         """The lines with their events left serialized (for the columnar reader); a line's
-        pages leave the process once its events are decoded (a plane of one 3 M-event line
+        pages leave the process as its events are decoded (a plane of one 3 M-event line
         held the file's 178 MB beside its columns)."""
         forget = self._forget
         if forget is None or len(self._spans) != len(self._lines):
             return self._parse_lines(RawLine)
-        spans = iter(self._spans)
+        starts = iter(start for start, _ in self._spans)
 
         def line(raw: bytes | memoryview) -> RawLine:
-            start, end = next(spans)
-            return RawLine(raw, partial(forget, start, end - start))
+            return RawLine(raw, partial(_shifted, forget, next(starts)))
 
         return self._parse_lines(line)
 
@@ -169,7 +168,8 @@ class Plane:
 
 
 def _shifted(forget: Callable[[int, int], None], at: int, start: int, size: int) -> None:
-    """`forget` of a span given from `at` (a plane's spans, from the plane's start)."""
+    """`forget` of a span given from `at` (a plane's spans from the plane's start, a line's
+    from the line's)."""
     forget(at + start, size)
 
 

@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError
 
 from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
-from hlogap.trace.columnar import ABSENT, LineColumns, RawLine
+from hlogap.trace.columnar import ABSENT, READ_BLOCK, LineColumns, RawLine
 from hlogap.trace.model import (
     UNKNOWN_EXECUTION,
     OpKey,
@@ -61,7 +61,11 @@ def read_stat_events(
     extras = _run_on(plane, builder, reader.op_lines, reader.marker_parts)
     for part, extra in zip(reader.op_lines, extras, strict=True):
         for dev in part.devices:
-            mine = part.device == dev if len(part.devices) > 1 else slice(None)
+            mine = (
+                part.device == dev
+                if part.device is not None and len(part.devices) > 1
+                else slice(None)
+            )
             builder.add_line(
                 dev,
                 part.op[mine],
@@ -77,8 +81,8 @@ def read_stat_events(
 class _OpLine(NamedTuple):
     """One line's ops, in builder indices, holding no view of the line's decoded columns."""
 
-    op: np.ndarray
-    device: np.ndarray
+    op: np.ndarray  # int32
+    device: np.ndarray | None  # int32; None where the plane is one device (`devices`)
     start_ps: np.ndarray
     duration_ps: np.ndarray
     execution: np.ndarray
@@ -86,6 +90,81 @@ class _OpLine(NamedTuple):
     context: np.ndarray  # their context ids
     devices: list[int]  # the distinct devices of `device`
     name: str  # as the profile names the line (`Stream #7(Compute)`)
+
+    def device_column(self) -> np.ndarray:
+        """Each op's device."""
+        if self.device is not None:
+            return self.device
+        return np.full(len(self.op), self.devices[0], dtype=np.int32)
+
+
+class _LineOps:
+    """A line's ops as its blocks of events are read (`RawLine.blocks`), written into columns
+    as long as the line's events: a column's pages are taken only as far as ops fill it, and
+    no block's ops are joined again at the end (a GPU stream's events are all ops). Each op is
+    first its key's number in the line (`keys`), made its op and device once the line's keys
+    are resolved (`op_line`)."""
+
+    def __init__(self, events: int, one_device: bool) -> None:
+        self.keys: dict[tuple[int, ...], int] = {}  # the line's distinct keys, first seen first
+        self.op = np.empty(events, dtype=np.int32)
+        self.device = None if one_device else np.empty(events, dtype=np.int32)
+        self.start_ps = np.empty(events, dtype=np.int64)
+        self.duration_ps = np.empty(events, dtype=np.int64)
+        self.execution = np.empty(events, dtype=np.int64)
+        self.with_context: list[np.ndarray] = []
+        self.context: list[np.ndarray] = []
+        self.count = 0
+
+    def add(
+        self,
+        keys: list[tuple[int, ...]],
+        inverse: np.ndarray,
+        start_ps: np.ndarray,
+        duration_ps: np.ndarray,
+        execution: np.ndarray,
+        context: np.ndarray,
+    ) -> None:
+        """A block's ops: their keys `keys[inverse]`, their times, executions and context ids
+        (`ABSENT`: none)."""
+        at = slice(self.count, self.count + len(inverse))
+        number = np.array([self.keys.setdefault(k, len(self.keys)) for k in keys], dtype=np.int32)
+        self.op[at] = number[inverse]
+        self.start_ps[at] = start_ps
+        self.duration_ps[at] = duration_ps
+        self.execution[at] = np.where(execution == ABSENT, UNKNOWN_EXECUTION, execution)
+        # Context ids only where an op has one (async CPU ops; GPU kernels have none).
+        with_context = np.flatnonzero(context != ABSENT)
+        if len(with_context):
+            self.with_context.append(self.count + with_context)
+            self.context.append(context[with_context])
+        self.count = at.stop
+
+    def op_line(self, pairs: np.ndarray, name: str) -> _OpLine:
+        """The ops read, in columns as long as they are (a copy where the line had other events
+        too); `pairs` is the (op, device) of each key's number."""
+
+        def cut(column: np.ndarray) -> np.ndarray:
+            return column if len(column) == self.count else column[: self.count].copy()
+
+        op, device = cut(self.op), None if self.device is None else cut(self.device)
+        for first in range(0, self.count, READ_BLOCK):  # in place, a block at a time
+            number = op[first : first + READ_BLOCK]
+            if device is not None:
+                device[first : first + READ_BLOCK] = pairs[number, 1]
+            number[:] = pairs[number, 0]
+        empty = np.zeros(0, dtype=np.int64)
+        return _OpLine(
+            op=op,
+            device=device,
+            start_ps=cut(self.start_ps),
+            duration_ps=cut(self.duration_ps),
+            execution=cut(self.execution),
+            with_context=np.concatenate(self.with_context) if self.with_context else empty,
+            context=np.concatenate(self.context) if self.context else empty,
+            devices=devices_in(pairs[:, 1]),  # every key occurs in the line
+            name=name,
+        )
 
 
 class _LineReader:
@@ -141,13 +220,26 @@ class _LineReader:
         return dev
 
     def read_line(self, line: RawLine) -> None:
-        """One line's ops into `op_lines`, its markers into `marker_parts`. A method call of its
-        own so that the line's decoded columns are freed when it returns: what is kept holds
-        no view of them (a 3 M-event line's columns are ~190 MB)."""
-        cols = line.columns(self.ids)
+        """One line's ops into `op_lines`, its markers into `marker_parts`, a block of events at
+        a time: what is kept holds no view of the decoded columns, and the line's columns are
+        never all decoded at once (a 3 M-event line's are ~160 MB; a block's, ~3.5 MB)."""
+        ops = _LineOps(line.event_count, one_device=self.device is not None)
+        base_ps = line.timestamp_ns * 1000  # event offsets count from their line's timestamp
+        for cols in line.blocks(self.ids):
+            self._read_block(cols, base_ps, ops)
+        if not ops.count:
+            return
+        # The line's keys resolved in their order (the order of its distinct rows, had it been
+        # read whole): ops and devices new to the builder are numbered as ever.
+        pairs = np.empty((len(ops.keys), 2), dtype=np.int32)
+        for key in sorted(ops.keys):
+            pairs[ops.keys[key]] = self.resolve(key)
+        self.op_lines.append(ops.op_line(pairs, line.display_name or line.name))
+
+    def _read_block(self, cols: LineColumns, base_ps: int, ops: _LineOps) -> None:
+        """A block of a line's events: its ops into `ops`, its markers into `marker_parts`."""
         for i, raw in cols.irregular.items():
             _read_one(raw, self.ids, self.names, self.str_ids, cols, i, self.plane.name)
-        base_ps = line.timestamp_ns * 1000  # event offsets count from their line's timestamp
         start = base_ps + cols.offset_ps
         run_id, correlation, context, marker_context = cols.stats[len(KEY) :]
         is_marker = np.isin(cols.metadata_id, self.end_markers) & (marker_context != ABSENT)
@@ -162,29 +254,20 @@ class _LineReader:
         is_op = cols.stats[0] != ABSENT
         if not is_op.any():
             return
-        # Views where every event is an op (a GPU stream's kernels), for what is not kept.
+        # Views where every event is an op (a GPU stream's kernels): `ops` copies what it keeps.
         unique, inverse = distinct_rows([take(c, is_op) for c in cols.stats[: len(KEY)]])
-        pairs = np.array([self.resolve(tuple(int(v) for v in k)) for k in unique], dtype=np.int64)
         execution = (
             self.execution_of(take(correlation, is_op))
             if self.execution_of
             else take(run_id, is_op)
         )
-        # Context ids only where an op has one (async CPU ops; GPU kernels have none).
-        op_context = take(context, is_op)
-        with_context = np.flatnonzero(op_context != ABSENT)
-        self.op_lines.append(
-            _OpLine(
-                op=pairs[inverse, 0],
-                device=pairs[inverse, 1],
-                start_ps=take(start, is_op),
-                duration_ps=cols.duration_ps[is_op],  # a copy: the builder keeps it
-                execution=np.where(execution == ABSENT, UNKNOWN_EXECUTION, execution),
-                with_context=with_context,
-                context=op_context[with_context],
-                devices=devices_in(pairs[:, 1]),  # every distinct row occurs in the line
-                name=line.display_name or line.name,
-            )
+        ops.add(
+            [tuple(k) for k in unique.tolist()],
+            inverse,
+            take(start, is_op),
+            take(cols.duration_ps, is_op),
+            execution,
+            take(context, is_op),
         )
 
 
@@ -210,7 +293,7 @@ def _run_on(
     clipped = _clip_to_execution(
         builder,
         np.concatenate([line.op for line in op_lines]),
-        np.concatenate([line.device for line in op_lines]),
+        np.concatenate([line.device_column() for line in op_lines]),
         np.concatenate([line.execution for line in op_lines]),
         start,
         end,

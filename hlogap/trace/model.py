@@ -417,18 +417,27 @@ def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """
     code = np.zeros(len(columns[0]), dtype=np.int64)
     span = 1  # distinct values `code` can take
+    varying = 0  # columns of more than one value
     for column in columns:
         distinct, codes = dense_codes(column)
         if len(distinct) == 1:
+            continue
+        varying += 1
+        if varying == 1:
+            code, span = codes, len(distinct)
             continue
         if span * len(distinct) >= 1 << 62:
             code = dense_codes(code)[1]
             span = int(code.max()) + 1
         code = code * len(distinct) + codes
         span *= len(distinct)
-    distinct, inverse = dense_codes(code)
+    if varying < 2:  # one column's codes are dense already (a GPU stream's: only ops differ)
+        count, inverse = span, code
+    else:
+        distinct, inverse = dense_codes(code)
+        count = len(distinct)
     # Any row of a code stands for it (its rows are equal): whichever the assignment keeps.
-    row_of = np.empty(len(distinct), dtype=np.int64)
+    row_of = np.empty(count, dtype=np.int64)
     row_of[inverse] = np.arange(len(code))
     rows = np.stack([column[row_of] for column in columns], axis=1)
     return rows, inverse

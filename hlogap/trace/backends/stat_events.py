@@ -61,21 +61,23 @@ def read_stat_events(
     extras = _run_on(plane, builder, reader.op_lines, reader.marker_parts)
     for part, extra in zip(reader.op_lines, extras, strict=True):
         for dev in part.devices:
-            mine = (
-                part.device == dev
-                if part.device is not None and len(part.devices) > 1
-                else slice(None)
-            )
+            mine = part.device == dev if part.device is not None and len(part.devices) > 1 else None
             builder.add_line(
                 dev,
-                part.op[mine],
-                part.start_ps[mine],
-                part.duration_ps[mine],
+                _picked(part.op, mine),
+                _picked(part.start_ps, mine),
+                _picked(part.duration_ps, mine),
                 gpu,
-                execution=part.execution[mine],
-                extra_ps=extra[mine] if extra is not None else None,
+                execution=_picked(part.execution, mine),
+                extra_ps=_picked(extra, mine) if extra is not None else None,
                 line=part.name,
             )
+
+
+def _picked(column: np.ndarray, mine: np.ndarray | None) -> np.ndarray:
+    """`column[mine]`; the column itself where `mine` is None (a line of one device: not a
+    view, the builder keeps it as it is)."""
+    return column if mine is None else column[mine]
 
 
 class _OpLine(NamedTuple):

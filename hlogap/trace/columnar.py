@@ -90,7 +90,8 @@ def plane_lines(raw: bytes | memoryview) -> tuple[bytes, list[tuple[int, int]]] 
 
 
 class RawLine:
-    """A serialized XLine: its head's fields, and its events in columns on demand (`columns`).
+    """A serialized XLine: its head's fields, and its events in columns on demand (`columns`,
+    or a block at a time: `blocks`).
 
     The C decoder reads the head and the events in place; without it, or for a line it does not
     read (malformed, or a form upb accepts and it does not), upb splits the line and numpy

@@ -155,6 +155,15 @@ def test_load_by_name_and_by_path() -> None:
     assert load_chip(h100.path) == h100
 
 
+@pytest.mark.parametrize("name", [c.name for c in builtin_chips()])
+def test_a_chip_named_is_read_from_its_own_file_as_the_list_reads_it(name: str) -> None:
+    """`--chip NAME` reads specs/NAME.toml alone (not every spec file); the chip is the one
+    `builtin_chips()` (every file read) gives under that name."""
+    listed = {c.name: c for c in builtin_chips()}
+    assert load_chip(name) == listed[name]
+    assert load_chip(f" {name.upper()} ") == listed[name]
+
+
 def test_unknown_name() -> None:
     with pytest.raises(UsageError, match=r"unknown chip 'zz9'; known: a100-pcie, .*h100-sxm"):
         load_chip("zz9")

@@ -164,6 +164,39 @@ def test_a_chip_named_is_read_from_its_own_file_as_the_list_reads_it(name: str) 
     assert load_chip(f" {name.upper()} ") == listed[name]
 
 
+def test_the_spec_files_read_back_from_the_cache_are_the_files_chips(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spec files' TOML is kept as JSON in the cache (keyed by the files' paths, sizes and
+    mtimes): the chips read back equal the ones tomllib parses, an edited file is parsed
+    again, and an unwritable cache only costs the parse."""
+    from hlogap.chips import database
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    for name in ("h100-sxm", "mi300x"):
+        (specs / f"{name}.toml").write_bytes((database._specs_dir() / f"{name}.toml").read_bytes())
+    monkeypatch.setattr(database, "_specs_dir", lambda: specs)
+    monkeypatch.setenv("HLOGAP_CACHE_DIR", str(tmp_path / "cache"))
+
+    def fresh() -> list[Chip]:
+        database._builtin.cache_clear()
+        return builtin_chips()
+
+    parsed = fresh()
+    assert [c.name for c in parsed] == ["h100-sxm", "mi300x"]
+    assert len(list((tmp_path / "cache" / "hlogap").glob("specs-*.json"))) == 1
+    assert fresh() == parsed  # from the cache
+    edited = (specs / "mi300x.toml").read_text().replace("hbm_bw = 5.3e12", "hbm_bw = 5.25e12")
+    (specs / "mi300x.toml").write_text(edited)
+    assert {c.name: c.hbm_bw for c in fresh()}["mi300x"] == 5.25e12
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("HLOGAP_CACHE_DIR", str(blocker / "sub"))  # cannot be made
+    assert {c.name: c.hbm_bw for c in fresh()}["mi300x"] == 5.25e12
+    database._builtin.cache_clear()
+
+
 def test_unknown_name() -> None:
     with pytest.raises(UsageError, match=r"unknown chip 'zz9'; known: a100-pcie, .*h100-sxm"):
         load_chip("zz9")

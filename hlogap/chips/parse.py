@@ -14,14 +14,19 @@ from hlogap.units import printable
 
 
 def load_file(path: Path) -> Chip:
+    return from_toml(read_chip_toml(path), path)
+
+
+def read_chip_toml(path: Path) -> dict[str, object]:
+    """A chip file's TOML, unchecked (`from_toml` checks it)."""
+
     def invalid(reason: str) -> UsageError:
         return UsageError(f"invalid chip file '{path}': {reason}")
 
     try:
-        data = read_toml(path, "chip file", invalid)
+        return read_toml(path, "chip file", invalid)
     except InputError as exc:  # --chip is an option: a chip file it cannot read is a usage error
         raise UsageError(str(exc)) from exc
-    return _parse(data, path)
 
 
 class _ChipFile:
@@ -72,7 +77,7 @@ class _ChipFile:
         return printable(value)
 
 
-def _parse(data: dict[str, object], path: Path) -> Chip:
+def from_toml(data: dict[str, object], path: Path) -> Chip:
     # The figures are checked in the file's order of sections: the first wrong one is named.
     file = _ChipFile(data, path)
     name = file.text("name", "")

@@ -37,7 +37,11 @@ def _spec_data(files: list[Path]) -> list[dict[str, object]]:
     cached = cache_dir() / f"specs-{key}.json"
     try:
         found = json.loads(cached.read_bytes())
-        if isinstance(found, list) and len(found) == len(files):
+        if (
+            isinstance(found, list)
+            and len(found) == len(files)
+            and all(isinstance(d, dict) for d in found)
+        ):
             return found
     except (OSError, ValueError):
         pass
@@ -64,18 +68,6 @@ def builtin_chips() -> list[Chip]:
     return list(_builtin())
 
 
-@functools.cache
-def _builtin_named(name: str) -> Chip | None:
-    """The built-in chip `name` read from its own file alone (``specs/<name>.toml``: each file
-    is named after its chip; the 22 files are ~20 ms of an audit that names its chip); None
-    where no file is so named."""
-    path = _specs_dir() / f"{name}.toml"
-    if Path(name).name != name or not path.is_file():
-        return None
-    chip = load_file(path)
-    return chip if chip.name == name else None
-
-
 # The name of this machine's CPU once calibrated (`hlogap calibrate`).
 CPU = "cpu"
 
@@ -85,11 +77,11 @@ def load_chip(name_or_path: str) -> Chip:
 
     Raises UsageError for an unknown name and for a file that cannot be read or is invalid.
     """
+    known = {chip.name: chip for chip in _builtin()}
     name = name_or_path.strip().lower()
-    chip = _builtin_named(name)
+    chip = known.get(name)
     if chip is not None:
         return chip
-    known = {chip.name: chip for chip in _builtin()}
     if name == CPU:  # the report calls a calibrated CPU `cpu`: the same name selects it
         if not calibrated_path().is_file():
             raise UsageError("no calibrated CPU chip yet: run `hlogap calibrate` first")

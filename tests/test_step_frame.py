@@ -20,7 +20,7 @@ from hlogap.report.model import AuditReport, StepRow
 from hlogap.report.summary import StepSummary
 from hlogap.trace.model import TraceData
 from hlogap.trace.reading import read_trace
-from hlogap.trace.steps import OpStepCosts, step_totals
+from hlogap.trace.steps import OpStepCosts, _DeviceEvents, _Segments, step_totals
 from hlogap.trace.summary import Selection
 from tests.conftest import AMD_FILES, FIXTURES, SAMPLE, SHARED, cpu_fixtures, step_row
 from tests.test_steps import _union_in
@@ -249,10 +249,37 @@ def test_removing_one_ops_gap_shortens_the_step_by_its_critical_path_saving() ->
     assert wall_after == pytest.approx(wall_before - predicted, abs=len(np.flatnonzero(in_step)))
 
 
+def _plain_saving(
+    start: np.ndarray,
+    end: np.ndarray,
+    leaf: np.ndarray,
+    ratio: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+) -> list[float]:
+    """Oracle: the time cut at every edge of the events and windows, piece by piece; a piece
+    lies in the last window to begin at or before it, where that one ends after it, and
+    shrinks to the largest ratio of the leaf events running through it (none: kept)."""
+    leaves = [(s, e, r) for s, e, r, is_leaf in zip(start, end, ratio, leaf) if is_leaf]
+    edges = sorted({*start.tolist(), *end.tolist(), *lo.tolist(), *hi.tolist()})
+    found = [0.0] * len(lo)
+    for a, b in itertools.pairwise(edges):
+        running = [r for s, e, r in leaves if s <= a and e >= b]
+        begun = [k for k in range(len(lo)) if lo[k] <= a]
+        if running and begun and a < hi[begun[-1]]:
+            found[begun[-1]] += (b - a) * (1 - max(running))
+    return found
+
+
+def _segments(
+    op: np.ndarray, start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> _Segments:
+    duration = end - start
+    return _Segments.of(_DeviceEvents(op, start, end, duration, duration), lo, hi)
+
+
 def test_concurrent_ops_shrink_no_further_than_the_slowest_of_them() -> None:
     """The critical path of overlapping ops, against a plain-Python sweep of the segments."""
-    from hlogap.trace.steps import _saving
-
     rng = np.random.default_rng(7)
     start = np.sort(rng.integers(0, 10_000, 300)).astype(np.int64)
     end = start + rng.integers(1, 400, 300)
@@ -260,15 +287,9 @@ def test_concurrent_ops_shrink_no_further_than_the_slowest_of_them() -> None:
     ratio = rng.random(300)
     lo = np.array([0, 3_000, 7_000], dtype=np.int64)
     hi = np.array([3_000, 7_000, 11_000], dtype=np.int64)
-    got = _saving(start, end, ratio, lo, hi)
-    edges = sorted(set(start.tolist()) | set(end.tolist()) | set(lo.tolist()) | set(hi.tolist()))
-    expected = [0.0, 0.0, 0.0]
-    for a, b in itertools.pairwise(edges):
-        running = [ratio[i] for i in range(300) if start[i] <= a and end[i] >= b]
-        window = [k for k in range(3) if lo[k] <= a < hi[k]]
-        if running and window:
-            expected[window[0]] += (b - a) * (1 - max(running))
-    assert got.tolist() == pytest.approx(expected)
+    got = _segments(np.arange(300), start, end, lo, hi).saving(ratio)
+    leaf = np.ones(300, dtype=bool)
+    assert got.tolist() == pytest.approx(_plain_saving(start, end, leaf, ratio, lo, hi))
 
 
 def test_utilisation_shares_and_sort(cpu_chip_file: Path, tmp_path: Path) -> None:
@@ -364,44 +385,111 @@ def test_json_written_a_block_of_steps_at_a_time_is_the_report(
         assert len(chunks) == 2 + -(-len(report.steps) // per_chunk)
 
 
-@pytest.mark.parametrize("shape", ["stream", "overlapping", "same starts", "wide"])
-def test_each_change_is_re_timed_exactly_over_its_own_events(shape: str) -> None:
-    """The actions' re-timing (`_change_savings`: each change over only its ops' events and
-    the spans of the others that meet them, lonely events apart) gives exactly `_saving` over
-    every event with only that change's ops shortened, on random timelines built to break it:
-    zero-length, touching and same-start events, overlaps, kernels that overlap nothing."""
-    from hlogap.trace.steps import _change_savings, _DeviceEvents, _Leaves, _saving
+def _timeline(rng: np.random.Generator, shape: str) -> tuple[np.ndarray, np.ndarray]:
+    """Random (start, end) of one device's events, built to break the segments: zero-length,
+    touching and same-start events, overlaps, kernels that overlap nothing, long events."""
+    n = int(rng.integers(1, 80))
+    if shape == "stream":  # one stream: gaps, touching and zero-length kernels
+        duration = rng.integers(0, 50, n)
+        gap = rng.integers(0, 3, n) * rng.integers(0, 20, n)
+        start = np.cumsum(gap + np.r_[0, duration[:-1]]).astype(np.int64)
+        return start, start + duration
+    if shape == "overlapping":
+        start = np.cumsum(rng.integers(0, 60, n)).astype(np.int64)
+        return start, start + rng.integers(1, 50, n)
+    if shape == "same starts":
+        start = np.sort(rng.integers(0, 200, n)).astype(np.int64)
+        return start, start + rng.integers(0, 30, n)
+    start = np.sort(rng.integers(0, 10_000, n)).astype(np.int64)
+    end = start + rng.integers(1, 300, n)
+    end[0] = start[0] + 9_000  # wide: one event over many segments (`LONG_EVENT_SEGMENTS`)
+    return start, end
 
+
+def _windows(rng: np.random.Generator, kind: str, top: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random sorted windows [lo, hi) over [0, top]: tiling the time as steps do, apart with
+    gaps between them (and empty ones), or each running past the next one's start."""
+    cuts = np.sort(rng.integers(0, top + 1, 6)).astype(np.int64)
+    if kind == "tiling":
+        return np.r_[0, cuts[:2]], np.r_[cuts[:2], top]
+    if kind == "gaps":  # some empty (equal cuts), some starting inside an event
+        return cuts[0::2], cuts[1::2]
+    return cuts[:3], cuts[:3] + rng.integers(0, top // 2 + 1, 3)
+
+
+@pytest.mark.parametrize("kind", ["tiling", "gaps", "overlapping"])
+@pytest.mark.parametrize("shape", ["stream", "overlapping", "same starts", "wide"])
+def test_every_ratio_column_is_the_plain_sweep(shape: str, kind: str) -> None:
+    """`_Segments` (the segments found once, each ratio column a gather, a maximum per segment
+    and a sum per window): the bound saving and each change's (`savings`: only its ops
+    shortened, the others kept) are the plain sweep's over every piece of time, on random
+    timelines (columns out of start order, enclosing non-leaf events among them) and windows.
+    A change's saving is exactly `saving`'s with its ratios: the same sums."""
     rng = np.random.default_rng(["stream", "overlapping", "same starts", "wide"].index(shape))
-    for _ in range(200):
-        n = int(rng.integers(1, 300))
-        if shape == "stream":  # one stream: gaps, touching and zero-length kernels
-            duration = rng.integers(0, 50, n)
-            gap = rng.integers(0, 3, n) * rng.integers(0, 20, n)
-            start = np.cumsum(gap + np.r_[0, duration[:-1]]).astype(np.int64)
-            end = start + duration
-        elif shape == "overlapping":
-            start = np.cumsum(rng.integers(0, 60, n)).astype(np.int64)
-            end = start + rng.integers(1, 50, n)
-        elif shape == "same starts":
-            start = np.sort(rng.integers(0, 200, n)).astype(np.int64)
-            end = start + rng.integers(0, 30, n)
-        else:
-            start = np.sort(rng.integers(0, 10_000, n)).astype(np.int64)
-            end = start + rng.integers(1, 300, n)
+    for _ in range(60):
+        start, end = _timeline(rng, shape)
+        n = len(start)
         op = rng.integers(0, 6, n)
-        # Windows that tile the time, as steps do (an event may cross from one to the next).
-        top = int(end.max()) + 1
-        cuts = np.sort(rng.integers(1, top + 1, 2))
-        lo = np.array([0, *cuts], dtype=np.int64)
-        hi = np.array([*cuts, top], dtype=np.int64)
-        leaves = _Leaves.of(
-            _DeviceEvents(op, start, end, end - start, end - start), np.zeros(n, dtype=np.int64)
-        )
-        ratios = [np.where(rng.random(6) < 0.5, rng.random(6), 1.0) for _ in range(3)]
-        for ratio, got in zip(ratios, _change_savings(leaves, ratios, lo, hi), strict=True):
-            want = _saving(leaves.start, leaves.end, ratio[leaves.op], lo, hi)
-            assert got == pytest.approx(want, abs=1e-6)
+        # An enclosing op's event (its body nested in it: self time below its duration) is
+        # no leaf; the columns come in any order.
+        self_ps = np.where(rng.random(n) < 0.1, (end - start) // 2, end - start)
+        leaf = self_ps == end - start
+        shuffled = rng.permutation(n)
+        op, start, end, self_ps, leaf = (c[shuffled] for c in (op, start, end, self_ps, leaf))
+        lo, hi = _windows(rng, kind, int(end.max()) + 1)
+        segments = _Segments.of(_DeviceEvents(op, start, end, end - start, self_ps), lo, hi)
+        at_bound = rng.random(6)
+        want = _plain_saving(start, end, leaf, at_bound[op], lo, hi)
+        assert segments.saving(at_bound).tolist() == pytest.approx(want, abs=1e-6)
+        changes = [np.where(rng.random(6) < 0.4, rng.random(6), 1.0) for _ in range(3)]
+        for ratio, got in zip(changes, segments.savings(changes), strict=True):
+            want = _plain_saving(start, end, leaf, ratio[op], lo, hi)
+            assert got.tolist() == pytest.approx(want, abs=1e-6)
+            assert got.tolist() == segments.saving(ratio).tolist()
+
+
+def test_a_lone_event_saves_in_every_window_its_time_lies_in() -> None:
+    """An event that overlaps no other and runs from one window into the next saves in each
+    the time it spends there, as overlapping events' segments do: never more than a window's
+    busy time. (Once counted whole in the window it starts in, cut at that one's end.)"""
+    op = np.array([0, 1], dtype=np.int64)
+    start = np.array([0, 150], dtype=np.int64)
+    end = np.array([100, 250], dtype=np.int64)
+    lo = np.array([0, 50], dtype=np.int64)
+    hi = np.array([40, 300], dtype=np.int64)
+    got = _segments(op, start, end, lo, hi).saving(np.array([0.5, 1.0]))
+    # 40 ps of the first event in [0, 40), 50 in [50, 300): each at half its time.
+    assert got.tolist() == [20.0, 25.0]
+
+
+def test_a_step_starting_inside_a_lone_event_counts_its_part_of_it() -> None:
+    """The device's part of step 1 begins with an enclosing op (a while loop: not a leaf)
+    while a kernel of step 0 still runs: that kernel's time inside step 1 saves there, and
+    the step saves no more than it was busy."""
+    from hlogap.trace.model import Device, OpInfo, OpKey
+
+    keys = [OpKey("m", "1", name) for name in ("kernel", "loop", "body")]
+    # kernel [0, 100) alone among the leaves; loop [50, 300) holds body [120, 220).
+    start = np.array([0, 50, 120], dtype=np.int64)
+    duration = np.array([100, 250, 100], dtype=np.int64)
+    trace = TraceData(
+        backend="gpu",
+        devices=[Device("host", "/device:GPU:0", 0, {})],
+        ops=[OpInfo(k) for k in keys],
+        modules={},
+        op_index=np.arange(3, dtype=np.int32),
+        device_index=np.zeros(3, dtype=np.int32),
+        start_ps=start,
+        duration_ps=duration,
+        self_ps=np.array([100, 150, 100], dtype=np.int64),
+        execution=np.zeros(3, dtype=np.int32),
+        occurrence=np.arange(3, dtype=np.int32),
+        occurrence_first=np.arange(3, dtype=np.int32),
+    )
+    totals = step_totals(trace, Selection(), [(0, 50), (50, 400)], _costs(trace, {0: 0.5, 2: 0.5}))
+    assert totals.busy_ps.tolist() == [[50.0, 250.0]]
+    # Step 0: the kernel's first 50 ps at half. Step 1: its last 50 and the body's 100.
+    assert totals.saving_ps.tolist() == [[25.0, 75.0]]
 
 
 def test_warmup_left_out_and_each_step_against_itself() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ import numpy as np
 from hlogap.trace.backends.base import platform_of
 from hlogap.trace.model import ANNOTATED, OpKey, Step, TraceData, devices_in
 from hlogap.trace.summary import Selection
-from hlogap.trace.timing import BLOCK_ROWS, blocks, merged_intervals, sorted_spans, take
+from hlogap.trace.timing import SortedSpans, blocks, merged_intervals, sorted_spans, take
 
 # Per device of a host (its index): sorted (first start, last end) arrays of its executions.
 Spans = dict[int, tuple[np.ndarray, np.ndarray]]
@@ -38,14 +39,16 @@ def module_spans(trace: TraceData, selection: Selection, module: str | None) -> 
     first = np.full(len(trace.devices) * executions, np.iinfo(np.int64).max)
     last = np.full(len(first), np.iinfo(np.int64).min)
     for part in blocks(trace.num_events):  # a block at a time: the post-read peak
-        execution = trace.execution[part]
-        mine = selected[part] & (execution >= 0) & in_module[trace.op_index[part]]
-        device, start, duration = (
-            take(c[part], mine) for c in (trace.device_index, trace.start_ps, trace.duration_ps)
+        mine = selected[part] & (trace.execution[part] >= 0)
+        if not in_module.all():
+            mine &= in_module[trace.op_index[part]]
+        device, execution, start, duration = (
+            take(c[part], mine)
+            for c in (trace.device_index, trace.execution, trace.start_ps, trace.duration_ps)
         )
-        key = device.astype(np.int64) * executions + take(execution, mine)
-        np.minimum.at(first, key, start)
-        np.maximum.at(last, key, start + duration)
+        runs = _runs(device, execution)
+        key = device[runs].astype(np.int64) * executions + execution[runs]
+        _first_and_last(key, runs, start, start + duration, first, last)
     ran = np.flatnonzero(last > np.iinfo(np.int64).min)
     spans: Spans = {}
     for d in devices_in(ran // executions):
@@ -150,7 +153,7 @@ class StepTotals:
     bound_us: np.ndarray  # float64: bound of occurrences starting in the step
     flops: np.ndarray  # float64: FLOPs of occurrences starting in the step
     # float64: how much shorter [first, last) would be with every op at its bound, the
-    # device's concurrency, idle gaps and order kept (`_saving`).
+    # device's concurrency, idle gaps and order kept (`_Segments.saving`).
     saving_ps: np.ndarray
     # float64 (changes, devices, steps): the same with only one change's ops shortened, for
     # each change asked for (`step_totals(..., changes=...)`: hlogap.advice's actions).
@@ -332,6 +335,12 @@ class _DeviceEvents:
     duration: np.ndarray
     self_ps: np.ndarray
 
+    @cached_property
+    def by_start(self) -> SortedSpans:
+        """The events in start order and their busy spans, found once for the busy time and
+        the segments (a sort where they are out of order, a running maximum of the ends)."""
+        return sorted_spans(self.start, self.end)
+
 
 @dataclass
 class _Table:
@@ -391,7 +400,10 @@ def _device_totals(
     k = take(step_of, inside)
     first = table.first[d]
     ends = np.full(steps, np.iinfo(np.int64).min)
-    _first_and_last(k, take(events.start, inside), take(events.end, inside), first, ends)
+    runs = _runs(k)
+    _first_and_last(
+        k[runs], runs, take(events.start, inside), take(events.end, inside), first, ends
+    )
     ran = first != FIRST_NONE
     table.last[d] = np.where(ran, np.minimum(ends, window_end), FIRST_NONE)
     # A step the device did not run in is an empty span at its window's start: the
@@ -403,31 +415,43 @@ def _device_totals(
     sums["busy_ps"][d] = sums["compute_ps"][d] = sums["no_host_ps"][d] = covered
     if per_op.collective.any() or per_op.host.any():  # else no event is either
         _split_busy(sums, d, events, per_op, lo, hi)
-    sums["measured_ps"][d] = np.bincount(k, weights=take(events.self_ps, inside), minlength=steps)
-    leaves = _Leaves.of(events, step_of)
-    sums["saving_ps"][d] = _saving(
-        leaves.start, leaves.end, per_op.at_bound[leaves.op], lo, hi, leaves.step, leaves.alone
-    )
-    for c, saving in enumerate(_change_savings(leaves, per_op.change_ratios, lo, hi)):
+    measured = np.zeros(steps, dtype=np.int64)  # one exact sum a run of the step's events
+    if len(runs):
+        np.add.at(measured, k[runs], np.add.reduceat(take(events.self_ps, inside), runs))
+    sums["measured_ps"][d] = measured
+    segments = _Segments.of(events, lo, hi)
+    sums["saving_ps"][d] = segments.saving(per_op.at_bound)
+    for c, saving in enumerate(segments.savings(per_op.change_ratios)):
         table.changed[c, d] = saving
 
 
+def _runs(*keys: np.ndarray) -> np.ndarray:
+    """Where each run of rows with the same keys begins (none for no rows)."""
+    if not len(keys[0]):
+        return np.zeros(0, dtype=np.intp)
+    change = np.zeros(len(keys[0]), dtype=bool)
+    change[0] = True
+    for key in keys:
+        change[1:] |= key[1:] != key[:-1]
+    return np.flatnonzero(change)
+
+
 def _first_and_last(
-    step: np.ndarray, start: np.ndarray, end: np.ndarray, first: np.ndarray, last: np.ndarray
+    key: np.ndarray,
+    runs: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    first: np.ndarray,
+    last: np.ndarray,
 ) -> None:
-    """Lower `first` and raise `last` (per step) to each step's first start and last end of
-    the events (`step` each). Where the steps run in order, as they do for events in start
-    order (mostly), one reduction over each step's run of events, not a scatter per event."""
-    if not len(step):
+    """Lower `first` and raise `last` (by key) to the first start and last end of each run of
+    events (`runs`: where each begins, `key`: each one's). Events come in runs (a device's in
+    start order by step, an execution's together): one reduction a run, the runs' results
+    scattered, not a scatter per event (`ufunc.at` over 3 M events: 0.3 s)."""
+    if not len(runs):
         return
-    if bool((step[1:] < step[:-1]).any()):
-        np.minimum.at(first, step, start)
-        np.maximum.at(last, step, end)
-        return
-    runs = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
-    at = step[runs]
-    first[at] = np.minimum(first[at], np.minimum.reduceat(start, runs))
-    last[at] = np.maximum(last[at], np.maximum.reduceat(end, runs))
+    np.minimum.at(first, key, np.minimum.reduceat(start, runs))
+    np.maximum.at(last, key, np.maximum.reduceat(end, runs))
 
 
 def _split_busy(
@@ -459,7 +483,7 @@ def _busy_and_waits(
 ) -> np.ndarray:
     """The device's busy time in each of its spans [lo, hi); its idle gaps in the spans from
     `waits_from` on added to `table`'s waits, each to the op that opens the span it ends at."""
-    busy_start, busy_end, opener = _busy_spans(events.start, events.end)
+    busy_start, busy_end, opener = _busy_spans(events.by_start)
     # One device's gaps over a profile sum below 2**53 ps (2.5 hours): exact in float64.
     in_windows, gap_ps = _gaps_in(busy_start, busy_end, lo[waits_from:], hi[waits_from:])
     waited_for = events.op[opener[1:]]
@@ -483,6 +507,16 @@ def _keep_longest(
         return
     length = busy_start[1:][inside] - busy_end[:-1][inside]
     op = waited_for[inside]
+    # Only the gaps as long as the shortest of the op's longest gap among its 1st, 4th, 7th...
+    # gaps, its longest among the 2nd, 5th... and among the 3rd, 6th...: three gaps of the op,
+    # so its third longest is no shorter (the sort below over millions of gaps: 40 ms). In
+    # float64 (exact below 2**53 ps), where `ufunc.at` is fast (int64: 10x slower).
+    longest_of_third = np.full((int(op.max()) + 1) * LARGEST_GAPS, -1.0)
+    third = op.astype(np.int64) * LARGEST_GAPS + np.arange(len(op)) % LARGEST_GAPS
+    np.maximum.at(longest_of_third, third, length.astype(np.float64))
+    bar = longest_of_third.reshape(-1, LARGEST_GAPS).min(axis=1)
+    near = np.flatnonzero(length >= bar[op])
+    inside, length, op = inside[near], length[near], op[near]
     order = np.lexsort((-length, op))  # by op, the longest gap first
     op = op[order]
     group = np.flatnonzero(np.r_[True, op[1:] != op[:-1]])
@@ -492,14 +526,13 @@ def _keep_longest(
         longest.setdefault(int(op[k]), []).append((int(busy_end[g]), int(busy_start[g + 1])))
 
 
-def _busy_spans(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`merged_intervals` of one device's events, with the event that opens each span (index
-    into `start`): of the events starting at the span's start, the one that ends last (an
-    enclosing op, not the first op of its body), the first in the columns' order on a tie."""
-    if not len(start):
-        return start, end, np.zeros(0, dtype=np.intp)
-    order, s, e, at = sorted_spans(start, end)
-    span_end = np.maximum.reduceat(e, at)
+def _busy_spans(spans: SortedSpans) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`merged_intervals` of one device's events (`spans` of them), with the event that opens
+    each span (index into the columns): of the events starting at the span's start, the one
+    that ends last (an enclosing op, not the first op of its body), the first in the columns'
+    order on a tie."""
+    order, s, e, at = spans.order, spans.start, spans.end, spans.at
+    span_end = spans.span_end
     # Where several events start at a span's start (the next in order starts with it), the
     # opener is the longest of them.
     opener = at.copy()
@@ -535,152 +568,6 @@ def _gaps_in(
     return windows, (gap_end - gap_start) * windows
 
 
-@dataclass(frozen=True)
-class _Leaves:
-    """One device's leaf events (nothing nests inside them: the events the savings cut into
-    segments) by start: views of the device's columns where they already are in order."""
-
-    start: np.ndarray
-    end: np.ndarray
-    op: np.ndarray
-    step: np.ndarray | None  # each one's window by `_step_of`, where found already
-    alone: np.ndarray  # bool: overlaps no other leaf event (`_alone`)
-
-    @classmethod
-    def of(cls, events: _DeviceEvents, step_of: np.ndarray) -> _Leaves:
-        leaf = events.self_ps == events.duration
-        if leaf.all():  # GPU kernels, TPU lines without loops: the steps found serve
-            start, end, op, step = events.start, events.end, events.op, step_of
-        else:
-            start, end, op, step = events.start[leaf], events.end[leaf], events.op[leaf], None
-        if len(start) > 1 and bool((start[1:] < start[:-1]).any()):
-            by_start = np.argsort(start, kind="stable")
-            start, end, op = start[by_start], end[by_start], op[by_start]
-            step = None if step is None else step[by_start]
-        return cls(start, end, op, step, _alone(start, end))
-
-    def lonely(self) -> np.ndarray:
-        """Bool per leaf: it overlaps no other leaf, has a length and starts after the one
-        before it (no other leaf starts with it): a change of such ops meets no other event,
-        its re-timing is over its own events (`_split_saving`)."""
-        lonely = self.alone & (self.end > self.start)
-        lonely[1:] &= self.start[1:] > self.start[:-1]
-        return lonely
-
-
-def _change_savings(
-    leaves: _Leaves, ratios: Sequence[np.ndarray], lo: np.ndarray, hi: np.ndarray
-) -> list[np.ndarray]:
-    """Per change (the fraction of its time each op would take: `ratios`, by op index),
-    `_saving` with only that change's ops shortened, the others kept (ratio 1): each exactly
-    `_met_saving` of the change's events (`_split_saving`). The events of every change's ops
-    are found in one pass over the device's."""
-    if not ratios:
-        return []
-    shortened = [ratio < 1.0 for ratio in ratios]  # per change, per op
-    touched = np.logical_or.reduce(shortened)
-    candidates = np.flatnonzero(touched[leaves.op])
-    candidate_op = leaves.op[candidates]
-    lonely = leaves.lonely()[candidates]
-    found = []
-    for ratio, ops in zip(ratios, shortened, strict=True):
-        mine = ops[candidate_op]
-        if not mine.any():
-            found.append(np.zeros(len(lo)))
-            continue
-        at = candidates[mine]
-        found.append(_split_saving(leaves, at, ratio[candidate_op[mine]], lonely[mine], lo, hi))
-    return found
-
-
-def _split_saving(
-    leaves: _Leaves,
-    at: np.ndarray,
-    ratio: np.ndarray,
-    lonely: np.ndarray,
-    lo: np.ndarray,
-    hi: np.ndarray,
-) -> np.ndarray:
-    """`_met_saving` of a change of the leaves at positions `at` (`ratio` each; `lonely`: each
-    overlaps no other leaf, `_Leaves.lonely`), summed in the same order, over less.
-
-    A lonely event is its own segment in the change's sub-problem and changes no other's
-    segments (nothing it could meet starts inside it or runs across its start): the
-    sub-problem is the others' (`_met_events`) with the lonely events added as events that
-    overlap nothing. The alone events' savings are one sum per window in start order (one
-    block of `_saving_alone`, where the sub-problem's alone events fit in one: else the whole
-    sub-problem is built), the overlapping ones' segments are the others' sub-problem's."""
-    start, end = leaves.start, leaves.end
-    if lonely.all():  # the sub-problem is these events, each alone
-        return _saving(start[at], end[at], ratio, lo, hi)
-    rest = ~lonely
-    sub_start, sub_end, sub_ratio, changed = _met_events(start, end, at[rest], ratio[rest])
-    alone = _alone(sub_start, sub_end)
-    if int(lonely.sum()) + int(alone.sum()) > BLOCK_ROWS:
-        return _met_saving(start, end, at, ratio, lo, hi)
-    # The changed events alone in the sub-problem, by position (so by start): the lonely ones
-    # and those of the others' sub-problem (its kept and spanning events add nothing).
-    alone_changed = alone & (changed >= 0)
-    position = np.concatenate([at[lonely], changed[alone_changed]])
-    by_start = np.argsort(position)
-    position = position[by_start]
-    alone_ratio = np.concatenate([ratio[lonely], sub_ratio[alone_changed]])[by_start]
-    saving = np.zeros(len(lo))
-    saving += _saving_alone(start[position], end[position], alone_ratio, lo, hi)
-    if not alone.all():
-        together = ~alone
-        saving += _saving_together(
-            sub_start[together], sub_end[together], sub_ratio[together], lo, hi
-        )
-    return saving
-
-
-def _met_saving(
-    start: np.ndarray,
-    end: np.ndarray,
-    changed_at: np.ndarray,
-    ratio: np.ndarray,
-    lo: np.ndarray,
-    hi: np.ndarray,
-) -> np.ndarray:
-    """`_saving` for a change of the events at positions `changed_at` (sorted by start, as
-    `start` is; `ratio` each), the others kept, over only what it needs (`_met_events`).
-    Exactly `_saving`'s result, over about as many events as the change's ops have."""
-    sub_start, sub_end, sub_ratio, _ = _met_events(start, end, changed_at, ratio)
-    return _saving(sub_start, sub_end, sub_ratio, lo, hi)
-
-
-def _met_events(
-    start: np.ndarray, end: np.ndarray, changed_at: np.ndarray, ratio: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A change's sub-problem, by start: (start, end, ratio, and the position of each changed
-    event: -1 for the others). A segment shrinks only where nothing but changed ops run, so of
-    the other events only those that meet a changed op's span count: those starting inside
-    it, and the ones running at its start, as the one span they cover from there (all of them
-    hold that instant)."""
-    changed = np.zeros(len(start), dtype=bool)
-    changed[changed_at] = True
-    span_start, span_end = merged_intervals(start[changed_at], end[changed_at])
-    # The reach of the kept events so far, index by index (a changed one reaches nothing): no
-    # copies of the kept events' columns (a 3 M-event host's step pass held three of them).
-    reach = np.maximum.accumulate(np.where(changed, np.iinfo(np.int64).min, end))
-    # Per span: the events starting inside it (a run of indices; the kept ones among them),
-    # and the reach of the kept ones that started before it.
-    first = np.searchsorted(start, span_start, side="left")
-    counts = np.searchsorted(start, span_end, side="left") - first
-    inside = np.arange(int(counts.sum())) + np.repeat(first - (np.cumsum(counts) - counts), counts)
-    inside = inside[~changed[inside]]
-    held = reach[np.maximum(first - 1, 0)]
-    running = (first > 0) & (held > span_start)
-    kept = len(inside) + int(running.sum())
-    sub_start = np.concatenate([start[changed_at], start[inside], span_start[running]])
-    sub_end = np.concatenate([end[changed_at], end[inside], held[running]])
-    sub_ratio = np.concatenate([ratio, np.ones(kept)])
-    position = np.concatenate([changed_at, np.full(kept, -1, dtype=changed_at.dtype)])
-    order = np.argsort(sub_start, kind="stable")
-    return sub_start[order], sub_end[order], sub_ratio[order], position[order]
-
-
 _SUMS = (
     "busy_ps",
     "compute_ps",
@@ -695,115 +582,227 @@ _SUMS = (
 LONG_EVENT_SEGMENTS = 64
 
 
-def _saving(
-    start: np.ndarray,
-    end: np.ndarray,
-    at_bound: np.ndarray,
-    lo: np.ndarray,
-    hi: np.ndarray,
-    step: np.ndarray | None = None,
-    alone: np.ndarray | None = None,
-) -> np.ndarray:
-    """Per window [lo, hi) of one device: how much shorter the device's busy time in it would
-    be if every op ran at its bound, keeping what ran at once, idle gaps and order.
+@dataclass(frozen=True)
+class _Segments:
+    """One device's leaf events (nothing nests inside them) cut into the segments a saving sums
+    over, with the ops that run in each, found once: each ratio column (the fraction of its
+    time each op would take: at its bound, or with one change's ops shortened and the others
+    kept at 1) is then a gather, a maximum per segment where events overlap, and a sum per
+    window (`saving`).
 
-    The time is cut at every event edge into segments; in each, the ops running are each
-    shortened to `at_bound` of their time, so the segment can shrink no further than its
-    slowest op allows: it takes `max(at_bound)` of its length. Time when only an enclosing op
-    (a while loop's own time) runs is kept whole. `at_bound` <= 1, so no segment grows.
-    `step`, where given, is each event's window by `_step_of` (found already); `alone`, where
-    given, is `_alone` of the events, which are then in start order.
-    """
-    saving = np.zeros(len(lo))  # float64 even where no event falls in a window
-    if not len(start):
-        return saving
-    if alone is None:
-        if (start[1:] < start[:-1]).any():
-            order = np.argsort(start, kind="stable")
-            start, end, at_bound = start[order], end[order], at_bound[order]
-            step = None if step is None else step[order]
-        alone = _alone(start, end)
-    if alone.all():
-        saving += _saving_alone(start, end, at_bound, lo, hi, step)
-        return saving
-    together = ~alone
-    saving += _saving_alone(
-        start[alone], end[alone], at_bound[alone], lo, hi, None if step is None else step[alone]
-    )
-    saving += _saving_together(start[together], end[together], at_bound[together], lo, hi)
-    return saving
+    The time is cut at every event edge; in each segment the ops running are each shortened to
+    their ratio of its time, so the segment shrinks no further than its slowest op allows: it
+    takes the largest ratio of its length. Time when only an enclosing op (a while loop's own
+    time) runs is kept whole. Ratios are <= 1: no segment grows. The windows are the device's
+    spans [lo, hi) of the steps; an instant lies in the last one to begin at or before it,
+    where that one ends after it (`_step_of`): a saving counts in the window its time lies
+    in, clipped to it, so it never exceeds the window's busy time."""
+
+    windows: int
+    # The pieces of the events that overlap no other (`_alone`; most of them: a GPU stream, a
+    # TPU op line), each its own segment: one per event in start order (its window: where it
+    # starts, 0 before the first; its time there, 0 outside), then the parts of those that run
+    # on into later windows.
+    alone_op: np.ndarray
+    alone_window: np.ndarray
+    alone_ps: np.ndarray  # float64 (int64 ps, exact)
+    # The overlapping events' segments that lie in a window (cut at every edge of theirs and of
+    # the windows), in time order, and the ops running in each: a (segment, op) pair per event
+    # and segment, an event over more than `LONG_EVENT_SEGMENTS` as one run of segments.
+    segment_window: np.ndarray
+    segment_ps: np.ndarray  # float64
+    member_segment: np.ndarray
+    member_op: np.ndarray
+    long_first: np.ndarray  # per long event: its first segment, one past its last, its op
+    long_stop: np.ndarray
+    long_op: np.ndarray
+    together_ops: np.ndarray  # the ops of the overlapping events, each once
+
+    @classmethod
+    def of(cls, events: _DeviceEvents, lo: np.ndarray, hi: np.ndarray) -> _Segments:
+        leaf = events.self_ps == events.duration
+        if leaf.all():  # GPU kernels, TPU lines without loops: the busy spans' order serves
+            spans = events.by_start
+            start, end, reach = spans.start, spans.end, spans.reach
+            op = events.op if spans.order is None else events.op[spans.order]
+        else:
+            start, end, op = events.start[leaf], events.end[leaf], events.op[leaf]
+            if len(start) > 1 and bool((start[1:] < start[:-1]).any()):
+                by_start = np.argsort(start, kind="stable")
+                start, end, op = start[by_start], end[by_start], op[by_start]
+            reach = np.maximum.accumulate(end)
+        alone = _alone(start, reach)
+        if alone.all():  # the columns themselves, no copies
+            none = slice(0, 0)
+            return cls(
+                len(lo),
+                *_alone_pieces(start, end, op, lo, hi),
+                *_together_segments(start[none], end[none], op[none], lo, hi),
+            )
+        overlap = np.flatnonzero(~alone)  # few: by position
+        return cls(
+            len(lo),
+            *_alone_pieces(start[alone], end[alone], op[alone], lo, hi),
+            *_together_segments(start[overlap], end[overlap], op[overlap], lo, hi),
+        )
+
+    def saving(self, ratio: np.ndarray) -> np.ndarray:
+        """Per window: how much shorter the device's busy time in it would be with each op
+        taking `ratio` (by op index) of its time, what ran at once, idle gaps and order kept."""
+        kept = 1.0 - ratio
+        found = np.zeros(self.windows)  # float64 even where no event falls in a window
+        for part in blocks(len(self.alone_op)):  # temporaries of a few MB
+            weight = self.alone_ps[part] * kept[self.alone_op[part]]
+            found += np.bincount(self.alone_window[part], weights=weight, minlength=self.windows)
+        found += self._together_saving(ratio)
+        return found
+
+    def savings(self, ratios: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """`saving` of each of `ratios`, changes that shorten a few ops each (ratio 1 for the
+        others): over only the alone pieces of the ops some change shortens, found in one
+        pass, each change's summed in one (the same sums as `saving`'s blocks where a change's
+        ops have fewer pieces than a block: the others add zeros)."""
+        if not ratios:
+            return []
+        shortened = np.logical_or.reduce([ratio < 1.0 for ratio in ratios])
+        at = np.flatnonzero(shortened[self.alone_op])
+        op, window, ps = self.alone_op[at], self.alone_window[at], self.alone_ps[at]
+        return [
+            np.bincount(window, weights=ps * (1.0 - ratio)[op], minlength=self.windows)
+            + self._together_saving(ratio)
+            for ratio in ratios
+        ]
+
+    def _together_saving(self, ratio: np.ndarray) -> np.ndarray:
+        """The overlapping events' part of `saving`: their segments, each shrunk to the
+        largest ratio of the ops running in it."""
+        if not len(self.segment_ps) or not bool((ratio[self.together_ops] < 1.0).any()):
+            return np.zeros(self.windows)
+        slowest = np.full(len(self.segment_ps), -1.0)
+        np.maximum.at(slowest, self.member_segment, ratio[self.member_op])
+        for first, stop, op in zip(self.long_first, self.long_stop, self.long_op):
+            view = slowest[first:stop]
+            np.maximum(view, ratio[op], out=view)
+        found: np.ndarray = np.bincount(
+            self.segment_window, weights=self.segment_ps * (1.0 - slowest), minlength=self.windows
+        )
+        return found
 
 
-def _alone(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Bool per event (sorted by start): it overlaps no other. Events that overlap no other
-    (most of them: a GPU stream, a TPU op line) are each their own segment; only the clusters
-    of overlapping events need cutting. Event i overlaps no earlier one when it starts after
-    all of them end, and no later one when the next starts after it ends."""
+def _alone(start: np.ndarray, reach: np.ndarray) -> np.ndarray:
+    """Bool per event (sorted by start; `reach`: the latest end so far, event by event): it
+    overlaps no other. Events that overlap no other (most of them: a GPU stream, a TPU op
+    line) are each their own segment; only the clusters of overlapping events need cutting.
+    Event i overlaps no earlier one when it starts after all of them end, and no later one
+    when the next starts after it ends."""
     opens = np.ones(len(start) + 1, dtype=bool)
-    opens[1:-1] = start[1:] >= np.maximum.accumulate(end)[:-1]
+    opens[1:-1] = start[1:] >= reach[:-1]
     alone: np.ndarray = opens[:-1] & opens[1:]
     return alone
 
 
-def _saving_alone(
-    start: np.ndarray,
-    end: np.ndarray,
-    at_bound: np.ndarray,
-    lo: np.ndarray,
-    hi: np.ndarray,
-    step: np.ndarray | None = None,
-) -> np.ndarray:
-    """`_saving` of events that overlap no other: each is one segment, cut at its window's end.
-    A block of events at a time, no compaction: the temporaries stay a few MB."""
-    found = np.zeros(len(lo))
-    for part in blocks(len(start)):
-        first = start[part]
-        step_of = np.searchsorted(lo, first, side="right") - 1 if step is None else step[part]
-        window = np.maximum(step_of, 0)
-        end_of = hi[window]
-        weight = (np.minimum(end[part], end_of) - first) * (1.0 - at_bound[part])
-        weight[(step_of < 0) | (first >= end_of)] = 0.0
-        found += np.bincount(window, weights=weight, minlength=len(lo))
-    return found
+def _alone_pieces(
+    start: np.ndarray, end: np.ndarray, op: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(op, window, time in it) of each piece of the events (sorted by start, none overlapping
+    another) inside the windows [lo, hi), as `_Segments` holds them."""
+    if not len(start):
+        return op, op.astype(np.intp), op.astype(np.float64)
+    # Window k holds [lo[k], until[k]): its span, up to where the next one begins. Its events
+    # are a run: from the first to start at lo[k], those starting before until[k] lie in it
+    # (the last of them perhaps only in part), the rest up to the next window's run in none.
+    until = np.maximum(lo, np.minimum(hi, np.append(lo[1:], FIRST_NONE)))
+    first = np.searchsorted(start, lo, side="left")
+    stop = np.searchsorted(start, until, side="left")
+    events = np.diff(first, append=len(start))
+    events[0] += first[0]  # those before the first window: no time in it
+    window = np.repeat(np.arange(len(lo)), events)
+    runs = np.diff(np.column_stack([first, stop]).ravel(), prepend=0, append=len(start))
+    inside = np.repeat(np.arange(len(runs)) % 2 == 1, runs)
+    length = np.multiply(end - start, inside, dtype=np.float64)  # int64 ps: exact
+    cut = (stop > first) & (end[stop - 1] > until)
+    length[(stop - 1)[cut]] = (until - start[stop - 1])[cut]
+    # The events that run on past a later window's start: each the last before that window's
+    # run (none where the windows tile the busy time).
+    crossing = np.unique((first - 1)[(first > 0) & (end[first - 1] > lo)])
+    if not len(crossing):
+        return op, window, length
+    after = np.searchsorted(lo, start[crossing], side="right")  # the first window past its own
+    count = np.searchsorted(lo, end[crossing], side="left") - after
+    later = np.repeat(after - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
+    later_ps = np.minimum(np.repeat(end[crossing], count), until[later]) - lo[later]
+    return (
+        np.concatenate([op, np.repeat(op[crossing], count)]),
+        np.concatenate([window, later]),
+        np.concatenate([length, later_ps]),
+    )
 
 
-def _saving_together(
-    start: np.ndarray, end: np.ndarray, at_bound: np.ndarray, lo: np.ndarray, hi: np.ndarray
-) -> np.ndarray:
-    """`_saving` of overlapping events (sorted by start), segment by segment."""
+def _together_segments(
+    start: np.ndarray, end: np.ndarray, op: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, ...]:
+    """The segments of overlapping events (some; sorted by start) as `_Segments` holds them,
+    from `segment_window` to `together_ops`."""
     # Distinct edges by a sort (np.unique's hash path took 6.7 s on 3 M events).
     edges = np.concatenate([start, end, lo, hi])
-    edges.sort()
+    edges.sort(kind="stable")  # runs already in order (the starts, mostly the ends): merged
     edges = edges[np.concatenate(([True], edges[1:] != edges[:-1]))]
     first_seg = np.searchsorted(edges, start)
     last_seg = np.searchsorted(edges, end)  # segments first_seg .. last_seg - 1
-    span = last_seg - first_seg
-    slowest = np.full(max(len(edges) - 1, 0), -1.0)  # -1: no leaf event runs in the segment
-    long_events = span > LONG_EVENT_SEGMENTS
-    for i in np.flatnonzero(long_events):
-        view = slowest[first_seg[i] : last_seg[i]]
-        np.maximum(view, at_bound[i], out=view)
+    segments = max(len(edges) - 1, 0)
+    # The segments some event runs in, and the windows they lie in.
+    running = np.cumsum(
+        np.bincount(first_seg, minlength=segments + 1)
+        - np.bincount(last_seg, minlength=segments + 1)
+    )[:-1]
+    ran = np.flatnonzero(running > 0)
+    step, inside = _step_of(edges[ran], lo, hi)
+    kept = ran[inside]
+    # Each event's segments among the kept ones: a run of them, as the kept are in order; the
+    # kept before each segment, counted.
+    kept_before = np.zeros(segments + 1, dtype=np.intp)
+    kept_before[kept + 1] = 1
+    np.cumsum(kept_before, out=kept_before)
+    first_kept = kept_before[first_seg]
+    count = kept_before[last_seg] - first_kept
+    long_events = count > LONG_EVENT_SEGMENTS
     short = ~long_events
-    count = span[short]
-    offsets = np.repeat(np.cumsum(count) - count, count)
-    segment = np.repeat(first_seg[short], count) + (np.arange(int(count.sum())) - offsets)
-    np.maximum.at(slowest, segment, np.repeat(at_bound[short], count))
-    ran = slowest >= 0
-    seg_start = edges[:-1][ran]
-    length = (edges[1:] - edges[:-1])[ran]
-    step, inside = _step_of(seg_start, lo, hi)
-    found: np.ndarray = np.bincount(
-        step[inside], weights=(length * (1.0 - slowest[ran]))[inside], minlength=len(lo)
+    count_short = count[short]
+    offsets = np.repeat(np.cumsum(count_short) - count_short, count_short)
+    member = np.repeat(first_kept[short], count_short) + (
+        np.arange(int(count_short.sum())) - offsets
     )
-    return found
+    return (
+        step[inside],
+        (edges[kept + 1] - edges[kept]).astype(np.float64),
+        member,
+        np.repeat(op[short], count_short),
+        first_kept[long_events],
+        (first_kept + count)[long_events],
+        op[long_events],
+        np.flatnonzero(np.bincount(op)),
+    )
 
 
 def _step_of(
     start: np.ndarray, window_start: np.ndarray, window_end: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The step each start falls in, and whether it falls in one at all."""
-    step = np.searchsorted(window_start, start, side="right") - 1
-    inside = (step >= 0) & (start < window_end[np.maximum(step, 0)])
+    """The step each start falls in (-1: before the first), and whether it falls in one at
+    all: the last window to begin at or before it, where that one ends after it."""
+    if len(start) < 2 or bool((start[1:] < start[:-1]).any()):
+        step = np.searchsorted(window_start, start, side="right") - 1
+        inside = (step >= 0) & (start < window_end[np.maximum(step, 0)])
+        return step, inside
+    # In start order (a device's events mostly are) each window's starts are a run: from the
+    # first at or after its start to the next window's run, those before its end inside.
+    first = np.searchsorted(start, window_start, side="left")
+    stop = np.maximum(
+        np.minimum(np.searchsorted(start, window_end, side="left"), np.r_[first[1:], len(start)]),
+        first,
+    )
+    step = np.repeat(np.arange(-1, len(window_start)), np.diff(first, prepend=0, append=len(start)))
+    runs = np.diff(np.column_stack([first, stop]).ravel(), prepend=0, append=len(start))
+    inside = np.repeat(np.arange(len(runs)) % 2 == 1, runs)
     return step, inside
 
 

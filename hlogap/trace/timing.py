@@ -147,13 +147,29 @@ def async_pairs(trace: TraceData, selected: np.ndarray, start_op: int, done_op: 
     return AsyncPairs(device, begin, end, window, wait)
 
 
-def sorted_spans(
-    start: np.ndarray, end: np.ndarray
-) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray]:
-    """(order, start, end, at): the intervals sorted by start (`order`, stable: a tie keeps the
-    columns' order; None where they are in order already, as a device's events mostly are:
-    then `start` and `end` themselves, no copies), their starts and ends in that order, and
-    the positions where each disjoint span of their union begins. Not for empty input."""
+@dataclass(frozen=True)
+class SortedSpans:
+    """Intervals in start order and the disjoint spans of their union (`sorted_spans`)."""
+
+    # The order by start (stable: a tie keeps the columns' order); None where they are in
+    # order already, as a device's events mostly are: then `start` and `end` are the columns
+    # themselves, no copies.
+    order: np.ndarray | None
+    start: np.ndarray
+    end: np.ndarray
+    reach: np.ndarray  # the latest end so far, interval by interval
+    at: np.ndarray  # where each disjoint span of the union begins
+
+    @property
+    def span_end(self) -> np.ndarray:
+        """Each span's end: the reach at its last interval."""
+        last = np.append(self.at[1:], len(self.start)) - 1
+        found: np.ndarray = self.reach[last]
+        return found
+
+
+def sorted_spans(start: np.ndarray, end: np.ndarray) -> SortedSpans:
+    """The intervals [start, end) by start, and the spans of their union. Not for empty input."""
     order = None
     s, e = start, end
     if bool((start[1:] < start[:-1]).any()):
@@ -162,12 +178,12 @@ def sorted_spans(
     reach = np.maximum.accumulate(e)
     new = np.ones(len(s), dtype=bool)
     new[1:] = s[1:] > reach[:-1]
-    return order, s, e, np.flatnonzero(new)
+    return SortedSpans(order, s, e, reach, np.flatnonzero(new))
 
 
 def merged_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of intervals [start, end) as sorted disjoint intervals."""
     if not len(start):
         return start, end
-    _, s, e, at = sorted_spans(start, end)
-    return s[at], np.maximum.reduceat(e, at)
+    spans = sorted_spans(start, end)
+    return spans.start[spans.at], spans.span_end

@@ -33,6 +33,8 @@ NSYS_TRACE_FILE = "nvtx_gpu_proj_trace/trace.parquet"
 
 @dataclass(frozen=True)
 class ProfileSource:
+    """The profile a path names: its run and its files, one per host."""
+
     path: str  # what the user gave
     run: str | None  # run directory name, when the files sit in one
     files: tuple[str, ...]  # one .xplane.pb per host (a local path or a URL), sorted by host

@@ -67,6 +67,9 @@ class Context:
 
 @dataclass(frozen=True)
 class Finding:
+    """What one cause found: the ops it names, the device time its change would save, and its
+    words."""
+
     cause: ActionCause
     ops: tuple[OpRow, ...]
     # Device time the change would remove from these ops (summed over devices and occurrences):

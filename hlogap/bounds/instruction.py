@@ -17,6 +17,9 @@ from hlogap.hlo.text import HloParseError, parse_instruction
 
 @dataclass
 class InstructionBound:
+    """One instruction's roofline bound on a chip (`hlogap bound`): its cost, its bound and the
+    hints."""
+
     instruction: Instruction
     chip: Chip
     cost: OpCost

@@ -27,6 +27,9 @@ only waits); `unmodeled` when hlogap cannot cost it."""
 
 @dataclass(frozen=True)
 class Bound:
+    """An op's roofline lower bound: the time its compute, its memory traffic and its communication
+    each need at the chip's peaks, and which of them bounds it."""
+
     t_compute_s: float
     t_memory_s: float
     t_comm_s: float

@@ -14,6 +14,9 @@ from hlogap.hlo.opcodes import collective_kind
 
 @dataclass(frozen=True)
 class Comm:
+    """A collective's traffic: the bytes each device sends over the interconnect, its kind and
+    group, or why it is not modelled."""
+
     bytes: float = 0.0
     kind: str | None = None
     group_size: int | None = None

@@ -171,6 +171,9 @@ def while_parts(inst: Instruction, module: Module) -> tuple[Computation | None, 
 
 @dataclass
 class _Sum:
+    """A computation's cost being summed over its instructions (loop bodies times their trip
+    counts)."""
+
     w: Work = field(default_factory=Work)
     read: float = 0.0
     write: float = 0.0

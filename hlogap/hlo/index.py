@@ -20,6 +20,8 @@ from hlogap.trace.model import OpInfo
 
 @dataclass
 class ResolvedOp:
+    """A profile op's instruction and module in the HLO, or why it has none."""
+
     instruction: Instruction | None
     module: Module | None
     category: str

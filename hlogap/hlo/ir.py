@@ -128,6 +128,8 @@ class Window:
 
 @dataclass(frozen=True)
 class DotDims:
+    """A dot's batch and contracting dimensions, per operand."""
+
     lhs_batch: tuple[int, ...] = ()
     rhs_batch: tuple[int, ...] = ()
     lhs_contracting: tuple[int, ...] = ()
@@ -170,6 +172,8 @@ class ReplicaGroups:
 
 @dataclass(frozen=True)
 class SliceDim:
+    """One dimension of a slice: `[start:limit:stride]`."""
+
     start: int
     limit: int
     stride: int = 1
@@ -179,6 +183,8 @@ class SliceDim:
 # hlogap/hlo/_hlodecode.c, writes each one's slots directly).
 @dataclass(slots=True)
 class Instruction:
+    """One HLO instruction: its opcode, shape, operands and the attributes the cost model reads."""
+
     name: str
     opcode: str
     shape: Shape
@@ -213,6 +219,8 @@ class Instruction:
 
 @dataclass(slots=True)
 class Computation:
+    """One HLO computation: its instructions, in the order the module lists them."""
+
     name: str
     instructions: list[Instruction] = field(default_factory=list)
     is_entry: bool = False
@@ -234,6 +242,8 @@ class Computation:
 
 @dataclass(frozen=True)
 class FileLocation:
+    """A source location of the module's stack-frame table (ids into its name tables)."""
+
     file_name_id: int  # 1-based into StackFrameIndex.file_names
     function_name_id: int  # 1-based into StackFrameIndex.function_names
     line: int = 0
@@ -244,6 +254,8 @@ class FileLocation:
 
 @dataclass(frozen=True)
 class StackFrame:
+    """A frame of the module's stack-frame table: its location and its caller."""
+
     file_location_id: int  # 1-based into StackFrameIndex.file_locations
     # 1-based id of the calling frame, 0 for none (the proto's numbering; XLA's text prints it + 1).
     parent_frame_id: int = 0
@@ -277,6 +289,8 @@ class StackFrameIndex:
 
 @dataclass
 class Module:
+    """One HLO module: its computations, its entry and its header."""
+
     name: str
     computations: list[Computation] = field(default_factory=list)
     entry: str | None = None

@@ -70,6 +70,8 @@ _KEEPS_SHARDING = ELEMENTWISE | {
 
 @dataclass(frozen=True)
 class MeshAxis:
+    """One axis of a device mesh: its name, its size and the device-id stride along it."""
+
     name: str
     size: int
     stride: int  # the device-id distance between neighbours along the axis

@@ -110,6 +110,9 @@ class ModuleMemory:
 
 @dataclass(frozen=True)
 class _Defined:
+    """The instruction that defines a logical buffer (its name, shape and source), as the
+    memory breakdown names it."""
+
     name: str
     shape: Shape | None
     op_name: str

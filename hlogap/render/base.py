@@ -85,6 +85,8 @@ def kind_of(document: Document) -> DocumentKind:
 
 @dataclass(frozen=True)
 class RenderOptions:
+    """How a renderer lays a document out (rows, colour, sections)."""
+
     # Rows of the table and Markdown (an audit's JSON, CSV and HTML hold every row), of a diff's
     # and a memory view's tables and JSON; 0 = all.
     top: int = 20

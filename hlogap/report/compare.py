@@ -47,6 +47,8 @@ RENAMED = " -> "  # between the two names of an op that XLA renamed
 
 @dataclass(frozen=True)
 class Pair:
+    """An op of one report matched to an op of the other (or to none), and how."""
+
     module: str
     base: Op | None
     new: Op | None
@@ -266,6 +268,8 @@ class DiffRow:
 
 @dataclass
 class Diff:
+    """Two reports compared op by op (`hlogap diff`)."""
+
     base: AuditReport
     new: AuditReport
     ratio: float  # run-length ratio: median over matched ops of new / base occurrences

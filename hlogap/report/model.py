@@ -73,6 +73,8 @@ def _command_buffer_ops(value: object, what: str) -> list[OpRow]:
 
 @dataclass(kw_only=True)
 class OpRow(Totals):
+    """One op of the report: its times, its cost and bound, and why it misses its bound."""
+
     # JSON keys beyond the fields (hlogap.report.codec): derived, or the writer's (rank,
     # share and cum_share: the row's place in the report), each after the key named.
     JSON_EXTRA: ClassVar[dict[str, str | None]] = {
@@ -366,6 +368,8 @@ FRAMES: tuple[SavingFrame, ...] = get_args(SavingFrame)
 
 @dataclass(frozen=True)
 class OpRef:
+    """An op named by its module, program id and instruction name."""
+
     module: str
     program_id: str
     name: str
@@ -468,6 +472,8 @@ class Unlisted:
 
 @dataclass(kw_only=True)
 class AuditReport:
+    """An audit: every section `hlogap audit` prints and saves (docs/contract.md)."""
+
     path: str
     run: str | None = None
     files: list[str] = field(default_factory=list)

@@ -100,6 +100,8 @@ class HostSkew:
 
 @dataclass
 class CrossCheckRow:
+    """One op's occurrences by hlogap and by xprof's hlo_stats."""
+
     module: str
     program_id: str
     name: str

@@ -68,6 +68,8 @@ class OpKey:
 
 @dataclass
 class OpInfo:
+    """One op of the trace: its key and what its event metadata say about it."""
+
     key: OpKey
     # From TPU event metadata, when the trace carries them.
     hlo_text: str | None = None
@@ -95,6 +97,8 @@ class OpInfo:
 
 @dataclass(frozen=True)
 class Device:
+    """One device of the trace: its host, plane and ordinal, its stats and its clock."""
+
     host: str
     plane: str
     ordinal: int

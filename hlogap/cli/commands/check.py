@@ -160,6 +160,8 @@ def gate(path: str, options: CheckOptions, choice: OutputChoice) -> None:
 
 @dataclass(frozen=True)
 class _Checked:
+    """A `check`'s verdict with what it was made from."""
+
     result: CheckResult
     new: AuditReport  # PATH's report: the new baseline with --update-baseline
     history: list[HistoryEntry]  # the baseline's accepted changes

@@ -17,6 +17,9 @@ from hlogap.hlo.ir import Instruction, Shape
 
 @dataclass
 class CustomCost:
+    """What a custom-call rule says a call costs: its work, its data outputs and its own HBM byte
+    count where it has one."""
+
     work: Work
     outputs: list[Shape]  # the results that are data (scratch workspaces dropped)
     free: bool = False  # moves nothing
@@ -29,6 +32,8 @@ Apply = Callable[[Instruction, Sequence[Shape | None], CustomCost], None]
 
 @dataclass(frozen=True)
 class CostRule:
+    """A custom-call cost rule: the call targets (exact or by prefix) it costs, and how."""
+
     name: str
     apply: Apply
     targets: frozenset[str] = field(default_factory=frozenset)  # exact target names

@@ -45,6 +45,8 @@ MIN_OP_US = 1.0  # ops faster than this per occurrence (on both sides) are launc
 
 @dataclass(frozen=True)
 class Thresholds:
+    """The limits a `check` holds the new report to."""
+
     max_regression: float = 5.0  # % of BASE's total measured time per step
     max_gap_regression: float = 5.0  # gap growth, % of BASE's total measured time per step
     max_op_regression: float = 20.0  # % of the op's BASE time per occurrence
@@ -158,6 +160,8 @@ Verdict = Literal["pass", "fail", "inconclusive"]
 
 @dataclass(frozen=True)
 class Check:
+    """One check of a `check`: its figure, its limit and the verdict."""
+
     name: str  # "measured", "gap", "ops", "efficiency", "hfu", "step", "idle", "peak", ...
     value: float | None  # % for measured/gap/step, ops over the limit for ops, a fraction...
     limit: float
@@ -195,6 +199,8 @@ class Check:
 
 @dataclass
 class CheckResult:
+    """A `check`'s verdict: its checks over the diff of the baseline and the new report."""
+
     diff: Diff
     thresholds: Thresholds
     checks: list[Check]

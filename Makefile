@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench proto fixtures clean
 
-$(RUNTIME): pyproject.toml hlogap/_protowire.h hlogap/trace/_xline.c hlogap/hlo/_hlodecode.c
+$(RUNTIME): pyproject.toml hlogap/_protowire.h hlogap/trace/_xline.c hlogap/hlo/_hlodecode.c hlogap/trace/_windowsums.c
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e .

@@ -448,6 +448,53 @@ def test_every_ratio_column_is_the_plain_sweep(shape: str, kind: str) -> None:
             assert got.tolist() == segments.saving(ratio).tolist()
 
 
+def test_the_c_sums_are_numpys_to_the_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C extension's one pass (`_windowsums`) gives numpy's doubles exactly, for the bound
+    column in blocks (made small here: several a device) and the changes' in one, on the
+    random timelines and windows; both are the plain sweep's."""
+    from hlogap.trace import steps
+
+    if steps._windowsums is None:
+        pytest.skip("hlogap.trace._windowsums not built")
+    monkeypatch.setattr(steps, "BLOCK_ROWS", 8)
+    rng = np.random.default_rng(11)
+    for shape, kind in itertools.product(
+        ["stream", "overlapping", "same starts", "wide"], ["tiling", "gaps", "overlapping"]
+    ):
+        for _ in range(15):
+            start, end = _timeline(rng, shape)
+            op = rng.integers(0, 6, len(start))
+            lo, hi = _windows(rng, kind, int(end.max()) + 1)
+            segments = _segments(op, start, end, lo, hi)
+            at_bound = rng.random(6)
+            changes = [np.where(rng.random(6) < 0.4, rng.random(6), 1.0) for _ in range(3)]
+            with_c = [segments.saving(at_bound), *segments.savings(changes)]
+            with monkeypatch.context() as numpy_only:
+                numpy_only.setattr(steps, "_windowsums", None)
+                with_numpy = [segments.saving(at_bound), *segments.savings(changes)]
+            assert [s.tolist() for s in with_c] == [s.tolist() for s in with_numpy]
+            leaf = np.ones(len(start), dtype=bool)
+            for ratio, got in zip([at_bound, *changes], with_c, strict=True):
+                want = _plain_saving(start, end, leaf, ratio[op], lo, hi)
+                assert got.tolist() == pytest.approx(want, abs=1e-6)
+
+
+def test_the_c_sums_refuse_what_is_out_of_range() -> None:
+    from hlogap.trace import steps
+
+    if steps._windowsums is None:
+        pytest.skip("hlogap.trace._windowsums not built")
+    sums = steps._windowsums.window_sums
+    window, op = np.array([0, 2], dtype=np.int32), np.array([0, 1], dtype=np.int32)
+    ps, kept, out = np.ones(2), np.ones((1, 2)), np.zeros((1, 2))
+    with pytest.raises(IndexError, match="out of range"):
+        sums(window, ps, op, kept, out, np.zeros(1, dtype=np.int64), 1)
+    with pytest.raises(ValueError, match="block_starts"):
+        sums(window, ps, op, kept, out, np.array([1], dtype=np.int64), 1)
+    with pytest.raises(ValueError, match="differ in length"):
+        sums(window[:1], ps, op, kept, out, np.zeros(1, dtype=np.int64), 1)
+
+
 def test_a_lone_event_saves_in_every_window_its_time_lies_in() -> None:
     """An event that overlaps no other and runs from one window into the next saves in each
     the time it spends there, as overlapping events' segments do: never more than a window's

@@ -21,7 +21,19 @@ import numpy as np
 from hlogap.trace.backends.base import platform_of
 from hlogap.trace.model import ANNOTATED, OpKey, Step, TraceData, devices_in
 from hlogap.trace.summary import Selection
-from hlogap.trace.timing import SortedSpans, blocks, merged_intervals, sorted_spans, take
+from hlogap.trace.timing import (
+    BLOCK_ROWS,
+    SortedSpans,
+    blocks,
+    merged_intervals,
+    sorted_spans,
+    take,
+)
+
+try:
+    from hlogap.trace import _windowsums
+except ImportError:  # installed without its C extension: numpy sums the saving columns
+    _windowsums = None  # type: ignore[assignment]
 
 # Per device of a host (its index): sorted (first start, last end) arrays of its executions.
 Spans = dict[int, tuple[np.ndarray, np.ndarray]]
@@ -599,13 +611,17 @@ class _Segments:
     in, clipped to it, so it never exceeds the window's busy time."""
 
     windows: int
-    # The pieces of the events that overlap no other (`_alone`; most of them: a GPU stream, a
-    # TPU op line), each its own segment: one per event in start order (its window: where it
-    # starts, 0 before the first; its time there, 0 outside), then the parts of those that run
-    # on into later windows.
-    alone_op: np.ndarray
-    alone_window: np.ndarray
-    alone_ps: np.ndarray  # float64 (int64 ps, exact)
+    # The leaf events in start order, each its own piece where it overlaps no other (`_alone`;
+    # most of them: a GPU stream, a TPU op line): its op, its window (where it starts, 0
+    # before the first) and its time there (0 outside, and for those that overlap another).
+    # Then the parts of those that run on into later windows, the same three columns.
+    piece_op: np.ndarray  # int32 (the op column's type)
+    piece_window: np.ndarray  # int32
+    piece_ps: np.ndarray  # float64 (int64 ps, exact)
+    later: tuple[np.ndarray, np.ndarray, np.ndarray]
+    # Where each block of `BLOCK_ROWS` alone pieces begins (their sums are taken a block at a
+    # time, the blocks' sums added: the order the savings always had).
+    block_starts: np.ndarray  # int64
     # The overlapping events' segments that lie in a window (cut at every edge of theirs and of
     # the windows), in time order, and the ops running in each: a (segment, op) pair per event
     # and segment, an event over more than `LONG_EVENT_SEGMENTS` as one run of segments.
@@ -624,54 +640,72 @@ class _Segments:
         if leaf.all():  # GPU kernels, TPU lines without loops: the busy spans' order serves
             spans = events.by_start
             start, end, reach = spans.start, spans.end, spans.reach
-            op = events.op if spans.order is None else events.op[spans.order]
+            op, duration = (
+                (events.op, events.duration)
+                if spans.order is None
+                else (events.op[spans.order], events.duration[spans.order])
+            )
         else:
             start, end, op = events.start[leaf], events.end[leaf], events.op[leaf]
             if len(start) > 1 and bool((start[1:] < start[:-1]).any()):
                 by_start = np.argsort(start, kind="stable")
                 start, end, op = start[by_start], end[by_start], op[by_start]
             reach = np.maximum.accumulate(end)
+            duration = end - start
         alone = _alone(start, reach)
-        if alone.all():  # the columns themselves, no copies
-            none = slice(0, 0)
-            return cls(
-                len(lo),
-                *_alone_pieces(start, end, op, lo, hi),
-                *_together_segments(start[none], end[none], op[none], lo, hi),
-            )
         overlap = np.flatnonzero(~alone)  # few: by position
         return cls(
             len(lo),
-            *_alone_pieces(start[alone], end[alone], op[alone], lo, hi),
+            *_alone_pieces(start, end, duration, op, alone, lo, hi),
             *_together_segments(start[overlap], end[overlap], op[overlap], lo, hi),
         )
 
     def saving(self, ratio: np.ndarray) -> np.ndarray:
         """Per window: how much shorter the device's busy time in it would be with each op
         taking `ratio` (by op index) of its time, what ran at once, idle gaps and order kept."""
-        kept = 1.0 - ratio
-        found = np.zeros(self.windows)  # float64 even where no event falls in a window
-        for part in blocks(len(self.alone_op)):  # temporaries of a few MB
-            weight = self.alone_ps[part] * kept[self.alone_op[part]]
-            found += np.bincount(self.alone_window[part], weights=weight, minlength=self.windows)
+        found: np.ndarray = self._alone_savings([1.0 - ratio], self.block_starts)[0]
         found += self._together_saving(ratio)
         return found
 
     def savings(self, ratios: Sequence[np.ndarray]) -> list[np.ndarray]:
         """`saving` of each of `ratios`, changes that shorten a few ops each (ratio 1 for the
-        others): over only the alone pieces of the ops some change shortens, found in one
-        pass, each change's summed in one (the same sums as `saving`'s blocks where a change's
-        ops have fewer pieces than a block: the others add zeros)."""
+        others), each change's alone pieces summed in one block: the sums the re-timing of
+        its own events always gave (they are fewer than a block; the others add zeros)."""
         if not ratios:
             return []
-        shortened = np.logical_or.reduce([ratio < 1.0 for ratio in ratios])
-        at = np.flatnonzero(shortened[self.alone_op])
-        op, window, ps = self.alone_op[at], self.alone_window[at], self.alone_ps[at]
-        return [
-            np.bincount(window, weights=ps * (1.0 - ratio)[op], minlength=self.windows)
-            + self._together_saving(ratio)
-            for ratio in ratios
-        ]
+        whole = np.zeros(1, dtype=np.int64)
+        alone = self._alone_savings([1.0 - ratio for ratio in ratios], whole)
+        return [found + self._together_saving(ratio) for found, ratio in zip(alone, ratios)]
+
+    def _alone_savings(self, kept: list[np.ndarray], block_starts: np.ndarray) -> np.ndarray:
+        """The alone pieces' part of a saving per column of `kept` (the share of its time each
+        op would save): a sum per window, piece by piece, over each block, the blocks' sums
+        added, then the later parts' sums (the C extension's one pass for every column, or
+        numpy's three a column)."""
+        found = np.zeros((len(kept), self.windows))  # float64 even where no event falls
+        if _windowsums is not None:
+            columns, sums = np.array(kept), _windowsums.window_sums
+            sums(
+                self.piece_window,
+                self.piece_ps,
+                self.piece_op,
+                columns,
+                found,
+                block_starts,
+                len(kept),
+            )
+            op, window, ps = self.later
+            sums(window, ps, op, columns, found, np.zeros(1, dtype=np.int64), len(kept))
+            return found
+        ends = [*block_starts[1:].tolist(), len(self.piece_op)]
+        for row, share in zip(found, kept, strict=True):
+            for low, high in zip(block_starts.tolist(), ends, strict=True):
+                part = slice(low, high)  # temporaries of a few MB
+                weight = self.piece_ps[part] * share[self.piece_op[part]]
+                row += np.bincount(self.piece_window[part], weights=weight, minlength=self.windows)
+            op, window, ps = self.later
+            row += np.bincount(window, weights=ps * share[op], minlength=self.windows)
+        return found
 
     def _together_saving(self, ratio: np.ndarray) -> np.ndarray:
         """The overlapping events' part of `saving`: their segments, each shrunk to the
@@ -702,39 +736,63 @@ def _alone(start: np.ndarray, reach: np.ndarray) -> np.ndarray:
 
 
 def _alone_pieces(
-    start: np.ndarray, end: np.ndarray, op: np.ndarray, lo: np.ndarray, hi: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(op, window, time in it) of each piece of the events (sorted by start, none overlapping
-    another) inside the windows [lo, hi), as `_Segments` holds them."""
+    start: np.ndarray,
+    end: np.ndarray,
+    duration: np.ndarray,
+    op: np.ndarray,
+    alone: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+) -> tuple[
+    np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray
+]:
+    """The pieces of the events (sorted by start; `alone`: those that overlap no other) inside
+    the windows [lo, hi), as `_Segments` holds them, from `piece_op` to `block_starts`."""
+    op = op.astype(np.int32, copy=False)
     if not len(start):
-        return op, op.astype(np.intp), op.astype(np.float64)
+        nothing = (op, op.copy(), op.astype(np.float64))
+        return (*nothing, nothing, np.zeros(1, dtype=np.int64))
     # Window k holds [lo[k], until[k]): its span, up to where the next one begins. Its events
     # are a run: from the first to start at lo[k], those starting before until[k] lie in it
-    # (the last of them perhaps only in part), the rest up to the next window's run in none.
+    # (an alone one perhaps only in part: the last), the rest up to the next run in none.
     until = np.maximum(lo, np.minimum(hi, np.append(lo[1:], FIRST_NONE)))
     first = np.searchsorted(start, lo, side="left")
     stop = np.searchsorted(start, until, side="left")
     events = np.diff(first, append=len(start))
     events[0] += first[0]  # those before the first window: no time in it
-    window = np.repeat(np.arange(len(lo)), events)
+    window = np.repeat(np.arange(len(lo), dtype=np.int32), events)
     runs = np.diff(np.column_stack([first, stop]).ravel(), prepend=0, append=len(start))
-    inside = np.repeat(np.arange(len(runs)) % 2 == 1, runs)
-    length = np.multiply(end - start, inside, dtype=np.float64)  # int64 ps: exact
-    cut = (stop > first) & (end[stop - 1] > until)
-    length[(stop - 1)[cut]] = (until - start[stop - 1])[cut]
-    # The events that run on past a later window's start: each the last before that window's
-    # run (none where the windows tile the busy time).
-    crossing = np.unique((first - 1)[(first > 0) & (end[first - 1] > lo)])
-    if not len(crossing):
-        return op, window, length
+    counted = np.repeat(np.arange(len(runs)) % 2 == 1, runs)
+    counted &= alone
+    length = np.multiply(duration, counted, dtype=np.float64)  # int64 ps: exact
+    last = stop - 1
+    cut = (stop > first) & alone[last] & (end[last] > until)
+    length[last[cut]] = (until - start[last])[cut]
+    # The alone events that run on past a later window's start: each the last event before
+    # that window's run (none where the windows tile the busy time).
+    before = first - 1
+    crossing = before[(first > 0) & alone[before] & (end[before] > lo)]
+    crossing = crossing[np.r_[True, crossing[1:] != crossing[:-1]][: len(crossing)]]  # once
     after = np.searchsorted(lo, start[crossing], side="right")  # the first window past its own
     count = np.searchsorted(lo, end[crossing], side="left") - after
     later = np.repeat(after - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
     later_ps = np.minimum(np.repeat(end[crossing], count), until[later]) - lo[later]
+    # Blocks of `BLOCK_ROWS` alone events: where the count of them reaches each multiple.
+    block_starts = np.zeros(1, dtype=np.int64)
+    if len(alone) > BLOCK_ROWS and int(alone.sum()) > BLOCK_ROWS:
+        so_far = np.cumsum(alone, dtype=np.int64)
+        block_starts = np.searchsorted(so_far, np.arange(0, int(so_far[-1]), BLOCK_ROWS) + 1)
+        block_starts[0] = 0
     return (
-        np.concatenate([op, np.repeat(op[crossing], count)]),
-        np.concatenate([window, later]),
-        np.concatenate([length, later_ps]),
+        op,
+        window,
+        length,
+        (
+            np.repeat(op[crossing], count),
+            later.astype(np.int32),
+            later_ps.astype(np.float64),
+        ),
+        block_starts.astype(np.int64),
     )
 
 

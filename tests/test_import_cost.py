@@ -42,6 +42,7 @@ NOT_FOR_AN_AUDIT_AS_JSON = [
     "dask",
     "fsspec",
     "rich",
+    "hlogap.trace.nsys",  # an nsys-jax archive's reader
 ]
 # `--help` lists the formats of every renderer without loading what any of them renders.
 NOT_FOR_HELP = ["hlogap.report.model", "hlogap.pipeline", "numpy", "typer.rich_utils"]

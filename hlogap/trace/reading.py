@@ -23,7 +23,6 @@ from hlogap.errors import EXIT_INPUT, HlogapError, InputError
 from hlogap.source import is_nsys_archive
 from hlogap.trace.backends.base import detect
 from hlogap.trace.model import TraceBuilder, TraceData
-from hlogap.trace.nsys import read_archive
 from hlogap.trace.steps import launched_steps
 from hlogap.trace.xspace import (
     read_allocator_events,
@@ -51,6 +50,9 @@ def read_trace(path: str | Path, host: str) -> TraceData:
     """Read one .xplane.pb (or nsys-jax archive) and return its op events (backend "none"
     when it has none)."""
     if is_nsys_archive(path):
+        # Imported here: an xplane's audit needs neither the nsys-jax reader nor zipfile.
+        from hlogap.trace.nsys import read_archive
+
         return read_archive(path, host)
     planes, warnings = read_planes(path)
     backend = detect(planes)

@@ -226,10 +226,12 @@ def outside_steps(trace: TraceData, selection: Selection) -> np.ndarray:
     keep = selection.unframed.events(trace)
     kind = selection.frame.where(trace)
     totals = np.zeros(4, dtype=np.int64)
-    for part in blocks(trace.num_events):
+    for part in blocks(trace.num_events):  # views where every event is kept (`take`)
         mine = keep[part]
         totals += np.bincount(
-            kind[trace.occurrence[part][mine]], weights=trace.self_ps[part][mine], minlength=4
+            kind[take(trace.occurrence[part], mine)],
+            weights=take(trace.self_ps[part], mine),
+            minlength=4,
         ).astype(np.int64)
     return totals
 

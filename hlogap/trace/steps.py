@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -137,8 +137,7 @@ def module_steps(spans: list[tuple[np.ndarray, np.ndarray]]) -> list[Step]:
     ]
 
 
-@dataclass(frozen=True)
-class OpStepCosts:
+class OpStepCosts(NamedTuple):
     """What the per-host step pass needs to know of each op (by key), from the costed rows."""
 
     bound_us: dict[OpKey, float]  # the op's roofline bound of one occurrence
@@ -309,8 +308,7 @@ def _own_windows(executions: Spans, device: int, steps: int) -> tuple[np.ndarray
     return window_start, window_end
 
 
-@dataclass(frozen=True)
-class _PerOp:
+class _PerOp(NamedTuple):
     """What the step pass reads of each op of the host (arrays by `trace.ops` index)."""
 
     keys: list[OpKey]
@@ -594,8 +592,7 @@ _SUMS = (
 LONG_EVENT_SEGMENTS = 64
 
 
-@dataclass(frozen=True)
-class _Segments:
+class _Segments(NamedTuple):
     """One device's leaf events (nothing nests inside them) cut into the segments a saving sums
     over, with the ops that run in each, found once: each ratio column (the fraction of its
     time each op would take: at its bound, or with one change's ops shortened and the others

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -99,8 +99,7 @@ def take(values: np.ndarray, selected: np.ndarray) -> np.ndarray:
     return view
 
 
-@dataclass(frozen=True)
-class AsyncPairs:
+class AsyncPairs(NamedTuple):
     """The executions of an async start/done pair: one per done event that has a start before it
     on its device (the latest one)."""
 
@@ -147,8 +146,7 @@ def async_pairs(trace: TraceData, selected: np.ndarray, start_op: int, done_op: 
     return AsyncPairs(device, begin, end, window, wait)
 
 
-@dataclass(frozen=True)
-class SortedSpans:
+class SortedSpans(NamedTuple):
     """Intervals in start order and the disjoint spans of their union (`sorted_spans`)."""
 
     # The order by start (stable: a tie keeps the columns' order); None where they are in

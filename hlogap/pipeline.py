@@ -362,7 +362,7 @@ def _frame(
     outside them: then the run as read."""
     frame = _step_frame(run, steps.steps, steps.host_steps, steps.warmup)
     outside = (
-        np.sum(hosts.each(outside_steps, dataclasses.replace(selection, frame=frame)), axis=0)
+        np.sum(hosts.each(outside_steps, selection._replace(frame=frame)), axis=0)
         if frame is not None
         else None
     )
@@ -374,7 +374,7 @@ def _frame(
         module_ps[key] = module_ps.get(key, 0.0) + ps
     if outside is None or not outside[0] > 0 or all_steps or not outside[1:].any():
         return FramedRun(run, selection, outside, module_ps)
-    framed = dataclasses.replace(selection, frame=frame)
+    framed = selection._replace(frame=frame)
     steady = merge_summaries(hosts.each(summarize_framed, framed))
     steady.warnings = run.warnings
     return FramedRun(steady, framed, outside, module_ps)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -42,8 +43,7 @@ from hlogap.trace.timing import (
 HostWindows = tuple[tuple[str, tuple[tuple[int, int], ...]], ...]
 
 
-@dataclass(frozen=True)
-class StepFrame:
+class StepFrame(NamedTuple):
     """Where the run's steps lie, host by host: the steady steps' windows and the warm-up
     steps' (each on the host's own clock), and the modules whose every event is work outside
     the steps (compile-time autotuning candidates). An occurrence belongs to the window its
@@ -87,8 +87,7 @@ def _inside(times: np.ndarray, windows: tuple[tuple[int, int], ...]) -> np.ndarr
     return found
 
 
-@dataclass(frozen=True)
-class Selection:
+class Selection(NamedTuple):
     """The events an audit covers (`--device`, `--module`, and with `frame` the steady steps'
     only), as plain data a worker can take."""
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -301,8 +300,7 @@ def _read(hosts: HostExecutor, selection: Selection, source: ProfileSource) -> R
     return run
 
 
-@dataclass(frozen=True)
-class FoundSteps:
+class FoundSteps(NamedTuple):
     """The run's steps on the first host's clock as read (`steps`), and each host's on its
     own (`host_steps`, the windows the host tasks sum in); the module whose executions are the
     steps where no annotation gave them (`dominant`); how many lead as warm-up."""
@@ -333,8 +331,7 @@ def _find_steps(hosts: HostExecutor, run: RunSummary, selection: Selection) -> F
     return FoundSteps(steps, host_steps, dominant, warmup)
 
 
-@dataclass(frozen=True)
-class FramedRun:
+class FramedRun(NamedTuple):
     """The run as the op rows count it (`run`: the steady steps' events, or every event),
     the selection that gives those events, what lay outside the steady steps (ps, [steady,
     warm-up, autotuning, other]; None without steps) and each module's op time over every
@@ -416,8 +413,7 @@ def _cost_rows(
     return op_rows(run, index, chip, costed, pairs_on_hosts, what_if), chip, raised
 
 
-@dataclass(frozen=True)
-class Clocks:
+class Clocks(NamedTuple):
     """The hosts' clock offsets (judged on the busiest collectives' first occurrences, whose
     starts and ends `arrivals` holds per host) and the steps laid on the first host's clock."""
 
@@ -492,8 +488,7 @@ def _memory(
     return memory, warnings
 
 
-@dataclass(frozen=True)
-class Scenarios:
+class Scenarios(NamedTuple):
     """What the step pass re-times, by name: each action's change (`action N`), each other
     chip's bounds (`what-if CHIP`), each mesh axis's collectives gone (`axis NAME`): the
     fraction of its time each op would take. `found` are the actions' findings, in order."""
@@ -501,7 +496,9 @@ class Scenarios:
     found: list[Finding]
     changes: dict[str, Mapping[OpKey, float]]
 
-    ACTION, WHAT_IF, AXIS = "action ", "what-if ", "axis "
+
+# How the names of `Scenarios.changes` begin (module level: a NamedTuple holds fields only).
+SCENARIO_ACTION, SCENARIO_WHAT_IF, SCENARIO_AXIS = "action ", "what-if ", "axis "
 
 
 def _scenarios(
@@ -519,16 +516,16 @@ def _scenarios(
 
     found = findings(Context(rows, chip, backend, index, memory))
     named: dict[str, Mapping[OpKey, float]] = {
-        f"{Scenarios.ACTION}{k}": change for k, change in enumerate(changes(found), 1)
+        f"{SCENARIO_ACTION}{k}": change for k, change in enumerate(changes(found), 1)
     }
     for other in what_if:
         ceiling = ceiling_change(rows, other.name)
         if ceiling is not None:
-            named[f"{Scenarios.WHAT_IF}{other.name}"] = ceiling
+            named[f"{SCENARIO_WHAT_IF}{other.name}"] = ceiling
     # Each mesh axis's collectives shrunk to nothing: what that saves is the time they ran
     # alone (exposed), per device and step.
     for axis, keys in axis_groups(rows).items():
-        named[f"{Scenarios.AXIS}{axis}"] = dict.fromkeys(keys, 0.0)
+        named[f"{SCENARIO_AXIS}{axis}"] = dict.fromkeys(keys, 0.0)
     return Scenarios(found, named)
 
 
@@ -571,11 +568,11 @@ def _assemble(
     saved: dict[str, np.ndarray] = {}
     if stacked is not None:
         attribute_waits(rows, stacked.waits)
-        axes = {k: n for k, n in enumerate(names) if n.startswith(Scenarios.AXIS)}
+        axes = {k: n for k, n in enumerate(names) if n.startswith(SCENARIO_AXIS)}
         walled = [k for k in range(len(names)) if k not in axes]
         saved = {names[k]: s for k, s in zip(walled, step_savings(stacked, walled), strict=True)}
         report.exposed_by_axis = {
-            n.removeprefix(Scenarios.AXIS): float(stacked.change_saving_ps[k].sum()) / 1e6
+            n.removeprefix(SCENARIO_AXIS): float(stacked.change_saving_ps[k].sum()) / 1e6
             for k, n in axes.items()
         }
     report.mesh = _busiest_mesh(rows, index, framed.module_ps)
@@ -594,7 +591,7 @@ def _assemble(
         rows, chip, report.backend, index, report.memory, steps[warmup:], idle_host=idle_host or {}
     )
     found = scenarios.found
-    actions = [f"{Scenarios.ACTION}{k}" for k in range(1, len(found) + 1)]
+    actions = [f"{SCENARIO_ACTION}{k}" for k in range(1, len(found) + 1)]
     steady_from = report.step_summary.warmup_steps
     report.actions = ranked(
         found,
@@ -607,7 +604,7 @@ def _assemble(
     point_hints(rows, report.actions)
     report.what_if = [
         advise_what_if(
-            rows, other.name, steps, steady_from, saved.get(f"{Scenarios.WHAT_IF}{other.name}")
+            rows, other.name, steps, steady_from, saved.get(f"{SCENARIO_WHAT_IF}{other.name}")
         )
         for other in what_if
     ] or None

@@ -27,6 +27,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -252,8 +253,7 @@ def _device_count(module: Module) -> int | None:
     return total if total > 1 else None
 
 
-@dataclass(frozen=True)
-class _Tiling:
+class _Tiling(NamedTuple):
     """A parsed `sharding`: per tensor dimension, the (stride, size) device sets splitting it;
     `other_atoms`: those of the replicated or manual trailing tile dimensions."""
 

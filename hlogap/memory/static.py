@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
 
@@ -108,8 +109,7 @@ class ModuleMemory:
         }
 
 
-@dataclass(frozen=True)
-class _Defined:
+class _Defined(NamedTuple):
     """The instruction that defines a logical buffer (its name, shape and source), as the
     memory breakdown names it."""
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -383,8 +384,7 @@ def _fusion_of_instructions(module: Module) -> dict[str, str]:
     }
 
 
-@dataclass(frozen=True)
-class _HostTransfer:
+class _HostTransfer(NamedTuple):
     """An async start/done pair whose start moves data over the device's host link."""
 
     start: Bound  # the transfer's own bound (overlapped)

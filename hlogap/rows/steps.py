@@ -10,7 +10,7 @@ time, when only transfers to or from host memory run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -119,8 +119,7 @@ def step_rows(run: RunSummary, steps: list[Step], totals: list[StepTotals]) -> l
     ]
 
 
-@dataclass(frozen=True)
-class _DeviceParts:
+class _DeviceParts(NamedTuple):
     """Each device's part of each step, as (devices, steps) arrays in us (0 where the device
     ran no op in the step)."""
 

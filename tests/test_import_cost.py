@@ -31,6 +31,8 @@ NOT_FOR_AN_AUDIT_AS_JSON = [
     "csv",
     "hlogap.report.compare",
     "hlogap.report.gate",
+    "hlogap.cli.comparison",  # what check and diff read, and check's options and verdict
+    "hlogap.cli.checking",
     "hlogap.render.table",
     "hlogap.render.md",
     "hlogap.render.html",

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from hlogap.cli.args import (
     BaseArg,
     ChipOpt,
@@ -16,42 +13,6 @@ from hlogap.cli.args import (
     RunOpt,
     TopOpt,
 )
-from hlogap.cli.output import OutputChoice, Progress, write_document
-
-if TYPE_CHECKING:
-    from hlogap.report.model import AuditReport
-
-
-@dataclass(frozen=True)
-class Selection:
-    """What of each profile a comparison reads (`--chip`, `--run`, `--host`, `--device`,
-    `--module`), the same for both sides."""
-
-    chip: str | None = None
-    run: str | None = None
-    host: str | None = None
-    device: int | None = None
-    module: str | None = None
-
-
-def load_both(
-    base: tuple[str, str], new: tuple[str, str], selection: Selection
-) -> tuple[AuditReport, AuditReport]:
-    """`check` and `diff`: both sides (path, role) loaded or audited, with progress."""
-    from hlogap.pipeline import load_pair
-
-    s = selection
-    with Progress() as progress:
-        return load_pair(
-            base,
-            new,
-            chip=s.chip,
-            run=s.run,
-            host=s.host,
-            device=s.device,
-            module=s.module,
-            progress=progress,
-        )
 
 
 def diff(
@@ -71,6 +32,8 @@ def diff(
     Examples:
       hlogap diff /tmp/tb_before /tmp/tb_after --top 10
     """
+    from hlogap.cli.comparison import Selection, load_both
+    from hlogap.cli.output import OutputChoice, write_document
     from hlogap.render.base import choose_format
     from hlogap.report.compare import compare
 

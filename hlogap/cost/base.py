@@ -7,13 +7,13 @@ import re
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from hlogap.hlo.ir import Computation, Instruction, Module, Shape
 from hlogap.hlo.tiling import padded_bytes
 
 
-@dataclass(frozen=True)
-class OpCost:
+class OpCost(NamedTuple):
     """Counts for one execution of an op on one device."""
 
     flops: float = 0.0  # all FLOPs; transcendentals are counted apart, as XLA does

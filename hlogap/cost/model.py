@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from hlogap.cost.base import (
     ModuleIndex,
@@ -76,7 +76,7 @@ def _cost_instruction(inst: Instruction, module: Module | None, num_devices: int
             return OpCost(unmodeled=f"the command buffer '{inst.name}' calls is not available")
         inside = [i.name for i in bodies[0].instructions if i.opcode not in FREE]
         total = cost_computation(bodies[0], module, num_devices=num_devices)
-        return replace(total, note=f"command buffer of {len(inside)} ops: {', '.join(inside)}")
+        return total._replace(note=f"command buffer of {len(inside)} ops: {', '.join(inside)}")
     if op in CONTROL_FLOW:
         return OpCost(note=f"{op}: its bodies' ops are timed as ops of their own")
     if op in ASYNC_DONE:
@@ -89,7 +89,7 @@ def _cost_instruction(inst: Instruction, module: Module | None, num_devices: int
         if root is None:
             return OpCost(unmodeled=f"the computation wrapped by '{inst.name}' is not available")
         inner = cost_instruction(root, module, num_devices=num_devices)
-        return replace(inner, note=inner.note or f"runs {root.opcode} '{root.name}'")
+        return inner._replace(note=inner.note or f"runs {root.opcode} '{root.name}'")
     custom = custom_call(inst, ix) if op == "custom-call" else None
     w = custom.work if custom is not None else work(inst, ix)
     t = Traffic()

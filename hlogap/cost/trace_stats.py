@@ -10,8 +10,6 @@ named `...in_megacore...`
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from hlogap.cost.base import OpCost
 
 
@@ -31,8 +29,7 @@ def cost_from_trace_stats(
     if xla_bytes is not None and (read + write == 0 or xla_bytes < read + write):
         read, write = xla_bytes, 0.0
     # Which unit does the work is unknown: the matrix unit's peak keeps the bound a lower bound.
-    return replace(
-        unmodeled,
+    return unmodeled._replace(
         flops=xla_flops * scale,
         matrix_flops=xla_flops * scale,
         matrix_dtype=unmodeled.vector_dtype or "bf16",

@@ -7,7 +7,6 @@ the cost model) are imported while a large profile is still being read by other 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -37,8 +36,7 @@ from hlogap.units import fmt_si
 PairsOnHosts = Callable[[list[tuple[OpKey, OpKey]]], list[AsyncPairs]]
 
 
-@dataclass(frozen=True)
-class CostedOp:
+class CostedOp(NamedTuple):
     """One timed op's HLO, its counts for one run, and its runs per occurrence (their mean
     over the occurrences, when the trace's events count them and they differ)."""
 

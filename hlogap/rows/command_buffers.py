@@ -13,7 +13,8 @@ their own, and nothing is estimated.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from hlogap.bounds.hints import hints_for
 from hlogap.bounds.roofline import Bound, BoundBy, bound_op
@@ -44,8 +45,7 @@ class SummedBound(Bound):
         return self.summed_lower_s
 
 
-@dataclass(frozen=True)
-class BufferedOp:
+class BufferedOp(NamedTuple):
     """One op a command buffer runs, costed and bounded on its own."""
 
     inst: Instruction
@@ -54,8 +54,7 @@ class BufferedOp:
     bound: Bound
 
 
-@dataclass(frozen=True)
-class CommandBuffer:
+class CommandBuffer(NamedTuple):
     """A `call` XLA:GPU runs as one CUDA graph, and the ops of its computation."""
 
     call: Instruction
@@ -64,8 +63,8 @@ class CommandBuffer:
 
     def on(self, chip: Chip) -> CommandBuffer:
         """The same ops bounded on another chip (`--what-if`)."""
-        ops = tuple(replace(o, bound=bound_op(o.cost, chip, o.role)) for o in self.ops)
-        return replace(self, ops=ops)
+        ops = tuple(o._replace(bound=bound_op(o.cost, chip, o.role)) for o in self.ops)
+        return self._replace(ops=ops)
 
     @property
     def bound(self) -> Bound:

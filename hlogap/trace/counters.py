@@ -20,7 +20,7 @@ time the intervals cover there, whatever the op computes.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -35,8 +35,7 @@ COUNTER_LINE = "_counters_"
 UTIL_STAT = "% util"
 
 
-@dataclass(frozen=True)
-class UnitSamples:
+class UnitSamples(NamedTuple):
     """One unit's intervals between samples, sorted, and running sums over them."""
 
     start_ps: np.ndarray  # int64, host clock: a sample

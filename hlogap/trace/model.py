@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -95,8 +95,7 @@ class OpInfo:
             self.counters[unit] = (was_busy + busy, was_covered + covered)
 
 
-@dataclass(frozen=True)
-class Device:
+class Device(NamedTuple):
     """One device of the trace: its host, plane and ordinal, its stats and its clock."""
 
     host: str
@@ -132,8 +131,7 @@ class AllocatorEvents:
     fragmentation: np.ndarray  # float64, 0-1; NaN where not given
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
     """A step of the program, on the devices' clock: from an annotation, a TPU `Steps` line or
     one execution of the dominant module."""
 

@@ -8,16 +8,14 @@ file's planes. A new backend is one new module in this package.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from hlogap._plugins import import_all
 from hlogap.trace.model import Backend, TraceBuilder
 from hlogap.trace.xspace import Plane
 
 
-@dataclass(frozen=True)
-class Platform:
+class Platform(NamedTuple):
     """What a backend's profiles hold and how its ops run: each question a later stage asks of
     a backend, answered by the backend's own module (a new backend answers them there)."""
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -125,7 +124,7 @@ class _PlaneReader:
             self._read_line(lines)
         scale, offset = self._host_clock()
         device = self.builder.devices[self.device]
-        self.builder.devices[self.device] = replace(device, host_clock=(scale, offset))
+        self.builder.devices[self.device] = device._replace(host_clock=(scale, offset))
         return self._steps(step_lines, scale, offset)
 
     def _host_clock(self) -> tuple[float, float]:

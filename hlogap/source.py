@@ -13,9 +13,8 @@ from __future__ import annotations
 import stat
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hlogap.errors import HlogapError, InputError, UsageError
 from hlogap.units import printable
@@ -31,8 +30,7 @@ XPLANE_SUFFIX = ".xplane.pb"
 NSYS_TRACE_FILE = "nvtx_gpu_proj_trace/trace.parquet"
 
 
-@dataclass(frozen=True)
-class ProfileSource:
+class ProfileSource(NamedTuple):
     """The profile a path names: its run and its files, one per host."""
 
     path: str  # what the user gave

@@ -4,7 +4,7 @@ an operand carried across steps, or the output where it is a carried weight's gr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from hlogap.advice.base import Context
 from hlogap.cost.base import index_of
@@ -16,8 +16,7 @@ from hlogap.units import fmt_si
 _LIBRARY_MATMUL = ("gemm", "matmul", "conv")
 
 
-@dataclass(frozen=True)
-class MatrixOp:
+class MatrixOp(NamedTuple):
     """One run of a matmul-like op: its FLOPs and HBM bytes as costed, split into the weight
     (what stays the same size whatever the batch: an operand the program carries across steps,
     or the output where it is such a weight's gradient) and the activations (the rest: inputs

@@ -19,6 +19,7 @@ import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from hlogap.bounds.roofline import bound_op
 from hlogap.chips import Chip, dtype_key
@@ -31,8 +32,7 @@ from hlogap.units import fmt_si
 DIGITS = 4
 
 
-@dataclass(frozen=True)
-class TimedCost:
+class TimedCost(NamedTuple):
     """One op's counts for one run and the time one run took (its measured time over its
     runs), with its async role (starts and dones are not bounded by their work)."""
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import typer
 
@@ -23,8 +22,7 @@ if TYPE_CHECKING:
     from hlogap.report.model import AuditReport
 
 
-@dataclass(frozen=True)
-class OutputChoice:
+class OutputChoice(NamedTuple):
     """How a command renders its document: the `--format`, `-o`, `--top`, `--steps`, `--wide`
     and `--sub-rows` flags, as the command took them."""
 

@@ -5,15 +5,14 @@ buffer; all-to-all (n-1)/n S; collective-permute and collective-broadcast S."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from hlogap.cost.base import ModuleIndex, bare, ints, logical, operand_shapes
 from hlogap.hlo.ir import Instruction
 from hlogap.hlo.opcodes import collective_kind
 
 
-@dataclass(frozen=True)
-class Comm:
+class Comm(NamedTuple):
     """A collective's traffic: the bytes each device sends over the interconnect, its kind and
     group, or why it is not modelled."""
 

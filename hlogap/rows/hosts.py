@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,8 +41,7 @@ SLOWEST_SHOWN = 8
 LAST_SHOWN = 3
 
 
-@dataclass(frozen=True)
-class ClockOffsets:
+class ClockOffsets(NamedTuple):
     """Per host (the run's files, in order): its clock's offset from the first host's in ps
     (its time minus the first host's at the same instant), or None where no event is shared;
     what each was estimated from ("collectives", "steps"), or why not."""

@@ -10,7 +10,7 @@ step annotations (`step_num`: they span the whole step, gap or not)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -23,8 +23,7 @@ from hlogap.trace.xspace import HOST_PLANE, decode_one_stat, read_planes
 MOST_EVENTS = 4  # per gap: the events covering most of it
 
 
-@dataclass(frozen=True)
-class GapActivity:
+class GapActivity(NamedTuple):
     """One gap [start, end) of a device (ps, the host's clock) and the host's events in it:
     (thread line, event name, ps of the gap it covers), most first; `covered_ps`: the part of
     the gap some such event covers (the rest no host event records: untraced host work, such

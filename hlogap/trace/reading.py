@@ -15,9 +15,8 @@ import pickle
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import NamedTuple, TypeVar, cast
 
 from hlogap.errors import EXIT_INPUT, HlogapError, InputError
 from hlogap.source import is_nsys_archive
@@ -82,8 +81,7 @@ def can_fork() -> bool:
 Progress = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class SkippedHost:
+class SkippedHost(NamedTuple):
     """A host file left out (`--skip-bad-hosts`), and why."""
 
     host: str

@@ -275,7 +275,7 @@ def _segments(
     op: np.ndarray, start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray
 ) -> _Segments:
     duration = end - start
-    return _Segments.of(_DeviceEvents(op, start, end, duration, duration), lo, hi)
+    return _Segments.of(_DeviceEvents(op, start, duration, duration), lo, hi)
 
 
 def test_concurrent_ops_shrink_no_further_than_the_slowest_of_them() -> None:
@@ -437,7 +437,7 @@ def test_every_ratio_column_is_the_plain_sweep(shape: str, kind: str) -> None:
         shuffled = rng.permutation(n)
         op, start, end, self_ps, leaf = (c[shuffled] for c in (op, start, end, self_ps, leaf))
         lo, hi = _windows(rng, kind, int(end.max()) + 1)
-        segments = _Segments.of(_DeviceEvents(op, start, end, end - start, self_ps), lo, hi)
+        segments = _Segments.of(_DeviceEvents(op, start, end - start, self_ps), lo, hi)
         at_bound = rng.random(6)
         want = _plain_saving(start, end, leaf, at_bound[op], lo, hi)
         assert segments.saving(at_bound).tolist() == pytest.approx(want, abs=1e-6)
@@ -493,6 +493,70 @@ def test_the_c_sums_refuse_what_is_out_of_range() -> None:
         sums(window, ps, op, kept, out, np.array([1], dtype=np.int64), 1)
     with pytest.raises(ValueError, match="differ in length"):
         sums(window[:1], ps, op, kept, out, np.zeros(1, dtype=np.int64), 1)
+
+
+@pytest.mark.parametrize("shape", ["stream", "overlapping", "same starts", "wide"])
+def test_spans_found_a_block_at_a_time_are_the_whole_arrays(
+    shape: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A device's busy spans and its events that overlap no other (`_Spans`), found a few
+    events at a time with the latest end carried from block to block, are the whole arrays'
+    (a running maximum of the ends over every event), in any order of the columns."""
+    from hlogap.trace import steps, timing
+
+    rng = np.random.default_rng(["stream", "overlapping", "same starts", "wide"].index(shape))
+    for _ in range(40):
+        start, end = _timeline(rng, shape)
+        shuffled = rng.permutation(len(start))
+        start, end = start[shuffled], end[shuffled]
+        whole = timing.sorted_spans(start, end)
+        # Every event's latest end before it: an event overlaps no other where it starts at
+        # or after that, and the next one starts at or after its own.
+        opens = np.r_[True, whole.start[1:] >= whole.reach[:-1], True]
+        with monkeypatch.context() as small:
+            small.setattr(timing, "BLOCK_ROWS", 3)
+            spans = steps._Spans.of(start, end - start)
+        order = np.arange(len(start)) if spans.order is None else spans.order
+        want_order = np.arange(len(start)) if whole.order is None else whole.order
+        assert order.tolist() == want_order.tolist()
+        assert spans.start.tolist() == whole.start.tolist()
+        assert (spans.start + spans.duration).tolist() == whole.end.tolist()
+        assert spans.at.tolist() == whole.at.tolist()
+        assert spans.span_end.tolist() == whole.span_end.tolist()
+        assert spans.alone.tolist() == (opens[:-1] & opens[1:]).tolist()
+
+
+@pytest.mark.parametrize("program", ["mlp_train", "amd"])
+def test_the_step_pass_a_few_events_at_a_time_is_the_whole_arrays(
+    program: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step pass over blocks of a few events (each device's steps, spans and blocks of
+    alone pieces found a block at a time) gives every column of the whole arrays' pass to
+    the bit: overlapping CPU ops with enclosing ones, and several GPU devices."""
+    from hlogap.trace import timing
+
+    path = (
+        next((FIXTURES / "mlp_train").rglob("*.xplane.pb"))
+        if program == "mlp_train"
+        else AMD_FILES["mi300x"]
+    )
+    if not path.is_file():
+        pytest.skip(f"{path} absent (../shared not beside the project)")
+    trace = read_trace(path, "vm")
+    first, last = int(trace.start_ps.min()), int((trace.start_ps + trace.duration_ps).max())
+    cuts = np.linspace(first, last, 5).astype(np.int64).tolist()
+    windows = [(a, b) for a, b in itertools.pairwise(cuts)]
+    costs = _costs(trace, {i: 0.25 + 0.5 * (i % 2) for i in range(len(trace.ops))})
+    keys = [o.key for o in trace.ops]
+    changes = [{keys[0]: 0.5}, {k: 0.3 for k in keys[1::3]}]
+    whole = step_totals(trace, Selection(), windows, costs, changes=changes, waits_from=1)
+    monkeypatch.setattr(timing, "BLOCK_ROWS", 7)
+    blocked = step_totals(trace, Selection(), windows, costs, changes=changes, waits_from=1)
+    for name in ("first_ps", "last_ps", "busy_ps", "measured_ps", "saving_ps"):
+        assert getattr(blocked, name).tolist() == getattr(whole, name).tolist(), name
+    assert blocked.change_saving_ps.tolist() == whole.change_saving_ps.tolist()
+    assert blocked.waits == whole.waits
+    assert whole.saving_ps.any() and whole.waits.gaps
 
 
 def test_a_lone_event_saves_in_every_window_its_time_lies_in() -> None:

@@ -23,10 +23,8 @@ from hlogap.trace.model import ANNOTATED, OpKey, Step, TraceData, devices_in
 from hlogap.trace.summary import Selection
 from hlogap.trace.timing import (
     BLOCK_ROWS,
-    SortedSpans,
     blocks,
     merged_intervals,
-    sorted_spans,
     take,
 )
 
@@ -281,9 +279,8 @@ def step_totals(
         if module:
             window_start, window_end = _own_windows(executions, d, len(windows))
         mine = device == d
-        d_start, d_duration = take(start, mine), take(duration, mine)
         events = _DeviceEvents(
-            take(op, mine), d_start, d_start + d_duration, d_duration, take(self_ps, mine)
+            take(op, mine), take(start, mine), take(duration, mine), take(self_ps, mine)
         )
         _device_totals(table, d, events, window_start, window_end, per_op, waits_from)
         at = occurrences[occurrence_device == d]
@@ -337,19 +334,65 @@ class _PerOp(NamedTuple):
 
 @dataclass(frozen=True)
 class _DeviceEvents:
-    """One device's selected events, in the columns' order."""
+    """One device's selected events, in the columns' order (no column of their ends: each
+    pass adds start and duration where it needs an end, a block or a few events at a time)."""
 
     op: np.ndarray
     start: np.ndarray
-    end: np.ndarray
     duration: np.ndarray
     self_ps: np.ndarray
 
     @cached_property
-    def by_start(self) -> SortedSpans:
+    def by_start(self) -> _Spans:
         """The events in start order and their busy spans, found once for the busy time and
-        the segments (a sort where they are out of order, a running maximum of the ends)."""
-        return sorted_spans(self.start, self.end)
+        the segments."""
+        return _Spans.of(self.start, self.duration)
+
+
+class _Spans(NamedTuple):
+    """Events in start order, the disjoint spans of their union, and which events overlap no
+    other: found a block at a time, no running maximum of the ends kept per event."""
+
+    # The order by start (stable: a tie keeps the columns' order); None where they are in
+    # order already, as a device's events mostly are: then `start` and `duration` are the
+    # columns themselves, no copies.
+    order: np.ndarray | None
+    start: np.ndarray
+    duration: np.ndarray
+    at: np.ndarray  # where each span begins
+    span_end: np.ndarray  # where each span ends: the latest end of its events
+    # Bool per event: it overlaps no other (`_Segments`): it starts at or after every earlier
+    # one ends, and the next starts at or after it ends.
+    alone: np.ndarray
+
+    @classmethod
+    def of(cls, start: np.ndarray, duration: np.ndarray) -> _Spans:
+        order = None
+        if bool((start[1:] < start[:-1]).any()):
+            order = np.argsort(start, kind="stable")
+            start, duration = start[order], duration[order]
+        # opens[i]: event i starts at or after every earlier one ends (i == len: past the last).
+        opens = np.ones(len(start) + 1, dtype=bool)
+        at, ends = [np.zeros(0, dtype=np.intp)], [np.zeros(0, dtype=np.int64)]
+        reach = np.iinfo(np.int64).min  # the latest end before the block
+        for part in blocks(len(start)):
+            block_start = start[part]
+            # Per event of the block, the latest end of the events before it.
+            before = np.empty(len(block_start), dtype=np.int64)
+            before[0] = reach
+            running = np.add(block_start[:-1], duration[part][:-1])
+            np.maximum.accumulate(running, out=before[1:])
+            np.maximum(before, reach, out=before)
+            opens[part] = block_start >= before
+            new = block_start > before
+            new[0] |= part.start == 0
+            at.append(np.flatnonzero(new) + part.start)
+            ends.append(before[new])  # the end of the span before each new one
+            reach = max(int(before[-1]), int(block_start[-1] + duration[part][-1]))
+        span_starts = np.concatenate(at)
+        # Each span ends where the next begins (the latest end before it), the last at the end.
+        span_end = np.append(np.concatenate(ends)[1:], reach)[: len(span_starts)]
+        return cls(order, start, duration, span_starts, span_end, opens[:-1] & opens[1:])
 
 
 @dataclass
@@ -405,15 +448,23 @@ def _device_totals(
     steps = len(window_start)
     # Each event counts in the step it starts in (sums of int64 ps below 2**53: exact in
     # float64 in any order); the device's span in a step runs from the first of them to
-    # start to the last to end, within the step's window.
-    step_of, inside = _step_of(events.start, window_start, window_end)
-    k = take(step_of, inside)
+    # start to the last to end, within the step's window. A block of events at a time: the
+    # sums are exact int64, the first starts and last ends the same in any order.
     first = table.first[d]
     ends = np.full(steps, np.iinfo(np.int64).min)
-    runs = _runs(k)
-    _first_and_last(
-        k[runs], runs, take(events.start, inside), take(events.end, inside), first, ends
-    )
+    measured = np.zeros(steps, dtype=np.int64)  # one exact sum a run of the step's events
+    for part in blocks(len(events.start)):
+        start = events.start[part]
+        step_of, inside = _step_of(start, window_start, window_end)
+        k = take(step_of, inside)
+        runs = _runs(k)
+        if not len(runs):
+            continue
+        end = take(start + events.duration[part], inside)
+        _first_and_last(k[runs], runs, take(start, inside), end, first, ends)
+        np.add.at(measured, k[runs], np.add.reduceat(take(events.self_ps[part], inside), runs))
+    sums = table.sums
+    sums["measured_ps"][d] = measured
     ran = first != FIRST_NONE
     table.last[d] = np.where(ran, np.minimum(ends, window_end), FIRST_NONE)
     # A step the device did not run in is an empty span at its window's start: the
@@ -421,14 +472,9 @@ def _device_totals(
     lo = np.where(ran, first, window_start)
     hi = np.where(ran, table.last[d], window_start)
     covered = _busy_and_waits(table, events, lo, hi, waits_from)
-    sums = table.sums
     sums["busy_ps"][d] = sums["compute_ps"][d] = sums["no_host_ps"][d] = covered
     if per_op.collective.any() or per_op.host.any():  # else no event is either
         _split_busy(sums, d, events, per_op, lo, hi)
-    measured = np.zeros(steps, dtype=np.int64)  # one exact sum a run of the step's events
-    if len(runs):
-        np.add.at(measured, k[runs], np.add.reduceat(take(events.self_ps, inside), runs))
-    sums["measured_ps"][d] = measured
     segments = _Segments.of(events, lo, hi)
     sums["saving_ps"][d] = segments.saving(per_op.at_bound)
     for c, saving in enumerate(segments.savings(per_op.change_ratios)):
@@ -478,13 +524,15 @@ def _split_busy(
     if not (d_collective.any() or d_host.any()):
         return
     work = ~(d_collective | d_host)
+    start = events.start[work]
     sums["compute_ps"][d] = _covered(
-        *merged_intervals(events.start[work], events.end[work]), lo, hi
+        *merged_intervals(start, start + events.duration[work]), lo, hi
     )
     if d_host.any():
         no_host = ~d_host
+        start = events.start[no_host]
         sums["no_host_ps"][d] = _covered(
-            *merged_intervals(events.start[no_host], events.end[no_host]), lo, hi
+            *merged_intervals(start, start + events.duration[no_host]), lo, hi
         )
 
 
@@ -536,13 +584,12 @@ def _keep_longest(
         longest.setdefault(int(op[k]), []).append((int(busy_end[g]), int(busy_start[g + 1])))
 
 
-def _busy_spans(spans: SortedSpans) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _busy_spans(spans: _Spans) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`merged_intervals` of one device's events (`spans` of them), with the event that opens
     each span (index into the columns): of the events starting at the span's start, the one
     that ends last (an enclosing op, not the first op of its body), the first in the columns'
     order on a tie."""
-    order, s, e, at = spans.order, spans.start, spans.end, spans.at
-    span_end = spans.span_end
+    order, s, at, span_end = spans.order, spans.start, spans.at, spans.span_end
     # Where several events start at a span's start (the next in order starts with it), the
     # opener is the longest of them.
     opener = at.copy()
@@ -554,9 +601,10 @@ def _busy_spans(spans: SortedSpans) -> tuple[np.ndarray, np.ndarray, np.ndarray]
         members = np.repeat(at[tied], count) + (
             np.arange(int(count.sum())) - np.repeat(offsets, count)
         )
-        longest = np.maximum.reduceat(e[members], offsets)
+        member_end = s[members] + spans.duration[members]
+        longest = np.maximum.reduceat(member_end, offsets)
         # The first member (in sorted, so column, order) that reaches the run's longest end.
-        is_longest = np.flatnonzero(e[members] == np.repeat(longest, count))
+        is_longest = np.flatnonzero(member_end == np.repeat(longest, count))
         opener[tied] = members[is_longest[np.searchsorted(is_longest, offsets)]]
     return s[at], span_end, opener if order is None else order[opener]
 
@@ -635,27 +683,20 @@ class _Segments(NamedTuple):
     def of(cls, events: _DeviceEvents, lo: np.ndarray, hi: np.ndarray) -> _Segments:
         leaf = events.self_ps == events.duration
         if leaf.all():  # GPU kernels, TPU lines without loops: the busy spans' order serves
-            spans = events.by_start
-            start, end, reach = spans.start, spans.end, spans.reach
-            op, duration = (
-                (events.op, events.duration)
-                if spans.order is None
-                else (events.op[spans.order], events.duration[spans.order])
-            )
+            spans, op = events.by_start, events.op
         else:
-            start, end, op = events.start[leaf], events.end[leaf], events.op[leaf]
-            if len(start) > 1 and bool((start[1:] < start[:-1]).any()):
-                by_start = np.argsort(start, kind="stable")
-                start, end, op = start[by_start], end[by_start], op[by_start]
-            reach = np.maximum.accumulate(end)
-            duration = end - start
-        alone = _alone(start, reach)
+            spans, op = _Spans.of(events.start[leaf], events.duration[leaf]), events.op[leaf]
+        if spans.order is not None:
+            op = op[spans.order]
+        start, duration, alone = spans.start, spans.duration, spans.alone
         overlap = np.flatnonzero(~alone)  # few: by position
-        return cls(
-            len(lo),
-            *_alone_pieces(start, end, duration, op, alone, lo, hi),
-            *_together_segments(start[overlap], end[overlap], op[overlap], lo, hi),
+        overlap_start = start[overlap]
+        # The overlapping events' segments before the alone pieces: the temporaries of the one
+        # never meet the columns of the other.
+        together = _together_segments(
+            overlap_start, overlap_start + duration[overlap], op[overlap], lo, hi
         )
+        return cls(len(lo), *_alone_pieces(start, duration, op, alone, lo, hi), *together)
 
     def saving(self, ratio: np.ndarray) -> np.ndarray:
         """Per window: how much shorter the device's busy time in it would be with each op
@@ -720,21 +761,8 @@ class _Segments(NamedTuple):
         return found
 
 
-def _alone(start: np.ndarray, reach: np.ndarray) -> np.ndarray:
-    """Bool per event (sorted by start; `reach`: the latest end so far, event by event): it
-    overlaps no other. Events that overlap no other (most of them: a GPU stream, a TPU op
-    line) are each their own segment; only the clusters of overlapping events need cutting.
-    Event i overlaps no earlier one when it starts after all of them end, and no later one
-    when the next starts after it ends."""
-    opens = np.ones(len(start) + 1, dtype=bool)
-    opens[1:-1] = start[1:] >= reach[:-1]
-    alone: np.ndarray = opens[:-1] & opens[1:]
-    return alone
-
-
 def _alone_pieces(
     start: np.ndarray,
-    end: np.ndarray,
     duration: np.ndarray,
     op: np.ndarray,
     alone: np.ndarray,
@@ -749,6 +777,7 @@ def _alone_pieces(
     if not len(start):
         nothing = (op, op.copy(), op.astype(np.float64))
         return (*nothing, nothing, np.zeros(1, dtype=np.int64))
+    block_starts = _every_block_rows(alone)  # before the pieces' columns: its peak apart
     # Window k holds [lo[k], until[k]): its span, up to where the next one begins. Its events
     # are a run: from the first to start at lo[k], those starting before until[k] lie in it
     # (an alone one perhaps only in part: the last), the rest up to the next run in none.
@@ -763,23 +792,18 @@ def _alone_pieces(
     counted &= alone
     length = np.multiply(duration, counted, dtype=np.float64)  # int64 ps: exact
     last = stop - 1
-    cut = (stop > first) & alone[last] & (end[last] > until)
+    cut = (stop > first) & alone[last] & (start[last] + duration[last] > until)
     length[last[cut]] = (until - start[last])[cut]
     # The alone events that run on past a later window's start: each the last event before
     # that window's run (none where the windows tile the busy time).
     before = first - 1
-    crossing = before[(first > 0) & alone[before] & (end[before] > lo)]
+    crossing = before[(first > 0) & alone[before] & (start[before] + duration[before] > lo)]
     crossing = crossing[np.r_[True, crossing[1:] != crossing[:-1]][: len(crossing)]]  # once
+    crossing_end = start[crossing] + duration[crossing]
     after = np.searchsorted(lo, start[crossing], side="right")  # the first window past its own
-    count = np.searchsorted(lo, end[crossing], side="left") - after
+    count = np.searchsorted(lo, crossing_end, side="left") - after
     later = np.repeat(after - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
-    later_ps = np.minimum(np.repeat(end[crossing], count), until[later]) - lo[later]
-    # Blocks of `BLOCK_ROWS` alone events: where the count of them reaches each multiple.
-    block_starts = np.zeros(1, dtype=np.int64)
-    if len(alone) > BLOCK_ROWS and int(alone.sum()) > BLOCK_ROWS:
-        so_far = np.cumsum(alone, dtype=np.int64)
-        block_starts = np.searchsorted(so_far, np.arange(0, int(so_far[-1]), BLOCK_ROWS) + 1)
-        block_starts[0] = 0
+    later_ps = np.minimum(np.repeat(crossing_end, count), until[later]) - lo[later]
     return (
         op,
         window,
@@ -789,8 +813,24 @@ def _alone_pieces(
             later.astype(np.int32),
             later_ps.astype(np.float64),
         ),
-        block_starts.astype(np.int64),
+        block_starts,
     )
+
+
+def _every_block_rows(alone: np.ndarray) -> np.ndarray:
+    """Where each block of `BLOCK_ROWS` alone events begins (int64, the first at 0): the
+    1st, the `BLOCK_ROWS + 1`-th... alone event, found a block of rows at a time."""
+    found = []
+    so_far = 0  # alone events before the block
+    for part in blocks(len(alone)):
+        at = np.flatnonzero(alone[part])
+        found.append(at[-so_far % BLOCK_ROWS :: BLOCK_ROWS] + part.start)
+        so_far += len(at)
+    if not so_far:
+        return np.zeros(1, dtype=np.int64)
+    block_starts = np.concatenate(found).astype(np.int64)
+    block_starts[0] = 0  # the events before the first alone one: in the first block
+    return block_starts
 
 
 def _together_segments(

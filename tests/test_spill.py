@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import gc
+import multiprocessing.util
 import os
 import tempfile
 from collections.abc import Iterator
@@ -59,6 +60,11 @@ def pod(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """TMPDIR for this test only: the spill directory must go there and be gone after."""
+    # This process's own multiprocessing directory is made first, under the system's: a pool
+    # started meanwhile puts its forkserver's socket there, and under pytest's deep tmp_path
+    # the socket's path could pass the 107 bytes one may have ("AF_UNIX path too long",
+    # where no earlier test of the worker had started a pool).
+    multiprocessing.util.get_temp_dir()
     where = tmp_path / "tmp"
     where.mkdir()
     monkeypatch.setenv("TMPDIR", str(where))

@@ -754,9 +754,10 @@ def test_an_interrupt_during_a_many_host_check_is_130(tmp_path: Path) -> None:
 # --- class 4: clusters that fail -------------------------------------------------------------
 
 
-def _server(reply: bytes | None) -> tuple[str, socket.socket]:
+def _server(reply: bytes | None) -> tuple[str, Callable[[], None]]:
     """A local TCP server that accepts every connection and answers `reply` to what it reads
-    (None: never answers)."""
+    (None: never answers), and what closes it and every connection it accepted (one left to the
+    garbage collector warned, unraisably, in whichever test ran next)."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(8)
@@ -774,7 +775,13 @@ def _server(reply: bytes | None) -> tuple[str, socket.socket]:
                 conn.sendall(reply)
 
     threading.Thread(target=serve, daemon=True).start()
-    return f"tcp://127.0.0.1:{server.getsockname()[1]}", server
+
+    def close() -> None:
+        server.close()
+        for conn in held:
+            conn.close()
+
+    return f"tcp://127.0.0.1:{server.getsockname()[1]}", close
 
 
 @pytest.mark.parametrize(
@@ -790,11 +797,11 @@ def test_every_cluster_failure_is_one_line_naming_the_address(
     # The same path with a 2 s timeout: a hang is still caught, in a fifth of the time.
     timeout = 2
     monkeypatch.setattr(dask_executor, "CONNECT_TIMEOUT_S", timeout)
-    server = None
+    close = None
     if kind == "never answers":
-        address, server = _server(None)
+        address, close = _server(None)
     elif kind == "http":
-        address, server = _server(b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello" * 100)
+        address, close = _server(b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello" * 100)
     else:
         address = {
             "tls": "tls://127.0.0.1:1",
@@ -810,8 +817,8 @@ def test_every_cluster_failure_is_one_line_naming_the_address(
             ["audit", str(FIXTURES / "mlp"), "--chip", str(chip), "--cluster", address], capsys
         )
     finally:
-        if server is not None:
-            server.close()
+        if close is not None:
+            close()
     # The timeout, the second the connecting thread is given past it, and starting Dask (its
     # import alone takes seconds on a busy machine): well under the 13 s this bound once was.
     assert time.monotonic() - started < timeout + 1 + 8

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scipy import stats
 
 from hlogap import audit
 from hlogap.options import AuditOptions
@@ -82,6 +81,10 @@ def _welch_interval(
     """The documented method, written out: Welch's t on the logs of the per-step figures (with
     `noise`, the run-to-run allowance added in quadrature: the fail rule's interval); a change
     in %."""
+    # Imported here: scipy.stats takes ~0.8 s to import, and every test worker collects (imports)
+    # every test module.
+    from scipy import stats
+
     lb, ln = [math.log(v) for v in base], [math.log(v) for v in new]
     a, b = statistics.variance(lb) / len(lb), statistics.variance(ln) / len(ln)
     df = (a + b) ** 2 / (a * a / (len(lb) - 1) + b * b / (len(ln) - 1))

@@ -1,7 +1,8 @@
 """Fuzzing the trace reader and the whole audit with mutated real profiles.
 
 A mutated file must give a clean `HlogapError` (exit 2/3) or a valid report; any other exception
-is a bug. The budget is bounded for CI: HLOGAP_FUZZ_EXAMPLES cases per test (default 3000).
+is a bug. The budget is bounded for CI: HLOGAP_FUZZ_EXAMPLES cases per test (default 2000;
+raise it for a deeper run).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from hlogap.trace.summary import time_ops
 from tests import tpu_trace
 from tests.conftest import AMD_FILES, SAMPLE
 
-EXAMPLES = int(os.environ.get("HLOGAP_FUZZ_EXAMPLES", "3000"))
+EXAMPLES = int(os.environ.get("HLOGAP_FUZZ_EXAMPLES", "2000"))
 
 
 def _seeds() -> list[bytes]:

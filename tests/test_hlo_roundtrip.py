@@ -84,7 +84,7 @@ SHAPES = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(SHAPES)
 def test_shapes(shape: Shape) -> None:
     assert parse_shape(print_shape(shape)) == shape
@@ -240,7 +240,7 @@ def instructions(
     return inst
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(st.data())
 def test_instructions(data: st.DataObject) -> None:
     inst = data.draw(instructions(data.draw(NAMES)))
@@ -298,7 +298,7 @@ def modules(draw: st.DrawFn) -> Module:
     return module
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(modules())
 def test_modules(module: Module) -> None:
     assert parse_module(print_module(module)) == module

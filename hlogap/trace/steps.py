@@ -406,7 +406,8 @@ class _Table:
     # Per op of the host: idle device time before it, and in how many gaps (exact int64).
     idle_before: np.ndarray
     idle_gaps: np.ndarray
-    longest: dict[int, list[tuple[int, int]]]  # per op index: its longest gaps
+    # Per device: its longest gaps of each op (op index, start, end; `_keep_longest`).
+    longest: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
 
     @classmethod
     def empty(cls, devices: int, steps: int, changes: int, ops: int) -> _Table:
@@ -417,7 +418,7 @@ class _Table:
             np.zeros((changes, devices, steps)),
             np.zeros(ops, dtype=np.int64),
             np.zeros(ops, dtype=np.int64),
-            {},
+            [],
         )
 
     def totals(self, keys: list[OpKey]) -> StepTotals:
@@ -430,9 +431,27 @@ class _Table:
             waits=OpWaits(
                 {keys[i]: int(self.idle_before[i]) for i in waited},
                 {keys[i]: int(self.idle_gaps[i]) for i in waited},
-                {keys[i]: _longest(spans) for i, spans in self.longest.items()},
+                self.largest(keys),
             ),
         )
+
+    def largest(self, keys: list[OpKey]) -> dict[OpKey, tuple[tuple[int, int], ...]]:
+        """Each op's `LARGEST_GAPS` longest gaps of every device's (`_longest`'s order: the
+        longest first, the earliest first on a tie), the ops in the order the devices first
+        gave them. One sort for the host, not a list per op and device."""
+        if not self.longest:
+            return {}
+        op, start, end = (np.concatenate(column) for column in zip(*self.longest))
+        order = np.lexsort((start, start - end, op))
+        by_op = op[order]
+        group = np.flatnonzero(np.r_[True, by_op[1:] != by_op[:-1]])
+        rank = np.arange(len(by_op)) - np.repeat(group, np.diff(np.r_[group, len(by_op)]))
+        kept = order[rank < LARGEST_GAPS]
+        spans: dict[int, list[tuple[int, int]]] = {}
+        for i, a, b in zip(op[kept].tolist(), start[kept].tolist(), end[kept].tolist()):
+            spans.setdefault(i, []).append((a, b))
+        _, first = np.unique(op, return_index=True)
+        return {keys[i]: tuple(spans[i]) for i in op[np.sort(first)].tolist()}
 
 
 def _device_totals(
@@ -552,14 +571,14 @@ def _busy_and_waits(
 
 
 def _keep_longest(
-    longest: dict[int, list[tuple[int, int]]],
+    longest: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
     busy_start: np.ndarray,
     busy_end: np.ndarray,
     in_windows: np.ndarray,
     waited_for: np.ndarray,
 ) -> None:
     """Add one device's `LARGEST_GAPS` longest gaps inside the windows of each op (by the op
-    that ends them) to `longest` (`_longest` keeps the longest of every device's)."""
+    that ends them) to `longest` (`_Table.largest` keeps the longest of every device's)."""
     inside = np.flatnonzero(in_windows > 0)
     if not len(inside):
         return
@@ -579,9 +598,9 @@ def _keep_longest(
     op = op[order]
     group = np.flatnonzero(np.r_[True, op[1:] != op[:-1]])
     rank = np.arange(len(op)) - np.repeat(group, np.diff(np.r_[group, len(op)]))
-    for k in np.flatnonzero(rank < LARGEST_GAPS).tolist():
-        g = int(inside[order[k]])
-        longest.setdefault(int(op[k]), []).append((int(busy_end[g]), int(busy_start[g + 1])))
+    keep = np.flatnonzero(rank < LARGEST_GAPS)
+    gap = inside[order[keep]]
+    longest.append((op[keep], busy_end[gap], busy_start[gap + 1]))
 
 
 def _busy_spans(spans: _Spans) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import FIXTURES, ROOT, write_cpu_chip
 
 # The process runs `hlogap` as the console script does, then lists the modules it loaded.
@@ -78,3 +80,32 @@ def test_help_lists_the_formats_without_the_report(tmp_path: Path) -> None:
     loaded = _loaded(tmp_path, "audit", "--help")
     assert "hlogap.render.table" in loaded  # every renderer, for --format's list
     assert _found(loaded, NOT_FOR_HELP) == []
+
+
+def test_the_collector_is_off_while_modules_load_and_as_it_was_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`main` turns the cyclic garbage collector off while the command's modules load and on,
+    what exists frozen, once they are (its passes over every object loaded cost an audit
+    ~20 ms); after `main`, in a process that goes on (a test's), nothing stays frozen or off."""
+    import gc
+
+    from hlogap.cli import main, process
+    from hlogap.cli.commands import audit
+
+    seen: list[tuple[bool, int]] = []
+    real = process.collect_from_here
+
+    def watched() -> None:
+        seen.append((gc.isenabled(), gc.get_freeze_count()))
+        real()
+        seen.append((gc.isenabled(), gc.get_freeze_count()))
+
+    monkeypatch.setattr(audit, "collect_from_here", watched)
+    chip = str(write_cpu_chip(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["hlogap", "audit", str(FIXTURES / "mlp"), "--chip", chip])
+    with pytest.raises(SystemExit) as done:
+        main()
+    assert done.value.code == 0
+    assert seen[0] == (False, 0) and seen[1][0] and seen[1][1] > 0
+    assert gc.isenabled() and gc.get_freeze_count() == 0

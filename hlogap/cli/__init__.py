@@ -74,6 +74,19 @@ app.command(cls=writes("diff"), epilog=EXIT_CODES)(diff.diff)
 def main() -> None:
     """Console entry point: one line on stderr and a documented exit code for every failure;
     `--debug` adds the traceback and keeps the exit code."""
+    import gc
+
+    # No cyclic garbage collection while the command's modules load: `collect_from_here`
+    # turns it on once they are. As it was after (tests run `main` in their own process).
+    gc.disable()
+    try:
+        _main()
+    finally:
+        gc.unfreeze()
+        gc.enable()
+
+
+def _main() -> None:
     import signal
 
     debug = "--debug" in sys.argv[1:]

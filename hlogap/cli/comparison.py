@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hlogap.cli.output import Progress
+from hlogap.cli.process import collect_from_here
 
 if TYPE_CHECKING:
     from hlogap.report.model import AuditReport
@@ -31,6 +32,7 @@ def load_both(
     from hlogap.pipeline import load_pair
 
     s = selection
+    collect_from_here()
     with Progress() as progress:
         return load_pair(
             base,

@@ -4,6 +4,7 @@ teardown can turn into another code (docs/cli.md's exit codes)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from typing import NoReturn
@@ -13,6 +14,16 @@ from hlogap.cli.output import escaped
 
 class Terminated(BaseException):
     """SIGTERM, raised where the main thread is so that cleanup runs."""
+
+
+def collect_from_here() -> None:
+    """The command's modules are loaded: the cyclic garbage collector, off while they were
+    (`hlogap.cli.main`), is turned on, what exists so far frozen out of its passes (modules,
+    classes and functions live until exit). Its passes while hlogap, numpy and Typer were
+    imported walked every object made so far, again and again: ~20 ms of an audit of 0.4 s
+    (`gc.callbacks`)."""
+    gc.freeze()
+    gc.enable()
 
 
 def on_sigterm(signum: int, frame: object) -> None:

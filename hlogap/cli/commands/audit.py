@@ -39,6 +39,7 @@ from hlogap.cli.output import (
     write_document,
     wrote,
 )
+from hlogap.cli.process import collect_from_here
 from hlogap.errors import UsageError
 
 if TYPE_CHECKING:
@@ -121,6 +122,7 @@ def audit_to(path: str, options: AuditOptions, choice: OutputChoice, plot: Path 
         from hlogap.render.plot import check_plot_target
 
         check_plot_target(plot)
+    collect_from_here()
     with Progress() as progress:
         report = run_audit(path, options, progress)
     refuse_overwriting_inputs([target, plot], report, options.chip)

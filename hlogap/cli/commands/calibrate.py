@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from hlogap.cli.args import CalibrateOutputOpt
 from hlogap.cli.output import file_target, write_stdout
+from hlogap.cli.process import collect_from_here
 
 if TYPE_CHECKING:
     from hlogap.chips.calibrate import Calibration
@@ -24,6 +25,7 @@ def calibrate(output: CalibrateOutputOpt = None) -> None:
     from hlogap.chips.calibrate import chip_text, measure
     from hlogap.chips.database import calibrated_path
 
+    collect_from_here()
     target = file_target(output)
     if target is not None:
         from hlogap.files import check_output

@@ -25,6 +25,7 @@ from hlogap.cli.output import (
     write_document,
     write_stdout,
 )
+from hlogap.cli.process import collect_from_here
 from hlogap.errors import HlogapError, UsageError
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ def demo(
     with tempfile.TemporaryDirectory(prefix="hlogap-demo-") as scratch:
         chosen_chip = chip if chip is not None else _calibrated(Path(scratch))
         options = AuditOptions(chip=chosen_chip, timeline=needs_timeline(chosen))
+        collect_from_here()
         report = run_audit(logdir, options)
     refuse_overwriting_inputs([target], report, chip)
     write_document(report, "audit", OutputChoice(fmt, output, top, wide=wide))

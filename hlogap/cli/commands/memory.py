@@ -21,6 +21,7 @@ from hlogap.cli.output import (
     refuse_overwriting_inputs,
     write_document,
 )
+from hlogap.cli.process import collect_from_here
 
 
 def memory(
@@ -53,6 +54,7 @@ def memory(
     options = AuditOptions(
         chip=chip, run=run, host=host, device=device, module=module, advice=False
     )
+    collect_from_here()
     with Progress() as progress:
         report = run_audit(path, options, progress)
     refuse_overwriting_inputs([target], report, chip)

@@ -35,4 +35,37 @@ static inline int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *o
     return read_long_varint(p, end, out);
 }
 
+/* A length-delimited payload at *p: its bounds, *p moved past it; 0 if it overruns end. */
+static int read_payload(const uint8_t **p, const uint8_t *end, const uint8_t **body,
+                        const uint8_t **body_end) {
+    uint64_t size;
+    if (!read_varint(p, end, &size) || size > (uint64_t)(end - *p)) return 0;
+    *body = *p;
+    *body_end = *p + size;
+    *p = *body_end;
+    return 1;
+}
+
+/* Skip a value of wire type `wire`; 0 if it overruns end or is a group (upb reads those). */
+static int skip_wire_value(int wire, const uint8_t **p, const uint8_t *end) {
+    uint64_t ignored;
+    const uint8_t *body, *body_end;
+    switch (wire) {
+    case WIRE_VARINT:
+        return read_varint(p, end, &ignored);
+    case WIRE_FIXED64:
+        if (end - *p < 8) return 0;
+        *p += 8;
+        return 1;
+    case WIRE_FIXED32:
+        if (end - *p < 4) return 0;
+        *p += 4;
+        return 1;
+    case WIRE_LEN:
+        return read_payload(p, end, &body, &body_end);
+    default:
+        return 0;
+    }
+}
+
 #endif

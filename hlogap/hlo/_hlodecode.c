@@ -42,12 +42,7 @@ typedef struct {
 } Span;
 
 static int read_len(const uint8_t **p, const uint8_t *end, Span *body) {
-    uint64_t size;
-    if (!read_varint(p, end, &size) || size > (uint64_t)(end - *p)) return 0;
-    body->p = *p;
-    body->end = *p + size;
-    *p = body->end;
-    return 1;
+    return read_payload(p, end, &body->p, &body->end);
 }
 
 /* A field's tag: its number and wire type; 0 for a number outside 1..2^29-1. */
@@ -57,28 +52,6 @@ static int read_tag(const uint8_t **p, const uint8_t *end, uint64_t *field, int 
     *field = tag >> 3;
     *wire = (int)(tag & 7);
     return *field != 0 && *field < (1u << 29);
-}
-
-/* Skip a value of wire type `wire`; 0 if malformed or a group (upb reads those). */
-static int skip_value(int wire, const uint8_t **p, const uint8_t *end) {
-    uint64_t ignored;
-    Span body;
-    switch (wire) {
-    case WIRE_VARINT:
-        return read_varint(p, end, &ignored);
-    case WIRE_FIXED64:
-        if (end - *p < 8) return 0;
-        *p += 8;
-        return 1;
-    case WIRE_FIXED32:
-        if (end - *p < 4) return 0;
-        *p += 4;
-        return 1;
-    case WIRE_LEN:
-        return read_len(p, end, &body);
-    default:
-        return 0;
-    }
 }
 
 static int append_bytes(PyObject *list, const uint8_t *p, const uint8_t *end) {
@@ -469,7 +442,7 @@ static PyObject *build_layout(Span s, Py_ssize_t rank, int *is_default) {
                 int w2;
                 if (!read_tag(&tile.p, tile.end, &f2, &w2)) ok = 0;
                 else if (f2 == 1) ok = read_repeated(&tiles, w2, &tile.p, tile.end) == 1;
-                else ok = skip_value(w2, &tile.p, tile.end);
+                else ok = skip_wire_value(w2, &tile.p, tile.end);
             }
             ok = ok && vec_push(&tile_ends, tiles.n);
             break;
@@ -483,7 +456,7 @@ static PyObject *build_layout(Span s, Py_ssize_t rank, int *is_default) {
         case 9: case 10: case 11: case 12: case 15: case 17: /* the extra items */
             break;
         default:
-            ok = skip_value(wire, &p, s.end);
+            ok = skip_wire_value(wire, &p, s.end);
             break;
         }
         if (!ok) goto out;
@@ -559,7 +532,7 @@ static PyObject *build_shape(void *context, Span s, int depth) {
         case 5:
             ok = wire == WIRE_LEN && layout_span.p == NULL && read_len(&p, s.end, &layout_span);
             break;
-        default: ok = skip_value(wire, &p, s.end); break;
+        default: ok = skip_wire_value(wire, &p, s.end); break;
         }
         if (!ok) goto out;
     }
@@ -709,7 +682,7 @@ static PyObject *build_metadata(void *context, Span s, int depth) {
                 if (field == 19) end_column = (int32_t)(uint32_t)v;
                 if (field == 15) frame = (int32_t)(uint32_t)v;
                 break;
-            default: ok = skip_value(wire, &p, s.end); break;
+            default: ok = skip_wire_value(wire, &p, s.end); break;
             }
         }
         if (!ok) return NULL;
@@ -834,7 +807,7 @@ static PyObject *int32_items(Span item, const int *order, int count) {
         if (field >= 1 && field <= (uint64_t)count) {
             if (wire != WIRE_VARINT || !read_varint(&p, item.end, &v)) return NULL;
             numbers[field - 1] = (int32_t)(uint32_t)v;
-        } else if (!skip_value(wire, &p, item.end)) {
+        } else if (!skip_wire_value(wire, &p, item.end)) {
             return NULL;
         }
     }
@@ -869,7 +842,7 @@ static PyObject *build_frames(Span s) {
         Span item;
         if (!read_tag(&p, s.end, &field, &wire)) goto out;
         if (field < 1 || field > 4) {
-            if (!skip_value(wire, &p, s.end)) goto out;
+            if (!skip_wire_value(wire, &p, s.end)) goto out;
             continue;
         }
         if (wire != WIRE_LEN || !read_len(&p, s.end, &item)) goto out;
@@ -931,7 +904,7 @@ static int check_message(Span s, const FieldKind *kinds, int depth) {
         const FieldKind *kind = kinds;
         while (kind->number && kind->number != field) kind++;
         if (!kind->number) { /* unknown: skipped */
-            if (!skip_value(wire, &p, s.end)) return 0;
+            if (!skip_wire_value(wire, &p, s.end)) return 0;
             continue;
         }
         if (kind->kind == 'v') {
@@ -1257,14 +1230,14 @@ static int read_fields(Module *m, Span bytes, Fields *f) {
         if (is_groups) {
             if (f->groups.p == NULL) f->groups.p = start;
             else if (f->groups.end != start) f->groups_split = 1;
-            ok = wire == WIRE_LEN && skip_value(wire, &p, end);
+            ok = wire == WIRE_LEN && skip_wire_value(wire, &p, end);
             f->groups.end = p;
             if (!ok) return 0;
             continue;
         }
         switch (field) {
         case F_NAME:
-            ok = wire == WIRE_LEN && skip_value(wire, &p, end); /* pass 1 read it */
+            ok = wire == WIRE_LEN && skip_wire_value(wire, &p, end); /* pass 1 read it */
             break;
         case F_OPCODE: ok = len_field(wire, &p, end, &f->opcode, seen, field); break;
         case F_SHAPE: ok = len_field(wire, &p, end, &f->shape, seen, field); break;
@@ -1340,7 +1313,7 @@ static int read_fields(Module *m, Span bytes, Fields *f) {
             break;
         default:
             /* A field hlo.proto does not know: skipped, as upb does. */
-            ok = !is_python_field(field) && skip_value(wire, &p, end);
+            ok = !is_python_field(field) && skip_wire_value(wire, &p, end);
             break;
         }
         if (ok != 1) {
@@ -1421,7 +1394,7 @@ static int slice_attrs(Module *m, Span bytes, PyObject **values, PyObject *attrs
             if (field >= 1 && field <= 3) {
                 if (wire != WIRE_VARINT || !read_varint(&p, end, &v)) return 0;
                 triple[field - 1] = (int64_t)v;
-            } else if (!skip_value(wire, &p, end)) {
+            } else if (!skip_wire_value(wire, &p, end)) {
                 return 0;
             }
         }
@@ -1481,7 +1454,7 @@ static int dot_attrs(Span s, PyObject **values, PyObject *attrs) {
                 done = PyErr_Occurred() ? -1 : 0;
                 goto out;
             }
-        } else if (!skip_value(wire, &p, s.end)) {
+        } else if (!skip_wire_value(wire, &p, s.end)) {
             goto out;
         }
     }
@@ -1517,7 +1490,7 @@ static int padding_attr(Span s, PyObject *attrs) {
         Span dim;
         if (!read_tag(&p, s.end, &field, &wire)) goto out;
         if (field != 1) {
-            if (!skip_value(wire, &p, s.end)) goto out;
+            if (!skip_wire_value(wire, &p, s.end)) goto out;
             continue;
         }
         if (wire != WIRE_LEN || !read_len(&p, s.end, &dim)) goto out;
@@ -1527,7 +1500,7 @@ static int padding_attr(Span s, PyObject *attrs) {
             if (field >= 1 && field <= 3) {
                 if (wire != WIRE_VARINT || !read_varint(&dim.p, dim.end, &v)) goto out;
                 three[field - 1] = (int64_t)v;
-            } else if (!skip_value(wire, &dim.p, dim.end)) {
+            } else if (!skip_wire_value(wire, &dim.p, dim.end)) {
                 goto out;
             }
         }
@@ -1573,7 +1546,7 @@ static int precision_attr(Module *m, Span s, PyObject *attrs) {
             if (ok != 1) return PyErr_Occurred() ? -1 : 0;
         } else if (field == 2) {
             if (wire != WIRE_VARINT || !read_varint(&p, s.end, &v)) return 0;
-        } else if (!skip_value(wire, &p, s.end)) {
+        } else if (!skip_wire_value(wire, &p, s.end)) {
             return 0;
         }
     }
@@ -1983,7 +1956,7 @@ static int read_computation(Module *m, Comp *c, PyObject *rest) {
                     if (w2 != WIRE_VARINT || !read_varint(&q, body.end, &v))
                         return unhandled("an odd instruction id");
                     inst->id = (int64_t)v;
-                } else if (!skip_value(w2, &q, body.end)) {
+                } else if (!skip_wire_value(w2, &q, body.end)) {
                     return unhandled("a malformed instruction");
                 }
             }
@@ -2016,7 +1989,7 @@ static int read_computation(Module *m, Comp *c, PyObject *rest) {
             if (ok && field == 6) c->root_id = (int64_t)v;
             break;
         default:
-            ok = skip_value(wire, &p, end);
+            ok = skip_wire_value(wire, &p, end);
             break;
         }
         if (!ok) return unhandled("an odd computation field");
@@ -2064,7 +2037,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
             if (!read_tag(&p, end, &field, &wire)) goto malformed;
             if (field == 1) {
                 if (wire != WIRE_LEN || found++ || !read_len(&p, end, &body)) goto malformed;
-            } else if (!skip_value(wire, &p, end)) {
+            } else if (!skip_wire_value(wire, &p, end)) {
                 goto malformed;
             }
         }
@@ -2103,7 +2076,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
             if (ok && field == 6) entry_id = (int64_t)v;
             break;
         case 17: /* stack_frame_index: made here when given once, else merged by upb */
-            ok = wire == WIRE_LEN && skip_value(wire, &p, module.end);
+            ok = wire == WIRE_LEN && skip_wire_value(wire, &p, module.end);
             if (ok && frames_count == 1) ok = append_bytes(module_rest, frames_start, frames_end);
             if (ok && frames_count >= 1) ok = append_bytes(module_rest, start, p);
             if (ok && frames_count == 0) {
@@ -2113,11 +2086,11 @@ static PyObject *decode(PyObject *self, PyObject *args) {
             frames_count++;
             break;
         case 4: case 15: case 19: /* for upb and decode.py */
-            ok = wire == WIRE_LEN && skip_value(wire, &p, module.end);
+            ok = wire == WIRE_LEN && skip_wire_value(wire, &p, module.end);
             if (ok && !append_bytes(module_rest, start, p)) goto done;
             break;
         default:
-            ok = skip_value(wire, &p, module.end);
+            ok = skip_wire_value(wire, &p, module.end);
             break;
         }
         if (!ok) goto malformed;

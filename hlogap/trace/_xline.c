@@ -26,39 +26,10 @@
 
 #define ABSENT INT64_MIN
 
-/* A length-delimited payload at *p: its bounds, *p moved past it; 0 if it overruns end. */
-static int read_len(const uint8_t **p, const uint8_t *end, const uint8_t **body,
-                    const uint8_t **body_end) {
-    uint64_t size;
-    if (!read_varint(p, end, &size) || size > (uint64_t)(end - *p)) return 0;
-    *body = *p;
-    *body_end = *p + size;
-    *p = *body_end;
-    return 1;
-}
-
 /* Skip an unknown field's value of wire type `wire`; 0 if malformed: a field number outside
    1..2^29-1 (invalid on the wire), a value past the end, a group (upb decides). */
 static int skip_value(uint64_t field, int wire, const uint8_t **p, const uint8_t *end) {
-    uint64_t ignored;
-    const uint8_t *body, *body_end;
-    if (field == 0 || field >= (1u << 29)) return 0;
-    switch (wire) {
-    case WIRE_VARINT:
-        return read_varint(p, end, &ignored);
-    case WIRE_FIXED64:
-        if (end - *p < 8) return 0;
-        *p += 8;
-        return 1;
-    case WIRE_FIXED32:
-        if (end - *p < 4) return 0;
-        *p += 4;
-        return 1;
-    case WIRE_LEN:
-        return read_len(p, end, &body, &body_end);
-    default:
-        return 0;
-    }
+    return field != 0 && field < (1u << 29) && skip_wire_value(wire, p, end);
 }
 
 /* The stat metadata ids asked for (a negative id is never in a file), and for small ids the
@@ -145,7 +116,7 @@ static int read_event(const uint8_t *p, const uint8_t *end, const Wanted *wanted
         } else if (wire == WIRE_VARINT && field == 5) {
             return 0; /* num_occurrences: an aggregated event, read whole by upb */
         } else if (wire == WIRE_LEN && field == 4) {
-            if (!read_len(&p, end, &body, &body_end)) return 0;
+            if (!read_payload(&p, end, &body, &body_end)) return 0;
             if (!read_stat(body, body_end, wanted, columns + 3 * n, n, row)) return 0;
         } else if (!skip_value(field, wire, &p, end)) {
             return 0;
@@ -184,7 +155,7 @@ static int walk_head(const uint8_t *start, const uint8_t *end, Head *head, PyObj
         uint64_t field = tag >> 3;
         int wire = (int)(tag & 7);
         if (wire == WIRE_LEN && field == 4) {
-            if (!read_len(&p, end, &body, &body_end)) goto malformed;
+            if (!read_payload(&p, end, &body, &body_end)) goto malformed;
             head->events++;
         } else if (wire == WIRE_VARINT && (field == 1 || field == 10 || field == 3 || field == 9)) {
             if (!read_varint(&p, end, &v)) goto malformed;
@@ -194,7 +165,7 @@ static int walk_head(const uint8_t *start, const uint8_t *end, Head *head, PyObj
                                           : &head->duration_ps;
             *slot = (int64_t)v;
         } else if (wire == WIRE_LEN && (field == 2 || field == 11)) {
-            if (!read_len(&p, end, &body, &body_end)) goto malformed;
+            if (!read_payload(&p, end, &body, &body_end)) goto malformed;
             if (field == 2) {
                 head->name = body;
                 head->name_end = body_end;
@@ -232,7 +203,7 @@ static int walk_events(const uint8_t **p, const uint8_t *end, const Wanted *want
             if (!skip_value(field, wire, p, end)) goto malformed;
             continue;
         }
-        if (!read_len(p, end, &body, &body_end)) goto malformed;
+        if (!read_payload(p, end, &body, &body_end)) goto malformed;
         if (!read_event(body, body_end, wanted, columns, n, row)) {
             PyObject *item =
                 Py_BuildValue("(ny#)", row, (const char *)body, (Py_ssize_t)(body_end - body));
@@ -352,7 +323,7 @@ static int walk_plane(const uint8_t *start, const uint8_t *end, Py_ssize_t *head
         uint64_t field = tag >> 3;
         int wire = (int)(tag & 7);
         if (field == 3 && wire == WIRE_LEN) {
-            if (!read_len(&p, end, &body, &body_end)) return 0;
+            if (!read_payload(&p, end, &body, &body_end)) return 0;
             if (spans != NULL) {
                 PyObject *span = Py_BuildValue("(nn)", (Py_ssize_t)(body - start),
                                                (Py_ssize_t)(body_end - start));

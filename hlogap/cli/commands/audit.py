@@ -44,6 +44,7 @@ from hlogap.errors import UsageError
 
 if TYPE_CHECKING:
     from hlogap.options import AuditOptions
+    from hlogap.report.model import AuditReport
 
 
 def audit(
@@ -115,17 +116,12 @@ def audit_to(path: str, options: AuditOptions, choice: OutputChoice, plot: Path 
     """Audit the profile at `path` and write the report as `choice` says, the roofline chart to
     `plot` too. Both outputs are checked writable before the profile is read, and the chart is
     drawn before any output is written: a chart that fails leaves nothing half written."""
-    from hlogap.pipeline import audit as run_audit
-
     target = check_target(choice.path)
     if plot is not None:
         from hlogap.render.plot import check_plot_target
 
         check_plot_target(plot)
-    collect_from_here()
-    with Progress() as progress:
-        report = run_audit(path, options, progress)
-    refuse_overwriting_inputs([target, plot], report, options.chip)
+    report = audited(path, options, [target, plot])
     chart = None
     if plot is not None:
         from hlogap.render.plot import draw_plot
@@ -137,3 +133,15 @@ def audit_to(path: str, options: AuditOptions, choice: OutputChoice, plot: Path 
 
         write_bytes(plot, chart)
         wrote(plot)
+
+
+def audited(path: str, options: AuditOptions, outputs: list[Path | None]) -> AuditReport:
+    """The profile at `path` audited, its modules loaded first (`collect_from_here`), with the
+    progress line; none of `outputs` may be a file it read."""
+    from hlogap.pipeline import audit as run_audit
+
+    collect_from_here()
+    with Progress() as progress:
+        report = run_audit(path, options, progress)
+    refuse_overwriting_inputs(outputs, report, options.chip)
+    return report

@@ -14,14 +14,12 @@ from hlogap.cli.args import (
     TopOpt,
     WideOpt,
 )
+from hlogap.cli.commands.audit import audited
 from hlogap.cli.output import (
     OutputChoice,
-    Progress,
     check_target,
-    refuse_overwriting_inputs,
     write_document,
 )
-from hlogap.cli.process import collect_from_here
 
 
 def memory(
@@ -45,7 +43,6 @@ def memory(
       hlogap memory run_dir/ --format json | jq '.memory.modules[0].peak_bytes'
     """
     from hlogap.options import AuditOptions
-    from hlogap.pipeline import audit as run_audit
     from hlogap.render.base import MemoryView, choose_format
 
     choose_format("memory", fmt, output)
@@ -54,8 +51,5 @@ def memory(
     options = AuditOptions(
         chip=chip, run=run, host=host, device=device, module=module, advice=False
     )
-    collect_from_here()
-    with Progress() as progress:
-        report = run_audit(path, options, progress)
-    refuse_overwriting_inputs([target], report, chip)
+    report = audited(path, options, [target])
     write_document(MemoryView(report), "memory", OutputChoice(fmt, output, top, wide=wide))

@@ -34,6 +34,18 @@ ChipSource = Literal["detected", "user", "calibrated", "report"]
 ReportKind = Literal["profile", "report"]
 
 
+# JSON keys a ranked row of `Totals` writes beyond its fields (hlogap.report.codec), each after
+# the key named: the derived gap and efficiency, and the writer's rank, share and cum_share
+# (the row's place in the report).
+RANKED_EXTRA: dict[str, str | None] = {
+    "rank": None,
+    "gap_us": "bound_us",
+    "efficiency": "gap_us",
+    "share": "efficiency",
+    "cum_share": "share",
+}
+
+
 class Totals:
     """What a row of measured and bound time derives: its gap and its efficiency."""
 
@@ -75,16 +87,7 @@ def _command_buffer_ops(value: object, what: str) -> list[OpRow]:
 class OpRow(Totals):
     """One op of the report: its times, its cost and bound, and why it misses its bound."""
 
-    # JSON keys beyond the fields (hlogap.report.codec): derived, or the writer's (rank,
-    # share and cum_share: the row's place in the report), each after the key named.
-    JSON_EXTRA: ClassVar[dict[str, str | None]] = {
-        "rank": None,
-        "gap_us": "bound_us",
-        "efficiency": "gap_us",
-        "share": "efficiency",
-        "cum_share": "share",
-        "intensity": "comm_bytes",
-    }
+    JSON_EXTRA: ClassVar[dict[str, str | None]] = {**RANKED_EXTRA, "intensity": "comm_bytes"}
 
     module: str
     program_id: str = ""
@@ -302,11 +305,7 @@ class GroupRow(Totals):
     """Ops rolled up (`--group-by`): their totals summed."""
 
     JSON_EXTRA: ClassVar[dict[str, str | None]] = {
-        "rank": None,
-        "gap_us": "bound_us",
-        "efficiency": "gap_us",
-        "share": "efficiency",
-        "cum_share": "share",
+        **RANKED_EXTRA,
         "bus_bw": "comm_bytes",
         "modeled_gap_us": "unmodeled_us",
         "modeled_efficiency": "modeled_gap_us",

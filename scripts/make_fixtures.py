@@ -1275,20 +1275,6 @@ def block_oracle(functions: Sequence[Callable[..., Any]], args: dict[int, tuple[
         if eqn.primitive.name == "sharding_constraint":
             declared[eqn.outvars[0]] = ("constraint", _spec(eqn.params["sharding"].spec))
 
-    def result_spec(start: int) -> list[Any] | None:
-        """The constraint the dot's result reaches through the ops that take it alone (a
-        scale), if any."""
-        var = eqns[start].outvars[0]
-        for eqn in eqns[start + 1 :]:
-            if var not in eqn.invars:
-                continue
-            if eqn.primitive.name == "sharding_constraint":
-                return _spec(eqn.params["sharding"].spec)
-            if len([v for v in eqn.invars if hasattr(v, "aval") and v.aval.shape]) != 1:
-                return None
-            var = eqn.outvars[0]
-        return None
-
     einsums, constraints = [], []
     for n, eqn in enumerate(eqns):
         name = eqn.primitive.name
@@ -1304,7 +1290,7 @@ def block_oracle(functions: Sequence[Callable[..., Any]], args: dict[int, tuple[
                     "batch": [list(lhs_b), list(rhs_b)],
                     # [how, spec] per operand: a program input's, a constraint's; null: none
                     "operand_specs": [list(s) if s else None for s in specs],
-                    "result_spec": result_spec(n),
+                    "result_spec": _reached_constraint(eqns, n),
                 }
             )
         elif name == "sharding_constraint":

@@ -499,31 +499,40 @@ def test_the_c_sums_refuse_what_is_out_of_range() -> None:
 def test_spans_found_a_block_at_a_time_are_the_whole_arrays(
     shape: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A device's busy spans and its events that overlap no other (`_Spans`), found a few
+    """A device's busy spans and its events that overlap no other (`SortedSpans`), found a few
     events at a time with the latest end carried from block to block, are the whole arrays'
     (a running maximum of the ends over every event), in any order of the columns."""
-    from hlogap.trace import steps, timing
+    from hlogap.trace import timing
 
     rng = np.random.default_rng(["stream", "overlapping", "same starts", "wide"].index(shape))
     for _ in range(40):
         start, end = _timeline(rng, shape)
         shuffled = rng.permutation(len(start))
         start, end = start[shuffled], end[shuffled]
-        whole = timing.sorted_spans(start, end)
+        # The whole arrays: the stable order by start, the running maximum of the ends, a
+        # span beginning where an event starts after every earlier one ended.
+        by_start = np.argsort(start, kind="stable")
+        whole_start, whole_end = start[by_start], end[by_start]
+        reach = np.maximum.accumulate(whole_end)
+        whole_at = np.flatnonzero(np.r_[True, whole_start[1:] > reach[:-1]])
+        whole_span_end = reach[np.append(whole_at[1:], len(start)) - 1]
         # Every event's latest end before it: an event overlaps no other where it starts at
         # or after that, and the next one starts at or after its own.
-        opens = np.r_[True, whole.start[1:] >= whole.reach[:-1], True]
+        opens = np.r_[True, whole_start[1:] >= reach[:-1], True]
         with monkeypatch.context() as small:
             small.setattr(timing, "BLOCK_ROWS", 3)
-            spans = steps._Spans.of(start, end - start)
+            spans = timing.SortedSpans.of(start, end - start)
         order = np.arange(len(start)) if spans.order is None else spans.order
-        want_order = np.arange(len(start)) if whole.order is None else whole.order
-        assert order.tolist() == want_order.tolist()
-        assert spans.start.tolist() == whole.start.tolist()
-        assert (spans.start + spans.duration).tolist() == whole.end.tolist()
-        assert spans.at.tolist() == whole.at.tolist()
-        assert spans.span_end.tolist() == whole.span_end.tolist()
+        assert order.tolist() == by_start.tolist()
+        assert spans.start.tolist() == whole_start.tolist()
+        assert (spans.start + spans.duration).tolist() == whole_end.tolist()
+        assert spans.at.tolist() == whole_at.tolist()
+        assert spans.span_end.tolist() == whole_span_end.tolist()
         assert spans.alone.tolist() == (opens[:-1] & opens[1:]).tolist()
+        assert [a.tolist() for a in timing.merged_intervals(start, end)] == [
+            whole_start[whole_at].tolist(),
+            whole_span_end.tolist(),
+        ]
 
 
 @pytest.mark.parametrize("program", ["mlp_train", "amd"])

@@ -23,6 +23,7 @@ from hlogap.trace.model import ANNOTATED, OpKey, Step, TraceData, devices_in
 from hlogap.trace.summary import Selection
 from hlogap.trace.timing import (
     BLOCK_ROWS,
+    SortedSpans,
     blocks,
     merged_intervals,
     take,
@@ -343,56 +344,10 @@ class _DeviceEvents:
     self_ps: np.ndarray
 
     @cached_property
-    def by_start(self) -> _Spans:
+    def by_start(self) -> SortedSpans:
         """The events in start order and their busy spans, found once for the busy time and
         the segments."""
-        return _Spans.of(self.start, self.duration)
-
-
-class _Spans(NamedTuple):
-    """Events in start order, the disjoint spans of their union, and which events overlap no
-    other: found a block at a time, no running maximum of the ends kept per event."""
-
-    # The order by start (stable: a tie keeps the columns' order); None where they are in
-    # order already, as a device's events mostly are: then `start` and `duration` are the
-    # columns themselves, no copies.
-    order: np.ndarray | None
-    start: np.ndarray
-    duration: np.ndarray
-    at: np.ndarray  # where each span begins
-    span_end: np.ndarray  # where each span ends: the latest end of its events
-    # Bool per event: it overlaps no other (`_Segments`): it starts at or after every earlier
-    # one ends, and the next starts at or after it ends.
-    alone: np.ndarray
-
-    @classmethod
-    def of(cls, start: np.ndarray, duration: np.ndarray) -> _Spans:
-        order = None
-        if bool((start[1:] < start[:-1]).any()):
-            order = np.argsort(start, kind="stable")
-            start, duration = start[order], duration[order]
-        # opens[i]: event i starts at or after every earlier one ends (i == len: past the last).
-        opens = np.ones(len(start) + 1, dtype=bool)
-        at, ends = [np.zeros(0, dtype=np.intp)], [np.zeros(0, dtype=np.int64)]
-        reach = np.iinfo(np.int64).min  # the latest end before the block
-        for part in blocks(len(start)):
-            block_start = start[part]
-            # Per event of the block, the latest end of the events before it.
-            before = np.empty(len(block_start), dtype=np.int64)
-            before[0] = reach
-            running = np.add(block_start[:-1], duration[part][:-1])
-            np.maximum.accumulate(running, out=before[1:])
-            np.maximum(before, reach, out=before)
-            opens[part] = block_start >= before
-            new = block_start > before
-            new[0] |= part.start == 0
-            at.append(np.flatnonzero(new) + part.start)
-            ends.append(before[new])  # the end of the span before each new one
-            reach = max(int(before[-1]), int(block_start[-1] + duration[part][-1]))
-        span_starts = np.concatenate(at)
-        # Each span ends where the next begins (the latest end before it), the last at the end.
-        span_end = np.append(np.concatenate(ends)[1:], reach)[: len(span_starts)]
-        return cls(order, start, duration, span_starts, span_end, opens[:-1] & opens[1:])
+        return SortedSpans.of(self.start, self.duration)
 
 
 @dataclass
@@ -603,7 +558,7 @@ def _keep_longest(
     longest.append((op[keep], busy_end[gap], busy_start[gap + 1]))
 
 
-def _busy_spans(spans: _Spans) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _busy_spans(spans: SortedSpans) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`merged_intervals` of one device's events (`spans` of them), with the event that opens
     each span (index into the columns): of the events starting at the span's start, the one
     that ends last (an enclosing op, not the first op of its body), the first in the columns'
@@ -704,7 +659,7 @@ class _Segments(NamedTuple):
         if leaf.all():  # GPU kernels, TPU lines without loops: the busy spans' order serves
             spans, op = events.by_start, events.op
         else:
-            spans, op = _Spans.of(events.start[leaf], events.duration[leaf]), events.op[leaf]
+            spans, op = SortedSpans.of(events.start[leaf], events.duration[leaf]), events.op[leaf]
         if spans.order is not None:
             op = op[spans.order]
         start, duration, alone = spans.start, spans.duration, spans.alone

@@ -147,41 +147,54 @@ def async_pairs(trace: TraceData, selected: np.ndarray, start_op: int, done_op: 
 
 
 class SortedSpans(NamedTuple):
-    """Intervals in start order and the disjoint spans of their union (`sorted_spans`)."""
+    """Events in start order, the disjoint spans of their union, and which events overlap no
+    other: found a block at a time, no running maximum of the ends kept per event."""
 
     # The order by start (stable: a tie keeps the columns' order); None where they are in
-    # order already, as a device's events mostly are: then `start` and `end` are the columns
-    # themselves, no copies.
+    # order already, as a device's events mostly are: then `start` and `duration` are the
+    # columns themselves, no copies.
     order: np.ndarray | None
     start: np.ndarray
-    end: np.ndarray
-    reach: np.ndarray  # the latest end so far, interval by interval
-    at: np.ndarray  # where each disjoint span of the union begins
+    duration: np.ndarray
+    at: np.ndarray  # where each span begins
+    span_end: np.ndarray  # where each span ends: the latest end of its events
+    # Bool per event: it overlaps no other (the step pass's `_Segments`): it starts at or
+    # after every earlier one ends, and the next starts at or after it ends.
+    alone: np.ndarray
 
-    @property
-    def span_end(self) -> np.ndarray:
-        """Each span's end: the reach at its last interval."""
-        last = np.append(self.at[1:], len(self.start)) - 1
-        found: np.ndarray = self.reach[last]
-        return found
-
-
-def sorted_spans(start: np.ndarray, end: np.ndarray) -> SortedSpans:
-    """The intervals [start, end) by start, and the spans of their union. Not for empty input."""
-    order = None
-    s, e = start, end
-    if bool((start[1:] < start[:-1]).any()):
-        order = np.argsort(start, kind="stable")
-        s, e = start[order], end[order]
-    reach = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > reach[:-1]
-    return SortedSpans(order, s, e, reach, np.flatnonzero(new))
+    @classmethod
+    def of(cls, start: np.ndarray, duration: np.ndarray) -> SortedSpans:
+        order = None
+        if bool((start[1:] < start[:-1]).any()):
+            order = np.argsort(start, kind="stable")
+            start, duration = start[order], duration[order]
+        # opens[i]: event i starts at or after every earlier one ends (i == len: past the last).
+        opens = np.ones(len(start) + 1, dtype=bool)
+        at, ends = [np.zeros(0, dtype=np.intp)], [np.zeros(0, dtype=np.int64)]
+        reach = np.iinfo(np.int64).min  # the latest end before the block
+        for part in blocks(len(start)):
+            block_start = start[part]
+            # Per event of the block, the latest end of the events before it.
+            before = np.empty(len(block_start), dtype=np.int64)
+            before[0] = reach
+            running = np.add(block_start[:-1], duration[part][:-1])
+            np.maximum.accumulate(running, out=before[1:])
+            np.maximum(before, reach, out=before)
+            opens[part] = block_start >= before
+            new = block_start > before
+            new[0] |= part.start == 0
+            at.append(np.flatnonzero(new) + part.start)
+            ends.append(before[new])  # the end of the span before each new one
+            reach = max(int(before[-1]), int(block_start[-1] + duration[part][-1]))
+        span_starts = np.concatenate(at)
+        # Each span ends where the next begins (the latest end before it), the last at the end.
+        span_end = np.append(np.concatenate(ends)[1:], reach)[: len(span_starts)]
+        return cls(order, start, duration, span_starts, span_end, opens[:-1] & opens[1:])
 
 
 def merged_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of intervals [start, end) as sorted disjoint intervals."""
     if not len(start):
         return start, end
-    spans = sorted_spans(start, end)
+    spans = SortedSpans.of(start, end - start)
     return spans.start[spans.at], spans.span_end

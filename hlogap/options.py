@@ -5,16 +5,17 @@ read (`AuditOptions.checked`). The command line builds it from its flags, the AP
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
 from pathlib import Path
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from hlogap.errors import InputError, UsageError
 from hlogap.report.model import SORT_KEYS
 from hlogap.rows.groups import DEFAULT_DEPTH, GROUP_KEYS
 
 
-@dataclass(frozen=True, kw_only=True)
-class AuditOptions:
+class AuditOptions(Struct, frozen=True, kw_only=True):
     """Every choice of an audit; the defaults are `hlogap audit PATH`'s."""
 
     chip: str | None = None  # a chip name or a chip file (None: detected, or the calibrated CPU)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+from msgspec.structs import replace
 
 from hlogap.chips import Chip, detect_chip, load_chip
 from hlogap.errors import InputError
@@ -484,7 +484,7 @@ def _memory(
     on_device = _device_memory(run)
     memory, warnings = memory_section(modules, ran, on_device or chip.hbm_bytes, index, allocators)
     if on_device and memory is not None and memory.capacity_source == "chip":
-        memory = dataclasses.replace(memory, capacity_source="device")
+        memory = replace(memory, capacity_source="device")
     return memory, warnings
 
 

@@ -230,6 +230,8 @@ def test_table_cells_are_literal_text(cpu_chip_file: Path, width: int | None) ->
     import copy
     from dataclasses import replace
 
+    from msgspec.structs import replace as struct_replace
+
     from hlogap.render.base import MemoryView
     from hlogap.report.compare import compare
     from hlogap.report.gate import Thresholds, run_check
@@ -239,10 +241,12 @@ def test_table_cells_are_literal_text(cpu_chip_file: Path, width: int | None) ->
         op.name = name
     report.groups = [replace(g, name=n) for g, n in zip(report.groups, MARKUP_NAMES, strict=False)]
     assert report.memory is not None
-    report.memory = replace(
+    report.memory = struct_replace(
         report.memory,
         modules=tuple(
-            replace(m, at_peak=tuple(replace(b, instruction=MARKUP_NAMES[0]) for b in m.at_peak))
+            struct_replace(
+                m, at_peak=tuple(struct_replace(b, instruction=MARKUP_NAMES[0]) for b in m.at_peak)
+            )
             for m in report.memory.modules
         ),
     )
@@ -255,7 +259,7 @@ def test_table_cells_are_literal_text(cpu_chip_file: Path, width: int | None) ->
         op.measured_us *= 3
         op.median_us = None  # the check reads the mean
     diff = compare(ops, slower)
-    chips = ChipList([replace(builtin_chips()[0], display=MARKUP_NAMES[2])])
+    chips = ChipList([struct_replace(builtin_chips()[0], display=MARKUP_NAMES[2])])
     texts = {
         "groups": grouped,
         "ops": render(ops, "table", options),

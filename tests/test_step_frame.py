@@ -3,12 +3,12 @@ events, skew kept out of idle, and a step speedup a user can bank."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -237,7 +237,7 @@ def test_removing_one_ops_gap_shortens_the_step_by_its_critical_path_saving() ->
         start[later] -= cut
         duration[i] -= cut
         self_ps[i] -= cut
-    edited = dataclasses.replace(
+    edited = msgspec.structs.replace(
         trace, start_ps=start, duration_ps=duration, self_ps=self_ps, selected={}
     )
     after = step_totals(edited, Selection(), windows, _costs(edited, {}))

@@ -7,11 +7,11 @@ concurrency, idle gaps, order and skew are kept, so an op hidden behind another 
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 from collections.abc import Callable, Sequence
 
 import numpy as np
+from msgspec.structs import replace
 
 from hlogap.advice.base import Context, Finding, causes
 from hlogap.report.model import (
@@ -60,9 +60,9 @@ def _only(f: Finding, ops: tuple[OpRow, ...]) -> Finding:
     if f.op_savings is not None:
         own = dict(zip((_key(r) for r in f.ops), f.op_savings, strict=True))
         savings = tuple(own[_key(r)] for r in ops)
-        return dataclasses.replace(f, ops=ops, op_saving_us=sum(savings), op_savings=savings)
+        return replace(f, ops=ops, op_saving_us=sum(savings), op_savings=savings)
     share = sum(r.gap_us for r in ops) / max(sum(r.gap_us for r in f.ops), 1e-300)
-    return dataclasses.replace(f, ops=ops, op_saving_us=f.op_saving_us * min(share, 1.0))
+    return replace(f, ops=ops, op_saving_us=f.op_saving_us * min(share, 1.0))
 
 
 SAME = "; the same on "  # where a merged finding's evidence names its other ops
@@ -114,7 +114,7 @@ def _merge(
         )
         layers = sum(f.layers for f in group)
         out.append(
-            dataclasses.replace(
+            replace(
                 first,
                 ops=ops,
                 op_saving_us=sum(f.op_saving_us for f in group),

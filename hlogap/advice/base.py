@@ -10,7 +10,8 @@ it runs after that pass, so no change of its re-times the steps.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 from hlogap._plugins import import_all
 from hlogap.advice.graph import ModuleGraph
@@ -24,8 +25,7 @@ from hlogap.trace.host_activity import GapActivity
 from hlogap.trace.model import Backend, OpKey
 
 
-@dataclass
-class Context:
+class Context(Struct):
     """The audit as the causes see it."""
 
     rows: list[OpRow]
@@ -37,11 +37,9 @@ class Context:
     # Per op the devices waited for: its longest idle gaps and what the host's threads did in
     # each (hlogap.trace.host_activity), for the device idle cause.
     idle_host: Mapping[OpKey, Sequence[GapActivity]] = field(default_factory=dict)
-    _graphs: dict[int, ModuleGraph] = field(default_factory=dict, repr=False)
+    _graphs: dict[int, ModuleGraph] = field(default_factory=dict)
     # TPU ops without their module: each op's own HLO text, parsed.
-    _parsed: dict[tuple[str, str, str], Instruction | None] = field(
-        default_factory=dict, repr=False
-    )
+    _parsed: dict[tuple[str, str, str], Instruction | None] = field(default_factory=dict)
 
     def graph(self, module: Module) -> ModuleGraph:
         """The module's producers and consumers (built once per module)."""
@@ -65,8 +63,7 @@ class Context:
         return self.index.instruction(row.module, row.program_id, row.name), module
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(Struct, frozen=True):
     """What one cause found: the ops it names, the device time its change would save, and its
     words."""
 

@@ -3,7 +3,7 @@ tuple plumbing between them), named as a person reading the profile would look t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from hlogap.hlo.ir import Computation, Instruction, Module
 
@@ -11,8 +11,7 @@ from hlogap.hlo.ir import Computation, Instruction, Module
 _PLUMBING = frozenset({"bitcast", "get-tuple-element", "tuple", "reshape"})
 
 
-@dataclass
-class ModuleGraph:
+class ModuleGraph(Struct):
     """Each instruction's computation and users, found once per module."""
 
     home: dict[int, Computation]  # by id(instruction): names repeat across computations

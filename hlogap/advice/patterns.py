@@ -5,7 +5,8 @@ inside, and the ops a tensor of a given size flows through."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from hlogap.advice.base import Context, removed
 from hlogap.advice.graph import ModuleGraph
@@ -17,8 +18,7 @@ from hlogap.report.model import OpRow
 PLUMBING = frozenset({"bitcast", "get-tuple-element", "tuple", "reshape"})
 
 
-@dataclass
-class ModuleOps:
+class ModuleOps(Struct):
     """One module's op rows, by instruction name, with the module and its graph."""
 
     module: Module

@@ -15,11 +15,12 @@ and its hint says so (`hlogap.bounds.hints`).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import NamedTuple
+
+from msgspec import Struct
+from msgspec.structs import asdict, replace
 
 from hlogap.bounds.roofline import bound_op
 from hlogap.chips import Chip, dtype_key
@@ -43,8 +44,7 @@ class TimedCost(NamedTuple):
     role: AsyncRole = ""
 
 
-@dataclass(frozen=True)
-class RaisedFigure:
+class RaisedFigure(Struct, frozen=True):
     """A measured figure an op of the profile beat, and the rate the op reached."""
 
     figure: str  # `peak_flops.bf16`, `vector_flops.f32`, `memory.hbm_bw`, `memory.cache_bw.N`
@@ -61,7 +61,7 @@ class RaisedFigure:
         )
 
     def to_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
+        return asdict(self)
 
 
 def round_up(value: float, digits: int = DIGITS) -> float:
@@ -181,7 +181,7 @@ def _with(chip: Chip, raised: list[RaisedFigure]) -> Chip:
             f"{source}; raised from {r.calibrated:.4g} to the rate op {r.module}/{r.op} "
             "reached in this profile (the calibration reached less: the machine was busy)"
         )
-    return dataclasses.replace(
+    return replace(
         chip,
         peak_flops=peak_flops,
         vector_flops=vector_flops,

@@ -9,10 +9,10 @@ lower bound = max(T_compute, T_memory, T_comm, T_host); upper bound = their sum.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+from msgspec import Struct
 
 from hlogap.chips import Chip
 from hlogap.cost import OpCost
@@ -25,8 +25,7 @@ does no work the roofline counts (no FLOPs, no bytes: a bitcast, a loop's own ti
 only waits); `unmodeled` when hlogap cannot cost it."""
 
 
-@dataclass(frozen=True)
-class Bound:
+class Bound(Struct, frozen=True):
     """An op's roofline lower bound: the time its compute, its memory traffic and its communication
     each need at the chip's peaks, and which of them bounds it."""
 

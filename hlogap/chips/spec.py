@@ -8,8 +8,9 @@ v4/v5p megacore chip, a TPU v5e/v6e chip, an MI250X GCD, one GPU otherwise. Peak
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TypeGuard
+
+from msgspec import Struct, field
 
 PEAK_KEYS: tuple[str, ...] = ("bf16", "f16", "f32", "f64", "tf32", "int8", "fp8")
 """The keys of ``[peak_flops]`` and ``[vector_flops]``."""
@@ -56,8 +57,7 @@ _MATRIX_FALLBACKS: dict[str, tuple[str, ...]] = {
 }
 
 
-@dataclass(frozen=True)
-class Chip:
+class Chip(Struct, frozen=True):
     """One device's peaks and bandwidths, with where each figure comes from."""
 
     name: str

@@ -6,8 +6,9 @@ import json
 import re
 import weakref
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import NamedTuple
+
+from msgspec import Struct, field
 
 from hlogap.hlo.ir import Computation, Instruction, Module, Shape
 from hlogap.hlo.tiling import padded_bytes
@@ -40,8 +41,7 @@ class OpCost(NamedTuple):
         return self.flops - self.matrix_flops
 
 
-@dataclass
-class Work:
+class Work(Struct):
     """FLOPs of an op or a computation, accumulated."""
 
     flops: float = 0.0
@@ -73,8 +73,7 @@ class Work:
         return max(self.matrix, key=lambda d: self.matrix[d]) if self.matrix else None
 
 
-@dataclass
-class Traffic:
+class Traffic(Struct):
     """HBM bytes of one op."""
 
     read: int = 0

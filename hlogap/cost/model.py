@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 from hlogap.cost.base import (
     ModuleIndex,
@@ -169,8 +170,7 @@ def while_parts(inst: Instruction, module: Module) -> tuple[Computation | None, 
     return body, cond
 
 
-@dataclass
-class _Sum:
+class _Sum(Struct):
     """A computation's cost being summed over its instructions (loop bodies times their trip
     counts)."""
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import re
 import weakref
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 from hlogap.cost.base import ModuleIndex, bare, index_of
 from hlogap.hlo.ir import Computation, Instruction, Module
@@ -70,8 +71,7 @@ _ALIAS = re.compile(r"\{[^{}]*\}\s*:\s*\((\d+)\s*,")
 _MAX_HOPS = 64
 
 
-@dataclass
-class Roles:
+class Roles(Struct):
     """The carried entry parameters of a module and the instructions that update them."""
 
     ix: ModuleIndex

@@ -18,7 +18,6 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +35,7 @@ if TYPE_CHECKING:
 CONNECT_TIMEOUT_S = 10
 
 
-@dataclass(frozen=True)
-class WorkerSpill(SpilledHost):
+class WorkerSpill(SpilledHost, frozen=True):
     """A host spilled on a worker: which machine's disk holds it, and which worker to ask."""
 
     machine: str

@@ -18,11 +18,12 @@ from __future__ import annotations
 import mmap
 import pickle
 import shutil
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from msgspec import Struct
+from msgspec.structs import fields
 
 from hlogap.trace.model import TraceData
 from hlogap.trace.reading import SkippedHost, read_host
@@ -32,8 +33,7 @@ from hlogap.trace.summary import HostSummary, Selection, summarize
 SPILL_PREFIX = "hlogap-spill-"
 
 
-@dataclass(frozen=True)
-class SpilledHost:
+class SpilledHost(Struct, frozen=True):
     """Where one host's columns lie, and how to read the host again without them."""
 
     path: str  # the host file, as the audit names it

@@ -7,8 +7,9 @@ be found keeps its time and gets the reason instead of an instruction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec import Struct
 
 from hlogap.hlo.decode import HloDecodeError, decode_hlo_proto
 from hlogap.hlo.ir import Instruction, Module
@@ -18,8 +19,7 @@ from hlogap.hlo.text import HloParseError, parse_instruction, parse_module
 from hlogap.trace.model import OpInfo
 
 
-@dataclass
-class ResolvedOp:
+class ResolvedOp(Struct):
     """A profile op's instruction and module in the HLO, or why it has none."""
 
     instruction: Instruction | None

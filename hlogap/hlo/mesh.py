@@ -26,10 +26,10 @@ import itertools
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
+from msgspec import Struct, field
 
 from hlogap.hlo.ir import Computation, Instruction, Module, Shape
 from hlogap.hlo.opcodes import ELEMENTWISE, collective_kind
@@ -69,8 +69,7 @@ _KEEPS_SHARDING = ELEMENTWISE | {
 }
 
 
-@dataclass(frozen=True)
-class MeshAxis:
+class MeshAxis(Struct, frozen=True):
     """One axis of a device mesh: its name, its size and the device-id stride along it."""
 
     name: str
@@ -78,8 +77,7 @@ class MeshAxis:
     stride: int  # the device-id distance between neighbours along the axis
 
 
-@dataclass(frozen=True)
-class Mesh:
+class Mesh(Struct, frozen=True):
     """The devices of a partitioned module as a mesh of axes, major first."""
 
     module: str
@@ -143,8 +141,7 @@ class Mesh:
             raise ValueError(f"'mesh' is malformed: {exc}") from None
 
 
-@dataclass(frozen=True)
-class GlobalView:
+class GlobalView(Struct, frozen=True):
     """A dot's or convolution's global shapes: operands then result, HLO shape strings with
     `?` for a dimension whose split is unknown; `sharding`: the ways each axis splits it."""
 
@@ -163,8 +160,7 @@ class GlobalView:
         )
 
 
-@dataclass
-class ModuleMesh:
+class ModuleMesh(Struct):
     """What the mesh says about one module's instructions (by name)."""
 
     mesh: Mesh
@@ -455,8 +451,7 @@ def _value_of(mesh: Mesh, tiling: _Tiling) -> Value:
     return tuple(_axes_spanned(mesh, atoms) for atoms in tiling.dim_atoms)
 
 
-@dataclass
-class _Dot:
+class _Dot(Struct):
     """A dot or convolution met while carrying shardings: its operands' dims (kept mutable so
     that an all-reduce of its result can fill in the contracting ones)."""
 

@@ -21,9 +21,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 
 import numpy as np
+from msgspec import Struct
+from msgspec.structs import replace
 
 from hlogap.trace.model import AllocatorEvents, TraceData
 from hlogap.trace.summary import Selection
@@ -36,8 +37,7 @@ TIMELINE_POINTS = 200
 _DEVICE_ALLOCATOR = re.compile(r"^(?:GPU_(\d+)_\w+|(\d+))$")
 
 
-@dataclass(frozen=True)
-class AllocatorTimeline:
+class AllocatorTimeline(Struct, frozen=True):
     """An allocator's bytes in use over time, from its first event to its last (microseconds
     from the profile's first op, on the devices' clock), in buckets of equal width: each
     holds the most in use at any moment inside it (what the events in it left, and what the
@@ -82,8 +82,7 @@ class AllocatorTimeline:
         return cls(float(start), float(end), heap, in_use)
 
 
-@dataclass(frozen=True)
-class AllocatorPeak:
+class AllocatorPeak(Struct, frozen=True):
     """One allocator's peaks on one host; times are microseconds from the profile's start."""
 
     host: str

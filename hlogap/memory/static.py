@@ -13,10 +13,11 @@ temporary allocations: logical buffers allocated, freed and shared in program or
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
+from msgspec import Struct
+from msgspec.structs import replace
 
 from hlogap.errors import InputError
 from hlogap.hlo.index import HloIndex
@@ -45,8 +46,7 @@ BATCH_ASSUMPTION = (
 )
 
 
-@dataclass(frozen=True)
-class HeldBuffer:
+class HeldBuffer(Struct, frozen=True):
     """A buffer live at the module's peak."""
 
     instruction: str  # the HLO instruction that defines it ("" where the module lacks it)
@@ -69,8 +69,7 @@ class HeldBuffer:
         }
 
 
-@dataclass(frozen=True)
-class ModuleMemory:
+class ModuleMemory(Struct, frozen=True):
     """One module's static memory on one device (bytes)."""
 
     module: str
@@ -343,8 +342,7 @@ def _simulate(
     return at_peak, curve
 
 
-@dataclass(frozen=True)
-class MemorySection:
+class MemorySection(Struct, frozen=True):
     """The report's `memory`: each module's static memory, and the headroom on the device."""
 
     modules: tuple[ModuleMemory, ...]
@@ -535,8 +533,7 @@ def memory_section(
     return section, warnings
 
 
-@dataclass(frozen=True)
-class ModuleMemoryChange:
+class ModuleMemoryChange(Struct, frozen=True):
     """One module's static memory in two runs (`diff`), and the buffers that tell why."""
 
     module: str

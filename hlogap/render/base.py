@@ -16,9 +16,10 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
+
+from msgspec import Struct
 
 from hlogap._plugins import import_all
 from hlogap.errors import UsageError
@@ -32,8 +33,7 @@ if TYPE_CHECKING:
 DocumentKind = Literal["audit", "diff", "check", "chips", "bound", "memory"]
 
 
-@dataclass(frozen=True)
-class ChipList:
+class ChipList(Struct, frozen=True):
     """`hlogap chips`: the chip database as a document."""
 
     chips: list[Chip]
@@ -42,8 +42,7 @@ class ChipList:
         return {"schema": "hlogap.chips/1", "chips": [c.to_dict() for c in self.chips]}
 
 
-@dataclass(frozen=True)
-class MemoryView:
+class MemoryView(Struct, frozen=True):
     """`hlogap memory`: the memory of an audited profile, as a document of its own."""
 
     report: AuditReport
@@ -83,8 +82,7 @@ def kind_of(document: Document) -> DocumentKind:
     return "bound"
 
 
-@dataclass(frozen=True)
-class RenderOptions:
+class RenderOptions(Struct, frozen=True):
     """How a renderer lays a document out (rows, colour, sections)."""
 
     # Rows of the table and Markdown (an audit's JSON, CSV and HTML hold every row), of a diff's

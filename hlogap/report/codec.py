@@ -27,9 +27,11 @@ import math
 import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, Field, dataclass, fields, is_dataclass
+from dataclasses import MISSING, Field, fields, is_dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Literal, TypeVar, get_args, get_origin
+
+from msgspec import Struct
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -46,8 +48,7 @@ Writer = Callable[[object], object]
 Written = Literal["always", "if set", "never"]
 
 
-@dataclass(frozen=True)
-class JsonField:
+class JsonField(Struct, frozen=True):
     """How a field is written and read where its annotation does not say it all."""
 
     key: str | None = None  # its JSON key, where not the field's name
@@ -76,8 +77,7 @@ def meta(
 Decoded = TypeVar("Decoded")
 
 
-@dataclass(frozen=True)
-class _Slot:
+class _Slot(Struct, frozen=True):
     """A key of a class's JSON object and where its value comes from."""
 
     key: str
@@ -107,8 +107,10 @@ def encode(obj: DataclassInstance, **given: object) -> dict[str, object]:
 
 
 def _value(value: object) -> object:
+    if isinstance(value, Struct):  # an earlier stage's type (memory, mesh, a raised chip
+        # figure) writes itself
+        return value.to_dict()  # type: ignore[attr-defined]
     if is_dataclass(value) and not isinstance(value, type):
-        # An earlier stage's type (memory, mesh, a raised chip figure) writes itself.
         to_dict = getattr(value, "to_dict", None)
         return to_dict() if callable(to_dict) else encode(value)
     if isinstance(value, (list, tuple)):
@@ -145,7 +147,7 @@ def _layout(cls: type) -> tuple[_Slot, ...]:
 def _is_plain(hint: object) -> bool:
     """Whether values of this type are JSON as they are: no dataclass or tuple inside."""
     if isinstance(hint, type):
-        return not is_dataclass(hint) and hint is not tuple
+        return not (is_dataclass(hint) or issubclass(hint, Struct)) and hint is not tuple
     if get_origin(hint) is tuple:
         return False
     if get_origin(hint) is Literal:
@@ -184,8 +186,7 @@ def decode(cls: type[Decoded], raw: object, where: str) -> Decoded:
     return cls(**values)
 
 
-@dataclass(frozen=True)
-class _Plan:
+class _Plan(Struct, frozen=True):
     """How a class is read: (field, key, reader, value where absent) per field, in order; the
     keys a saved report must have."""
 

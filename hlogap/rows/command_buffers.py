@@ -13,7 +13,6 @@ their own, and nothing is estimated.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from hlogap.bounds.hints import hints_for
@@ -32,8 +31,7 @@ from hlogap.units import fmt_us, printable
 HINTED_OPS = 5
 
 
-@dataclass(frozen=True)
-class SummedBound(Bound):
+class SummedBound(Bound, frozen=True):
     """The bound of ops that run one after another: their lower bounds add up (XLA records a
     command buffer's commands in its schedule's order). The resource times are the ops'
     sums, so the upper bound is theirs too."""

@@ -19,9 +19,9 @@ never wrong.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import numpy as np
+from msgspec import Struct
 
 from hlogap.proto import xplane_pb2
 from hlogap.trace.model import check_time, check_times
@@ -48,8 +48,7 @@ READ_BLOCK = 1 << 16
 ABSENT = np.iinfo(np.int64).min
 
 
-@dataclass
-class LineColumns:
+class LineColumns(Struct):
     """Per event of one line. `stats[k]` is the value of the k-th wanted stat (`ABSENT`)."""
 
     metadata_id: np.ndarray  # int64

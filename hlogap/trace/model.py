@@ -8,10 +8,11 @@ objects: pod profiles hold millions of events.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field, fields
 from typing import Literal, NamedTuple
 
 import numpy as np
+from msgspec import Struct, field
+from msgspec.structs import fields, force_setattr
 
 from hlogap.errors import InputError
 from hlogap.files import available_memory
@@ -50,8 +51,7 @@ Backend = Literal["cpu", "gpu", "tpu", "none"]
 """Where a trace's op events come from; "none" when a file holds no op events."""
 
 
-@dataclass(frozen=True)
-class OpKey:
+class OpKey(Struct, frozen=True):
     """An op is identified by its HLO module (name + program id) and instruction name. Names
     come from the trace: what no output may print (control characters) is left out here."""
 
@@ -63,11 +63,10 @@ class OpKey:
         for name in ("module", "program_id", "name"):
             value = getattr(self, name)
             if not value.isprintable():
-                object.__setattr__(self, name, printable(value))
+                force_setattr(self, name, printable(value))
 
 
-@dataclass
-class OpInfo:
+class OpInfo(Struct):
     """One op of the trace: its key and what its event metadata say about it."""
 
     key: OpKey
@@ -114,8 +113,7 @@ class Device(NamedTuple):
         return np.rint(scale * host_ps.astype(np.float64) + offset).astype(np.int64)
 
 
-@dataclass
-class AllocatorEvents:
+class AllocatorEvents(Struct):
     """A host's device-memory allocator events (`MemoryAllocation`/`MemoryDeallocation` on the
     host plane), one row per event, in the order of `time_ps` within each allocator. Each event
     carries the allocator's state just after it: what is in use, what is free, and the
@@ -147,8 +145,7 @@ StepSource = Literal["annotation", "annotation+device", "tpu-steps", "module"]
 ANNOTATED: tuple[StepSource, ...] = ("annotation", "annotation+device")
 
 
-@dataclass
-class TraceData:
+class TraceData(Struct):
     """Op events of one or more files, one row per event, plus what describes ops and modules."""
 
     backend: Backend
@@ -195,15 +192,14 @@ class TraceData:
     # Bool per event for each selection already made (`hlogap.trace.summary.Selection`), and
     # each step frame's kind per occurrence (`StepFrame.where`): the per-host tasks of one
     # audit all ask for the same ones.
-    selected: dict[Hashable, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    selected: dict[Hashable, np.ndarray] = field(default_factory=dict)
 
     @property
     def num_events(self) -> int:
         return len(self.op_index)
 
 
-@dataclass
-class _Block:
+class _Block(Struct):
     """One line's events of one device, in the columns of `TraceData`."""
 
     op: np.ndarray

@@ -12,11 +12,12 @@ a device's part of a step goes to the op that ends it (`StepTotals.idle_before_p
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any, NamedTuple
 
 import numpy as np
+from msgspec import Struct, field
+from msgspec.structs import fields, replace
 
 from hlogap.trace.backends.base import platform_of
 from hlogap.trace.model import ANNOTATED, OpKey, Step, TraceData, devices_in
@@ -148,8 +149,7 @@ class OpStepCosts(NamedTuple):
     host: frozenset[OpKey]  # data in flight to or from host memory
 
 
-@dataclass
-class StepTotals:
+class StepTotals(Struct):
     """Per device of one host (rows: the host's devices in order) and step (columns, the run's
     windows), what that device did. Hosts' tables stack in host order: a row is a device of the
     run."""
@@ -201,8 +201,7 @@ class StepTotals:
         return cls(**columns, waits=OpWaits.summed([h.waits for h in hosts]))
 
 
-@dataclass(frozen=True)
-class OpWaits:
+class OpWaits(Struct, frozen=True):
     """Per op that a device waited for (device time, summed over devices and steps): the idle
     gaps inside the devices' parts of the steps that the op ended (it was the next to start on
     the device: the device was waiting to launch it), and how many. Summed over every op they
@@ -333,8 +332,7 @@ class _PerOp(NamedTuple):
         )
 
 
-@dataclass(frozen=True)
-class _DeviceEvents:
+class _DeviceEvents(Struct, frozen=True, dict=True):  # dict: by_start is cached
     """One device's selected events, in the columns' order (no column of their ends: each
     pass adds start and duration where it needs an end, a block or a few events at a time)."""
 
@@ -350,8 +348,7 @@ class _DeviceEvents:
         return SortedSpans.of(self.start, self.duration)
 
 
-@dataclass
-class _Table:
+class _Table(Struct):
     """`StepTotals` being filled, a device at a time, and the ops' waits (per op index)."""
 
     first: np.ndarray
@@ -894,8 +891,7 @@ def _covered(s: np.ndarray, e: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.n
 NOT_RUN = np.iinfo(np.int64).min
 
 
-@dataclass
-class CollectiveTimes:
+class CollectiveTimes(Struct):
     """Per collective asked for (rows, in that order) and occurrence (columns: the first ones
     on each device, in start order; the k-th on every device is the k-th of the host): when the
     host's last device entered it and when its last device left it, on the host's clock;

@@ -11,10 +11,10 @@ of occurrence times, kept as distinct (op, time, count).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
+from msgspec import Struct, field
 
 from hlogap.errors import InputError, UsageError
 from hlogap.trace.model import (
@@ -131,8 +131,7 @@ def module_pattern(module: str | None) -> ModulePattern | None:
     return pattern
 
 
-@dataclass
-class HostSummary:
+class HostSummary(Struct):
     """One host's selected events reduced per op (indexed like `ops`), never per event."""
 
     host: str
@@ -306,8 +305,7 @@ def weighted_medians(op: np.ndarray, value: np.ndarray, count: np.ndarray, n: in
     return median
 
 
-@dataclass
-class RunSummary:
+class RunSummary(Struct):
     """The hosts' summaries merged: ops of every host, one per key, in the order hosts first
     show them (hosts in the run's order)."""
 

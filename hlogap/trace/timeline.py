@@ -7,17 +7,15 @@ as columns. The audit runs it only when such an export is asked for.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
+from msgspec import Struct
 
 from hlogap.trace.model import OpKey, TraceData
 from hlogap.trace.summary import Selection
 from hlogap.trace.timing import take
 
 
-@dataclass(frozen=True)
-class HostEvents:
+class HostEvents(Struct, frozen=True):
     """One host's selected op events, sorted by device then start; `op` indexes `ops`,
     `device` indexes `devices` (the host's own, in the order the run numbers them) and `line`
     indexes `lines` (the profile's lines, in its order)."""
@@ -33,8 +31,7 @@ class HostEvents:
     self_ps: np.ndarray  # int64: the duration less the op events nested in it
 
 
-@dataclass(frozen=True)
-class Timeline:
+class Timeline(Struct, frozen=True):
     """Every host's events (hosts in the run's order), and the instant the report's `start_us`
     figures count from."""
 

@@ -4,10 +4,10 @@ covers, async pairs, interval unions."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 import numpy as np
+from msgspec import Struct
 
 from hlogap.trace.model import TraceData, devices_in
 
@@ -18,8 +18,7 @@ class ModulePattern(Protocol):
     def search(self, text: str, /) -> object: ...
 
 
-@dataclass
-class OpTimes:
+class OpTimes(Struct):
     """Per op (indexed like the run's ops), over the selected events of every host."""
 
     measured_ps: np.ndarray  # float64: sum of the op's self time

@@ -8,15 +8,15 @@ target; a target no rule knows is unmodeled, with the reason.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 from hlogap._plugins import import_all
 from hlogap.cost.base import ModuleIndex, Work, operand_shapes
 from hlogap.hlo.ir import Instruction, Shape
 
 
-@dataclass
-class CustomCost:
+class CustomCost(Struct):
     """What a custom-call rule says a call costs: its work, its data outputs and its own HBM byte
     count where it has one."""
 
@@ -30,8 +30,7 @@ class CustomCost:
 Apply = Callable[[Instruction, Sequence[Shape | None], CustomCost], None]
 
 
-@dataclass(frozen=True)
-class CostRule:
+class CostRule(Struct, frozen=True):
     """A custom-call cost rule: the call targets (exact or by prefix) it costs, and how."""
 
     name: str

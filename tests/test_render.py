@@ -228,9 +228,8 @@ def test_table_cells_are_literal_text(cpu_chip_file: Path, width: int | None) ->
     # Rich reads `[...]` as markup: `reduce_sum[axes=(0, 1, 2)]` lost its brackets, `[bold]`
     # vanished and `[/]` raised. Every table cell is the text itself.
     import copy
-    from dataclasses import replace
 
-    from msgspec.structs import replace as struct_replace
+    from msgspec.structs import replace
 
     from hlogap.render.base import MemoryView
     from hlogap.report.compare import compare
@@ -241,12 +240,10 @@ def test_table_cells_are_literal_text(cpu_chip_file: Path, width: int | None) ->
         op.name = name
     report.groups = [replace(g, name=n) for g, n in zip(report.groups, MARKUP_NAMES, strict=False)]
     assert report.memory is not None
-    report.memory = struct_replace(
+    report.memory = replace(
         report.memory,
         modules=tuple(
-            struct_replace(
-                m, at_peak=tuple(struct_replace(b, instruction=MARKUP_NAMES[0]) for b in m.at_peak)
-            )
+            replace(m, at_peak=tuple(replace(b, instruction=MARKUP_NAMES[0]) for b in m.at_peak))
             for m in report.memory.modules
         ),
     )
@@ -259,7 +256,7 @@ def test_table_cells_are_literal_text(cpu_chip_file: Path, width: int | None) ->
         op.measured_us *= 3
         op.median_us = None  # the check reads the mean
     diff = compare(ops, slower)
-    chips = ChipList([struct_replace(builtin_chips()[0], display=MARKUP_NAMES[2])])
+    chips = ChipList([replace(builtin_chips()[0], display=MARKUP_NAMES[2])])
     texts = {
         "groups": grouped,
         "ops": render(ops, "table", options),

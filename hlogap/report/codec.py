@@ -1,4 +1,5 @@
-"""The report's JSON codec: a dataclass to a JSON object and back, by its fields.
+"""The report's JSON codec: a record (a dataclass or a msgspec Struct) to a JSON object and
+back, by its fields.
 
 Each field is written under its name, in the order the class declares it (so a class declares
 its fields in the order of its keys in docs/json.md), and read back by its annotation:
@@ -6,13 +7,14 @@ its fields in the order of its keys in docs/json.md), and read back by its annot
 - `float`: a finite number >= 0; `int` the same, truncated (counts are written as numbers);
   `bool`; `str`; a `Literal`: one of its values; `X | None`: null or an X;
 - `list[str]` (or a tuple of them): checked whole; `dict[str, float]`: each value a number;
-- a list or tuple of dataclasses, or one: each read by this codec, its index in the path.
+- a list or tuple of records, or one: each read by this codec, its index in the path.
 
 A key a saved report lacks (one an older hlogap wrote) keeps the field's default; a field
 without a default is required (KeyError naming its path). A wrong value is a ValueError naming
 its path (`ops[3].flops is 'x', not a number`), which `load_json` turns into one line.
 
-What a field needs beyond its annotation it says in its metadata (`field(metadata=meta(...))`):
+What a dataclass field needs beyond its annotation it says in its metadata
+(`field(metadata=meta(...))`; a Struct's fields have none: each is written under its name):
 another key, written only when set or never, its own reader or writer, the value read where the
 key is absent. A class adds keys that are not fields with `JSON_EXTRA` (a derived property, or a
 value the writer passes, such as a row's `rank`), each written after the key it names; it
@@ -32,9 +34,12 @@ from functools import cache
 from typing import TYPE_CHECKING, Literal, TypeVar, get_args, get_origin
 
 from msgspec import Struct
+from msgspec.structs import fields as struct_fields
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
+
+    Record = DataclassInstance | Struct
 
 Reader = Callable[[object, str], object]
 
@@ -89,7 +94,7 @@ class _Slot(Struct, frozen=True):
     write: Writer | None = None
 
 
-def encode(obj: DataclassInstance, **given: object) -> dict[str, object]:
+def encode(obj: Record, **given: object) -> dict[str, object]:
     """`obj` as a JSON object; `given`: the values of its `JSON_EXTRA` keys that are not
     properties (None where not given)."""
     out: dict[str, object] = {}
@@ -107,10 +112,8 @@ def encode(obj: DataclassInstance, **given: object) -> dict[str, object]:
 
 
 def _value(value: object) -> object:
-    if isinstance(value, Struct):  # an earlier stage's type (memory, mesh, a raised chip
-        # figure) writes itself
-        return value.to_dict()  # type: ignore[attr-defined]
-    if is_dataclass(value) and not isinstance(value, type):
+    if isinstance(value, Struct) or (is_dataclass(value) and not isinstance(value, type)):
+        # An earlier stage's type (memory, mesh, a raised chip figure) writes itself.
         to_dict = getattr(value, "to_dict", None)
         return to_dict() if callable(to_dict) else encode(value)
     if isinstance(value, (list, tuple)):
@@ -125,16 +128,16 @@ def _layout(cls: type) -> tuple[_Slot, ...]:
     hints = typing.get_type_hints(cls)
     slots = [
         _Slot(
-            key=_spec(f).key or f.name,
-            name=f.name,
+            key=spec.key or name,
+            name=name,
             source="field",
-            plain=_is_plain(hints[f.name]),
-            if_set=_spec(f).written == "if set",
-            ranked=_spec(f).ranked,
-            write=_spec(f).write,
+            plain=_is_plain(hints[name]),
+            if_set=spec.written == "if set",
+            ranked=spec.ranked,
+            write=spec.write,
         )
-        for f in fields(cls)
-        if _spec(f).written != "never"
+        for name, spec, _ in _fields(cls)
+        if spec.written != "never"
     ]
     extra: Mapping[str, str | None] = getattr(cls, "JSON_EXTRA", {})
     for key, after in extra.items():
@@ -145,7 +148,7 @@ def _layout(cls: type) -> tuple[_Slot, ...]:
 
 
 def _is_plain(hint: object) -> bool:
-    """Whether values of this type are JSON as they are: no dataclass or tuple inside."""
+    """Whether values of this type are JSON as they are: no record or tuple inside."""
     if isinstance(hint, type):
         return not (is_dataclass(hint) or issubclass(hint, Struct)) and hint is not tuple
     if get_origin(hint) is tuple:
@@ -153,6 +156,19 @@ def _is_plain(hint: object) -> bool:
     if get_origin(hint) is Literal:
         return True
     return all(_is_plain(a) for a in get_args(hint))
+
+
+def _fields(cls: type) -> list[tuple[str, JsonField, bool]]:
+    """Each field of a record class: its name, how it is written and read, whether it has a
+    default."""
+    if issubclass(cls, Struct):
+        return [(f.name, PLAIN, not f.required) for f in struct_fields(cls)]
+    if not is_dataclass(cls):
+        raise TypeError(f"the report's codec reads no {cls}")
+    return [
+        (f.name, _spec(f), not (f.default is MISSING and f.default_factory is MISSING))
+        for f in fields(cls)
+    ]
 
 
 def _spec(f: Field[object]) -> JsonField:
@@ -197,13 +213,12 @@ class _Plan(Struct, frozen=True):
     def of(cls, decoded: type) -> _Plan:
         hints = typing.get_type_hints(decoded)
         readers, required = [], []
-        for f in fields(decoded):
-            spec, key = _spec(f), _spec(f).key or f.name
+        for name, spec, has_default in _fields(decoded):
+            key = spec.key or name
             if spec.written == "never":
                 continue
-            readers.append((f.name, key, spec.read or _reader(hints[f.name]), spec.absent))
-            no_default = f.default is MISSING and f.default_factory is MISSING
-            if spec.absent is UNSET and (spec.required or no_default):
+            readers.append((name, key, spec.read or _reader(hints[name]), spec.absent))
+            if spec.absent is UNSET and (spec.required or not has_default):
                 required.append(key)
         return cls(tuple(readers), tuple(required))
 
@@ -221,7 +236,7 @@ def _reader(hint: object) -> Reader:
         return _bool
     if hint is str:
         return text
-    if isinstance(hint, type) and is_dataclass(hint):
+    if isinstance(hint, type) and (is_dataclass(hint) or issubclass(hint, Struct)):
         return lambda raw, where: decode(hint, raw, where)
     origin, args = get_origin(hint), get_args(hint)
     if origin is Literal:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar, Literal, TypeVar, get_args
 
+from msgspec import Struct
+
 from hlogap._version import __version__
 from hlogap.bounds.measured import RaisedFigure
 from hlogap.bounds.roofline import BoundBy
@@ -161,7 +163,9 @@ class OpRow(Totals):
         return encode(self, rank=rank, share=share, cum_share=cum_share)
 
 
-@dataclass(slots=True)  # 160 k of them for a 40 k-step pod profile: small, quick to make
+# 160 k of them for a 40 k-step pod profile: small, quick to make; a dataclass, which orjson
+# writes itself (render/json.py), where it would ask for a Struct's dict
+@dataclass(slots=True)
 class DeviceStep:
     """One device's part of a step (wall time on that device unless said otherwise)."""
 
@@ -300,8 +304,7 @@ class StepRow:
         return data
 
 
-@dataclass(frozen=True)
-class GroupRow(Totals):
+class GroupRow(Struct, Totals, frozen=True):
     """Ops rolled up (`--group-by`): their totals summed."""
 
     JSON_EXTRA: ClassVar[dict[str, str | None]] = {
@@ -365,8 +368,7 @@ SavingFrame = Literal["wall", "device-time"]
 FRAMES: tuple[SavingFrame, ...] = get_args(SavingFrame)
 
 
-@dataclass(frozen=True)
-class OpRef:
+class OpRef(Struct, frozen=True):
     """An op named by its module, program id and instruction name."""
 
     module: str
@@ -427,8 +429,7 @@ class Action:
             raise ValueError(f"{where}: cause {cause!r} or its frame is not known")
 
 
-@dataclass(kw_only=True)
-class WhatIf:
+class WhatIf(Struct, kw_only=True):
     """`--what-if CHIP`: the same ops bounded on another chip (hlogap.advice.what_if)."""
 
     chip: str
@@ -440,8 +441,7 @@ class WhatIf:
     unmodeled_us: float  # device time of ops neither chip bounds, kept as measured
 
 
-@dataclass(frozen=True)
-class OutsideSteps:
+class OutsideSteps(Struct, frozen=True):
     """Device time (us, summed over devices) of op events outside the steady steps, kept out
     of the op rows in the steady frame (`summary.outside_steps`, contract version 4)."""
 
@@ -459,8 +459,7 @@ class OutsideSteps:
 OpsFrame = Literal["steady steps", "all"]
 
 
-@dataclass(frozen=True)
-class Unlisted:
+class Unlisted(Struct, frozen=True):
     """What a report an older hlogap saved with `--top N` left out of `ops`: its summary still
     counts it (this version's JSON lists every op; `check` and `diff` refuse such a report)."""
 

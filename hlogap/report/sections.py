@@ -5,13 +5,12 @@ their JSON keys (docs/json.md)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 from hlogap.report.codec import encode
 
 
-@dataclass(frozen=True)
-class SlowHost:
+class SlowHost(Struct, frozen=True):
     """A host of the slowest few, by its time in ops."""
 
     host: str
@@ -20,8 +19,7 @@ class SlowHost:
     step_median_us: float | None  # its own step's median wall (None: it ran no step)
 
 
-@dataclass(frozen=True)
-class HostSpread:
+class HostSpread(Struct, frozen=True):
     """Each host's own step (first op to last, median over the steps) across the hosts."""
 
     hosts: int  # hosts that ran steps
@@ -31,8 +29,7 @@ class HostSpread:
     max_host: str
 
 
-@dataclass(frozen=True)
-class LastArrival:
+class LastArrival(Struct, frozen=True):
     """A host that arrived last at a collective: how often, and how long the others waited."""
 
     host: str
@@ -40,8 +37,7 @@ class LastArrival:
     median_wait_us: float
 
 
-@dataclass(frozen=True)
-class CollectiveArrivals:
+class CollectiveArrivals(Struct, frozen=True):
     """A collective's late hosts (on the first host's clock)."""
 
     module: str
@@ -52,8 +48,7 @@ class CollectiveArrivals:
     last_hosts: list[LastArrival]
 
 
-@dataclass(frozen=True)
-class StepSkew:
+class StepSkew(Struct, frozen=True):
     """A step: the slowest and the median host by time in ops starting in it."""
 
     step: int
@@ -64,8 +59,7 @@ class StepSkew:
     over_median_pct: float | None
 
 
-@dataclass(frozen=True)
-class OpSkew:
+class OpSkew(Struct, frozen=True):
     """An op that ran on two hosts or more: its time on the slowest and on the median host."""
 
     module: str
@@ -78,8 +72,7 @@ class OpSkew:
     over_median_pct: float | None
 
 
-@dataclass(frozen=True)
-class HostSkew:
+class HostSkew(Struct, frozen=True):
     """The `hosts` section: the hosts' clocks, the slowest hosts, and per step and per op the
     slowest host against the median one (device time in ops)."""
 
@@ -98,8 +91,7 @@ class HostSkew:
     ops: list[OpSkew]  # the most skewed first
 
 
-@dataclass
-class CrossCheckRow:
+class CrossCheckRow(Struct):
     """One op's occurrences by hlogap and by xprof's hlo_stats."""
 
     module: str
@@ -114,8 +106,7 @@ class CrossCheckRow:
     explained: bool = False  # the difference is one hlogap knows the reason for
 
 
-@dataclass
-class CrossCheck:
+class CrossCheck(Struct):
     """The `cross_check` section: each op of the report against xprof's row."""
 
     tool: str

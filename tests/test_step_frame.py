@@ -495,6 +495,46 @@ def test_the_c_sums_refuse_what_is_out_of_range() -> None:
         sums(window[:1], ps, op, kept, out, np.zeros(1, dtype=np.int64), 1)
 
 
+def test_each_ops_longest_gaps_are_the_same_in_c_and_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_longest_per_op`: each op's LARGEST_GAPS longest gaps, by op, longest first, a tie the
+    earlier first; the C pass and numpy's sort pick the same ones in the same order, and both
+    are the plain per-op sort's (lengths from a few values: many ties)."""
+    from hlogap.trace import steps
+
+    if steps._windowsums is None:
+        pytest.skip("hlogap.trace._windowsums not built")
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        gaps = int(rng.integers(1, 300))
+        op = rng.integers(0, int(rng.integers(1, 12)), gaps).astype(np.int32)
+        length = rng.integers(0, int(rng.integers(1, 6)), gaps).astype(np.int64) * 1000
+        want = [
+            i
+            for o in sorted(set(op.tolist()))
+            for i in sorted(np.flatnonzero(op == o).tolist(), key=lambda i: -length[i])[
+                : steps.LARGEST_GAPS
+            ]
+        ]
+        with_c = steps._longest_per_op(op, length).tolist()
+        with monkeypatch.context() as numpy_only:
+            numpy_only.setattr(steps, "_windowsums", None)
+            with_numpy = steps._longest_per_op(op, length).tolist()
+        assert with_c == with_numpy == want
+
+
+def test_the_c_longest_gaps_refuse_what_is_out_of_range() -> None:
+    from hlogap.trace import steps
+
+    if steps._windowsums is None:
+        pytest.skip("hlogap.trace._windowsums not built")
+    longest = steps._windowsums.longest_per_op
+    op, length = np.array([0, 2], dtype=np.int32), np.array([5, 6], dtype=np.int64)
+    with pytest.raises(IndexError, match="out of range"):
+        longest(op, length, np.zeros(6, dtype=np.int64), 3)  # room for ops 0 and 1
+    with pytest.raises(ValueError, match="differ in length"):
+        longest(op[:1], length, np.zeros(9, dtype=np.int64), 3)
+
+
 @pytest.mark.parametrize("shape", ["stream", "overlapping", "same starts", "wide"])
 def test_spans_found_a_block_at_a_time_are_the_whole_arrays(
     shape: str, monkeypatch: pytest.MonkeyPatch

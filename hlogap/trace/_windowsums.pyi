@@ -11,3 +11,6 @@ def window_sums(
     columns: int,
     /,
 ) -> None: ...
+def longest_per_op(
+    op: NDArray[np.int32], length: NDArray[np.int64], out: NDArray[np.int64], k: int, /
+) -> int: ...

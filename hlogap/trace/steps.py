@@ -536,6 +536,19 @@ def _keep_longest(
         return
     length = busy_start[1:][inside] - busy_end[:-1][inside]
     op = waited_for[inside]
+    gap = inside[_longest_per_op(op, length)]
+    longest.append((waited_for[gap], busy_end[gap], busy_start[gap + 1]))
+
+
+def _longest_per_op(op: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Where each op's `LARGEST_GAPS` longest gaps are (a tie: the earlier first), ordered by
+    op, then longest first: in one pass where the C extension is built."""
+    if _windowsums is not None:
+        out = np.empty((int(op.max()) + 1) * LARGEST_GAPS, dtype=np.int64)
+        found = _windowsums.longest_per_op(
+            op.astype(np.int32, copy=False), length.astype(np.int64, copy=False), out, LARGEST_GAPS
+        )
+        return out[:found]
     # Only the gaps as long as the shortest of the op's longest gap among its 1st, 4th, 7th...
     # gaps, its longest among the 2nd, 5th... and among the 3rd, 6th...: three gaps of the op,
     # so its third longest is no shorter (the sort below over millions of gaps: 40 ms). In
@@ -545,14 +558,11 @@ def _keep_longest(
     np.maximum.at(longest_of_third, third, length.astype(np.float64))
     bar = longest_of_third.reshape(-1, LARGEST_GAPS).min(axis=1)
     near = np.flatnonzero(length >= bar[op])
-    inside, length, op = inside[near], length[near], op[near]
-    order = np.lexsort((-length, op))  # by op, the longest gap first
+    order = near[np.lexsort((-length[near], op[near]))]  # by op, the longest gap first
     op = op[order]
     group = np.flatnonzero(np.r_[True, op[1:] != op[:-1]])
     rank = np.arange(len(op)) - np.repeat(group, np.diff(np.r_[group, len(op)]))
-    keep = np.flatnonzero(rank < LARGEST_GAPS)
-    gap = inside[order[keep]]
-    longest.append((op[keep], busy_end[gap], busy_start[gap + 1]))
+    return order[rank < LARGEST_GAPS]
 
 
 def _busy_spans(spans: SortedSpans) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from google.protobuf.message import DecodeError
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from hlogap.errors import InputError
 from hlogap.proto import xplane_pb2
 from hlogap.trace import columnar
-from hlogap.trace.columnar import ABSENT, LineColumns, RawLine, decode_events
+from hlogap.trace.columnar import ABSENT, ID_TABLE_MAX, IdSet, LineColumns, RawLine, decode_events
 from hlogap.trace.model import MAX_TIME_PS
 from tests.conftest import AMD_FILES, FIXTURES, SHARED
 
@@ -291,3 +292,21 @@ def test_a_long_lines_head_walk_hands_back_its_bytes(decoder: str) -> None:
     forgotten.clear()
     RawLine(head + field * 1000, lambda at, size: forgotten.append((at, size)))
     assert not forgotten
+
+
+@pytest.mark.parametrize("largest", [40, ID_TABLE_MAX + 5])
+def test_an_id_set_finds_what_isin_finds(largest: int) -> None:
+    """`IdSet.has` (a table's gather, or np.isin past ID_TABLE_MAX) against np.isin, with ids
+    outside the table: negative, past its end, the largest int64."""
+    rng = np.random.default_rng(3)
+    wanted = [*rng.integers(0, 40, 5).tolist(), largest]
+    ids = np.concatenate(
+        [
+            rng.integers(-3, largest + 3, 500),
+            np.array([-1, 0, largest, largest + 1, np.iinfo(np.int64).max], dtype=np.int64),
+        ]
+    )
+    found = IdSet(wanted).has(ids)
+    assert found.dtype == bool
+    assert found.tolist() == np.isin(ids, wanted).tolist()
+    assert not IdSet([]) and IdSet([7])

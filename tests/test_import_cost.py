@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from hlogap.errors import EXIT_INPUT
 from tests.conftest import FIXTURES, ROOT, write_cpu_chip
 
 # The process runs `hlogap` as the console script does, then lists the modules it loaded.
@@ -47,6 +48,7 @@ NOT_FOR_AN_AUDIT_AS_JSON = [
     "fsspec",
     "rich",
     "hlogap.trace.nsys",  # an nsys-jax archive's reader
+    "logging",  # the storage backends' logs are quieted only where a remote store is opened
 ]
 # `--help` lists the formats of every renderer without loading what any of them renders.
 NOT_FOR_HELP = ["hlogap.report.model", "hlogap.pipeline", "numpy", "typer.rich_utils"]
@@ -109,3 +111,37 @@ def test_the_collector_is_off_while_modules_load_and_as_it_was_after(
     assert done.value.code == 0
     assert seen[0] == (False, 0) and seen[1][0] and seen[1][1] > 0
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+# The root logger's handlers once the CLI has run (a remote store opened, or not).
+RUN_AND_SHOW_HANDLERS = """
+import logging, sys
+from hlogap.cli import main
+sys.argv = ["hlogap", *sys.argv[1:]]
+try:
+    main()
+finally:
+    print([type(h).__name__ for h in logging.getLogger().handlers])
+"""
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_the_storage_logs_are_quiet_where_a_remote_store_is_opened(debug: bool) -> None:
+    """Without `--debug`, a backend's logged retries (gcsfs, s3fs) never reach stderr through
+    Python's last-resort handler: the root logger gets a NullHandler once a remote store is
+    opened (fsspec's memory:// here, an empty store: one error line, EXIT_INPUT)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            RUN_AND_SHOW_HANDLERS,
+            "audit",
+            "memory://no-such-bucket/run",
+            *(["--debug"] if debug else []),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode == EXIT_INPUT, done.stderr
+    assert done.stdout.strip() == ("[]" if debug else "['NullHandler']")

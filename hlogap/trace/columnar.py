@@ -71,6 +71,35 @@ class LineColumns(Struct):
                 self.stats[k][i] = ABSENT
 
 
+class IdSet:
+    """A few metadata ids, and which of a line's events have one (`has`): by a table of the ids
+    where they are small (as a profile's metadata ids are: numbered from 1), one gather a line
+    where `np.isin` sorts (~20 us a line; a host plane has hundreds of lines, read several
+    times over); by `np.isin` where an id is too large for a table."""
+
+    __slots__ = ("_ids", "_table")
+
+    def __init__(self, ids: list[int]) -> None:
+        self._ids = np.array(sorted(set(ids)), dtype=np.int64)
+        self._table: np.ndarray | None = None
+        if len(self._ids) and self._ids[0] >= 0 and self._ids[-1] < ID_TABLE_MAX:
+            # One False slot on each side: `has` clips every id outside the table onto one.
+            self._table = np.zeros(int(self._ids[-1]) + 3, dtype=bool)
+            self._table[self._ids + 1] = True
+
+    def __bool__(self) -> bool:
+        return bool(len(self._ids))
+
+    def has(self, ids: np.ndarray) -> np.ndarray:
+        """Bool per id of `ids`: in the set or not."""
+        if self._table is None:
+            return np.isin(ids, self._ids)
+        return np.take(self._table, ids + 1, mode="clip")
+
+
+ID_TABLE_MAX = 1 << 20  # ids below this are looked up in a table (1 MB at most)
+
+
 def exit_on_sigbus(message: bytes) -> bool:
     """Make a SIGBUS (a mapped file truncated under its reader) write `message` and exit with
     3; False where it cannot (no C extension, no SIGBUS): the caller then reads, not maps."""

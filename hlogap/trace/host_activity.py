@@ -16,9 +16,10 @@ import numpy as np
 
 from hlogap.errors import InputError
 from hlogap.source import is_nsys_archive
+from hlogap.trace.columnar import IdSet
 from hlogap.trace.model import TraceData
 from hlogap.trace.timing import merged_intervals
-from hlogap.trace.xspace import HOST_PLANE, decode_one_stat, read_planes
+from hlogap.trace.xspace import HOST_PLANE, decode_int_stats, read_planes
 
 MOST_EVENTS = 4  # per gap: the events covering most of it
 
@@ -55,7 +56,7 @@ def host_activity(
     stat_ids = {v.name: k for k, v in host.stat_metadata.items()}
     hlo_op, step_num = stat_ids.get("hlo_op", -1), stat_ids.get("step_num", -1)
     names = {k: (m.name or m.display_name) for k, m in host.event_metadata.items()}
-    markers = np.array([k for k, n in names.items() if n.startswith("end: ")], dtype=np.int64)
+    markers = IdSet([k for k, n in names.items() if n.startswith("end: ")])
     lo, hi = min(a for a, _ in gaps), max(b for _, b in gaps)
     gap_start = np.array([a for a, _ in gaps], dtype=np.int64)
     gap_end = np.array([b for _, b in gaps], dtype=np.int64)
@@ -69,15 +70,14 @@ def host_activity(
         if base >= hi:
             continue
         label = line.display_name or line.name
-        op_cols = decode_one_stat(line, hlo_op, host.name)
-        step_cols = decode_one_stat(line, step_num, host.name)
-        start = base + op_cols.offset_ps
-        end = start + op_cols.duration_ps
-        kept = (op_cols.stats[0] < 0) & (step_cols.stats[0] < 0) & (end > lo) & (start < hi)
-        kept &= (end > start) & ~np.isin(op_cols.metadata_id, markers)
+        cols = decode_int_stats(line, [hlo_op, step_num], host.name)
+        start = base + cols.offset_ps
+        end = start + cols.duration_ps
+        kept = (cols.stats[0] < 0) & (cols.stats[1] < 0) & (end > lo) & (start < hi)
+        kept &= (end > start) & ~markers.has(cols.metadata_id)
         if not kept.any():
             continue
-        s, e, ids = start[kept], end[kept], op_cols.metadata_id[kept]
+        s, e, ids = start[kept], end[kept], cols.metadata_id[kept]
         for g in range(len(gaps)):
             a, b = int(gap_start[g]), int(gap_end[g])
             over = np.minimum(e, b) - np.maximum(s, a)

@@ -24,7 +24,7 @@ from hlogap.errors import InputError
 from hlogap.files import available_memory
 from hlogap.proto import xplane_pb2
 from hlogap.source import Remote, is_url, regular_file
-from hlogap.trace.columnar import LineColumns, RawLine, exit_on_sigbus, plane_lines
+from hlogap.trace.columnar import IdSet, LineColumns, RawLine, exit_on_sigbus, plane_lines
 from hlogap.trace.exports import tool_export
 from hlogap.trace.model import MAX_TIME_PS, AllocatorEvents, Step, TraceBuilder
 from hlogap.units import printable
@@ -384,7 +384,7 @@ def read_step_annotations(planes: Sequence[Plane]) -> list[Step]:
         for line in plane.raw_lines:
             if not line.event_count:
                 continue
-            cols = decode_one_stat(line, step_id, plane.name)
+            cols = decode_int_stats(line, [step_id], plane.name)
             has = np.flatnonzero(cols.stats[0] >= 0)
             base = line.timestamp_ns * 1000
             for k in has.tolist():
@@ -399,6 +399,10 @@ def read_step_annotations(planes: Sequence[Plane]) -> list[Step]:
 MEMORY_EVENTS = ("MemoryAllocation", "MemoryDeallocation")
 # `bytes_allocated` etc. of each event, in the order of AllocatorEvents' columns.
 _ALLOCATOR_STATS = ("bytes_allocated", "bytes_reserved", "bytes_available", "peak_bytes_in_use")
+# Every stat of an allocator event that is read (of the ~11 it has).
+_ALLOCATOR_READS = frozenset(
+    ("allocator_name", "index_on_host", "fragmentation", *_ALLOCATOR_STATS)
+)
 # No byte count of a real allocator reaches 2**61 (2 EB): sums of two stay inside int64.
 _MAX_BYTES = 1 << 61
 
@@ -410,18 +414,17 @@ def read_allocator_events(planes: Sequence[Plane]) -> AllocatorEvents | None:
     host = next((p for p in planes if p.name == HOST_PLANE), None)
     if host is None:
         return None
-    wanted = np.array(
-        [k for k, md in host.event_metadata.items() if md.name in MEMORY_EVENTS], dtype=np.int64
-    )
-    if not len(wanted):
+    wanted = IdSet([k for k, md in host.event_metadata.items() if md.name in MEMORY_EVENTS])
+    if not wanted:
         return None
     names = {k: v.name for k, v in host.stat_metadata.items()}
+    read = {k for k, name in names.items() if name in _ALLOCATOR_READS}
     allocators: dict[str, int] = {}
     rows: list[tuple[int, int, int, int, int, int, float]] = []
     for line in host.raw_lines:
         if not line.event_count:
             continue
-        found = np.flatnonzero(np.isin(line.columns([]).metadata_id, wanted))
+        found = np.flatnonzero(wanted.has(line.columns([]).metadata_id))
         if not len(found):
             continue
         events = line.events
@@ -430,7 +433,11 @@ def read_allocator_events(planes: Sequence[Plane]) -> AllocatorEvents | None:
                 event = xplane_pb2.XEvent.FromString(events[k])
             except DecodeError as exc:
                 raise InputError(f"corrupt event on {host.name}") from exc
-            stats = {names.get(s.metadata_id, ""): stat_value(s, names) for s in event.stats}
+            stats = {
+                names[s.metadata_id]: stat_value(s, names)
+                for s in event.stats
+                if s.metadata_id in read
+            }
             allocator = stats.get("allocator_name", stats.get("index_on_host"))
             counts = [stats.get(name) for name in _ALLOCATOR_STATS]
             heap, stack, free, mark = (c if isinstance(c, int) else -1 for c in counts)
@@ -468,12 +475,14 @@ def _fraction(value: object) -> float:
     return float(value)
 
 
-def decode_one_stat(line: RawLine, stat_id: int, plane: str) -> LineColumns:
-    """A line's events in columns with one integer stat (-1 where absent); the events the
-    columnar decoder leaves to upb are read by upb."""
-    cols = line.columns([stat_id])
+def decode_int_stats(line: RawLine, stat_ids: list[int], plane: str) -> LineColumns:
+    """A line's events in columns with integer stats (-1 where absent; a negative id is a stat
+    the plane lacks); the events the columnar decoder leaves to upb are read by upb."""
+    cols = line.columns(stat_ids)
     for i, raw in cols.irregular.items():
-        cols.stats[0][i] = _int_stat(raw, stat_id, plane)
+        for k, stat_id in enumerate(stat_ids):
+            if stat_id >= 0:
+                cols.stats[k][i] = _int_stat(raw, stat_id, plane)
     return cols
 
 

@@ -13,11 +13,12 @@ import numpy as np
 
 from hlogap.trace.backends.base import Platform, register
 from hlogap.trace.backends.stat_events import ExecutionOf, read_stat_events
+from hlogap.trace.columnar import IdSet
 from hlogap.trace.model import UNKNOWN_EXECUTION, Backend, TraceBuilder
 from hlogap.trace.xspace import (
     HOST_PLANE,
     Plane,
-    decode_one_stat,
+    decode_int_stats,
     device_ordinal,
     plane_stats,
 )
@@ -89,11 +90,10 @@ def _executions(planes: Sequence[Plane]) -> ExecutionOf | None:
     if host is None:
         return None
     corr_id = next((k for k, v in host.stat_metadata.items() if v.name == "correlation_id"), -1)
-    module_md = np.array(
-        [k for k, md in host.event_metadata.items() if md.name.endswith(MODULE_EVENT)],
-        dtype=np.int64,
+    module_md = IdSet(
+        [k for k, md in host.event_metadata.items() if md.name.endswith(MODULE_EVENT)]
     )
-    if corr_id < 0 or not len(module_md):
+    if corr_id < 0 or not module_md:
         return None
     spans: list[tuple[np.ndarray, np.ndarray, int]] = []  # per module line: starts, ends, 1st id
     launches: list[tuple[np.ndarray, np.ndarray]] = []  # per launch line: correlation, time
@@ -101,9 +101,9 @@ def _executions(planes: Sequence[Plane]) -> ExecutionOf | None:
     for line in host.raw_lines:
         if not line.event_count:
             continue
-        cols = decode_one_stat(line, corr_id, host.name)
+        cols = decode_int_stats(line, [corr_id], host.name)
         start = line.timestamp_ns * 1000 + cols.offset_ps
-        is_module = np.isin(cols.metadata_id, module_md)
+        is_module = module_md.has(cols.metadata_id)
         if is_module.any():
             order = np.argsort(start[is_module], kind="stable")
             first = start[is_module][order]

@@ -26,7 +26,7 @@ from hlogap.executors.spill import SPILL_PREFIX
 from hlogap.options import AuditOptions
 from hlogap.source import find_profile
 from hlogap.trace import reading
-from hlogap.trace.model import TraceData
+from hlogap.trace.model import CACHES, TraceData
 from hlogap.trace.reading import read_trace
 from hlogap.trace.summary import Selection, summarize
 from hlogap.trace.timeline import host_events
@@ -72,13 +72,9 @@ def temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     yield where
 
 
-# TraceData.selected: each selection's mask, kept as the audit asks for it (not data).
-CACHES = {"selected"}
-
-
 def _same(a: Any, b: Any) -> bool:
     """Equal to the last bit: arrays by dtype and values, records field by field (but for
-    the caches in `CACHES`)."""
+    TraceData's caches)."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return (
             isinstance(a, np.ndarray)

@@ -137,6 +137,24 @@ def test_without_annotations_a_step_is_an_execution_of_the_main_module(amd_file:
         assert step.busy_us + step.idle_us == pytest.approx(step.device_wall_us)
 
 
+def test_a_modules_executions_are_found_once_per_trace(amd_file: Path) -> None:
+    """The step search and the step pass ask for the same executions: the second is the
+    first's (`TraceData.spans`), and both are what a fresh search finds."""
+    from hlogap.trace.reading import read_trace
+    from hlogap.trace.steps import _module_spans, module_spans
+    from hlogap.trace.summary import Selection
+
+    trace = read_trace(amd_file, "host")
+    module = max({o.key.module for o in trace.ops})
+    first = module_spans(trace, Selection(), module)
+    assert first and module_spans(trace, Selection(), module) is first
+    fresh = _module_spans(trace, Selection(), module)
+    assert {d: [a.tolist() for a in s] for d, s in first.items()} == {
+        d: [a.tolist() for a in s] for d, s in fresh.items()
+    }
+    assert module_spans(trace, Selection(device=0), module) is not first
+
+
 def test_union_and_window_cover() -> None:
     start = np.array([0, 5, 20, 22, 40], dtype=np.int64)
     end = np.array([10, 8, 25, 30, 50], dtype=np.int64)

@@ -25,7 +25,7 @@ import numpy as np
 from msgspec import Struct
 from msgspec.structs import fields
 
-from hlogap.trace.model import TraceData
+from hlogap.trace.model import CACHES, TraceData
 from hlogap.trace.reading import SkippedHost, read_host
 from hlogap.trace.summary import HostSummary, Selection, summarize
 
@@ -67,7 +67,7 @@ def write_columns(trace: TraceData, directory: Path) -> None:
     rest: dict[str, Any] = {}
     for f in fields(trace):
         value = getattr(trace, f.name)
-        if f.name == "selected":  # a cache: made again by the tasks that need it
+        if f.name in CACHES:
             continue
         if not isinstance(value, np.ndarray):
             rest[f.name] = value

@@ -143,6 +143,8 @@ class Step(NamedTuple):
 # it (hlogap.trace.steps.launched_steps).
 StepSource = Literal["annotation", "annotation+device", "tpu-steps", "module"]
 ANNOTATED: tuple[StepSource, ...] = ("annotation", "annotation+device")
+# Per device of a host (its index): sorted (first start, last end) arrays of its executions.
+ExecutionSpans = dict[int, tuple[np.ndarray, np.ndarray]]
 
 
 class TraceData(Struct):
@@ -193,10 +195,17 @@ class TraceData(Struct):
     # each step frame's kind per occurrence (`StepFrame.where`): the per-host tasks of one
     # audit all ask for the same ones.
     selected: dict[Hashable, np.ndarray] = field(default_factory=dict)
+    # A module's executions per device under a selection (`hlogap.trace.steps.module_spans`):
+    # the step search finds them, the step pass asks again.
+    spans: dict[Hashable, ExecutionSpans] = field(default_factory=dict)
 
     @property
     def num_events(self) -> int:
         return len(self.op_index)
+
+
+# The fields of `TraceData` that only cache what its tasks find: never spilled, made again.
+CACHES = ("selected", "spans")
 
 
 class _Block(Struct):

@@ -20,7 +20,7 @@ from msgspec import Struct, field
 from msgspec.structs import fields, replace
 
 from hlogap.trace.backends.base import platform_of
-from hlogap.trace.model import ANNOTATED, OpKey, Step, TraceData, devices_in
+from hlogap.trace.model import ANNOTATED, ExecutionSpans, OpKey, Step, TraceData, devices_in
 from hlogap.trace.summary import Selection
 from hlogap.trace.timing import (
     BLOCK_ROWS,
@@ -35,13 +35,17 @@ try:
 except ImportError:  # installed without its C extension: numpy sums the saving columns
     _windowsums = None  # type: ignore[assignment]
 
-# Per device of a host (its index): sorted (first start, last end) arrays of its executions.
-Spans = dict[int, tuple[np.ndarray, np.ndarray]]
 
-
-def module_spans(trace: TraceData, selection: Selection, module: str | None) -> Spans:
+def module_spans(trace: TraceData, selection: Selection, module: str | None) -> ExecutionSpans:
     """Per device of the host: when each execution of `module` (None: of any module) began
-    and ended, in order."""
+    and ended, in order (found once per trace: `TraceData.spans`)."""
+    found = trace.spans.get((selection, module))
+    if found is None:
+        found = trace.spans[(selection, module)] = _module_spans(trace, selection, module)
+    return found
+
+
+def _module_spans(trace: TraceData, selection: Selection, module: str | None) -> ExecutionSpans:
     in_module = np.array([module is None or o.key.module == module for o in trace.ops], dtype=bool)
     selected = selection.events(trace)
     if not trace.num_events or not in_module.any():
@@ -62,7 +66,7 @@ def module_spans(trace: TraceData, selection: Selection, module: str | None) -> 
         key = device[runs].astype(np.int64) * executions + execution[runs]
         _first_and_last(key, runs, start, start + duration, first, last)
     ran = np.flatnonzero(last > np.iinfo(np.int64).min)
-    spans: Spans = {}
+    spans: ExecutionSpans = {}
     for d in devices_in(ran // executions):
         at = ran[ran // executions == d]
         order = np.lexsort((last[at], first[at]))
@@ -294,7 +298,9 @@ def step_totals(
     return table.totals(per_op.keys)
 
 
-def _own_windows(executions: Spans, device: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
+def _own_windows(
+    executions: ExecutionSpans, device: int, steps: int
+) -> tuple[np.ndarray, np.ndarray]:
     """A device's windows where step k is its own k-th execution of the module. Executions
     past the device's last are empty windows at the end: still sorted."""
     window_start = np.full(steps, np.iinfo(np.int64).max)

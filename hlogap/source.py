@@ -111,18 +111,12 @@ def _scheme(url: str) -> str:
     return url.split("://", 1)[0].lower()
 
 
-# Called before a remote store is first opened (the CLI's: quiet the storage backends' logs).
-BEFORE_REMOTE: list[Callable[[], None]] = []
-
-
 class Remote:
     """A URL's fsspec filesystem and path; every call's failure is one `InputError` line that
     says what to do (install the extra, fix the credentials or the bucket, check the endpoint),
     never the backend's traceback."""
 
     def __init__(self, url: str) -> None:
-        while BEFORE_REMOTE:
-            BEFORE_REMOTE.pop()()
         self.url = url
         scheme = _scheme(url)
         try:

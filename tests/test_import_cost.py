@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from hlogap.errors import EXIT_INPUT
 from tests.conftest import FIXTURES, ROOT, write_cpu_chip
 
 # The process runs `hlogap` as the console script does, then lists the modules it loaded.
@@ -48,7 +47,6 @@ NOT_FOR_AN_AUDIT_AS_JSON = [
     "fsspec",
     "rich",
     "hlogap.trace.nsys",  # an nsys-jax archive's reader
-    "logging",  # the storage backends' logs are quieted only where a remote store is opened
 ]
 # `--help` lists the formats of every renderer without loading what any of them renders.
 NOT_FOR_HELP = ["hlogap.report.model", "hlogap.pipeline", "numpy", "typer.rich_utils"]
@@ -138,37 +136,3 @@ def test_the_command_exits_with_every_object_frozen(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "True"]
     assert (tmp_path / "report.json").stat().st_size > 0
-
-
-# The root logger's handlers once the CLI has run (a remote store opened, or not).
-RUN_AND_SHOW_HANDLERS = """
-import logging, sys
-from hlogap.cli import main
-sys.argv = ["hlogap", *sys.argv[1:]]
-try:
-    main()
-finally:
-    print([type(h).__name__ for h in logging.getLogger().handlers])
-"""
-
-
-@pytest.mark.parametrize("debug", [False, True])
-def test_the_storage_logs_are_quiet_where_a_remote_store_is_opened(debug: bool) -> None:
-    """Without `--debug`, a backend's logged retries (gcsfs, s3fs) never reach stderr through
-    Python's last-resort handler: the root logger gets a NullHandler once a remote store is
-    opened (fsspec's memory:// here, an empty store: one error line, EXIT_INPUT)."""
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            RUN_AND_SHOW_HANDLERS,
-            "audit",
-            "memory://no-such-bucket/run",
-            *(["--debug"] if debug else []),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    assert done.returncode == EXIT_INPUT, done.stderr
-    assert done.stdout.strip() == ("[]" if debug else "['NullHandler']")

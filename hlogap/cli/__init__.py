@@ -25,7 +25,6 @@ from hlogap.cli.process import (
     stop_children,
 )
 from hlogap.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_USAGE, HlogapError
-from hlogap.source import BEFORE_REMOTE
 
 app = typer.Typer(
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
@@ -87,15 +86,6 @@ def main() -> None:
         gc.enable()
 
 
-def _quiet_storage_logs() -> None:
-    """Storage backends (gcsfs, s3fs) log each failed attempt with its traceback on stderr
-    through Python's last-resort handler; hlogap's one error line says what failed. (Only
-    where a remote store is opened: `logging` is ~3 ms of every start.)"""
-    import logging
-
-    logging.getLogger().addHandler(logging.NullHandler())
-
-
 def _main() -> None:
     import signal
 
@@ -103,7 +93,12 @@ def _main() -> None:
     if debug:
         sys.argv.remove("--debug")
     else:
-        BEFORE_REMOTE.append(_quiet_storage_logs)
+        import logging
+
+        # Storage backends (gcsfs, s3fs) log each failed attempt with its traceback on stderr
+        # through Python's last-resort handler, as asyncio logs a Dask client's task that an
+        # interrupt left unfinished; hlogap's one error line says what failed.
+        logging.getLogger().addHandler(logging.NullHandler())
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
         code = app(standalone_mode=False)

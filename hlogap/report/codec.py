@@ -150,12 +150,17 @@ def _layout(cls: type) -> tuple[_Slot, ...]:
 def _is_plain(hint: object) -> bool:
     """Whether values of this type are JSON as they are: no record or tuple inside."""
     if isinstance(hint, type):
-        return not (is_dataclass(hint) or issubclass(hint, Struct)) and hint is not tuple
+        return not _is_record(hint) and hint is not tuple
     if get_origin(hint) is tuple:
         return False
     if get_origin(hint) is Literal:
         return True
     return all(_is_plain(a) for a in get_args(hint))
+
+
+def _is_record(cls: type) -> bool:
+    """A dataclass or a msgspec Struct: written and read field by field."""
+    return is_dataclass(cls) or issubclass(cls, Struct)
 
 
 def _fields(cls: type) -> list[tuple[str, JsonField, bool]]:
@@ -236,7 +241,7 @@ def _reader(hint: object) -> Reader:
         return _bool
     if hint is str:
         return text
-    if isinstance(hint, type) and (is_dataclass(hint) or issubclass(hint, Struct)):
+    if isinstance(hint, type) and _is_record(hint):
         return lambda raw, where: decode(hint, raw, where)
     origin, args = get_origin(hint), get_args(hint)
     if origin is Literal:

@@ -132,6 +132,42 @@ def test_spilled_hosts_give_the_summaries_columns_and_results_of_hosts_read_here
     assert _spills(temp_dir) == []
 
 
+# A pool whose second task kills its worker, in a process of its own (were the pool to wait
+# for the dead worker's answer, the timeout ends it, not the suite).
+WORKER_DIES = """
+import os, sys
+from hlogap.executors.local import in_pool
+
+def read(k):
+    if k == 1:
+        os._exit(9)  # as a crash in a C reader ends a worker
+    return k
+
+if __name__ == "__main__":
+    assert in_pool(read, [(0,), (2,)], 2) == [0, 2]
+    try:
+        in_pool(read, [(0,), (1,), (2,)], 2)
+    except RuntimeError as exc:
+        print(exc)
+"""
+
+
+def test_a_pool_worker_that_dies_fails_the_read_and_never_hangs(tmp_path: Path) -> None:
+    """The readers' process pool (what a multithreaded caller gets, not fork): a worker that
+    dies mid-read is the error a dead forked reader is, where multiprocessing's Pool waited for
+    it forever."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "worker_dies.py"
+    script.write_text(WORKER_DIES)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "a profile reader process died"
+
+
 def test_one_host_is_read_here_and_never_spilled(pod: Path, temp_dir: Path) -> None:
     source = find_profile(next(pod.rglob("host00.xplane.pb")))
     with open_hosts(source, jobs=2) as hosts:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import functools
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from hlogap.executors.base import HostExecutor, HostTask, P, T, summarize_read
 from hlogap.executors.spill import (
@@ -23,6 +24,24 @@ from hlogap.source import ProfileSource
 from hlogap.trace.model import TraceData
 from hlogap.trace.reading import Progress, SkippedHost, can_fork, in_readers, read_trace
 from hlogap.trace.summary import HostSummary, Selection
+
+
+def in_pool(task: Callable[..., T], tasks: list[tuple[Any, ...]], workers: int) -> list[T]:
+    """`task(*t)` for each of `tasks`, in a pool of `workers` processes started without fork:
+    the caller is multithreaded (JAX in the same process, say). A worker that dies (a crash in
+    a C reader) fails the run as a forked reader's death does, where `multiprocessing.Pool`
+    waited for its answer forever."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    methods = multiprocessing.get_all_start_methods()
+    start = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    with ProcessPoolExecutor(workers, mp_context=start) as pool:
+        try:
+            return list(pool.map(task, *zip(*tasks, strict=True)))
+        except BrokenProcessPool as exc:
+            raise RuntimeError("a profile reader process died") from exc
 
 
 class LocalHosts(HostExecutor):
@@ -60,13 +79,7 @@ class LocalHosts(HostExecutor):
         tasks = [(s.path, s.host, self._skip_bad_hosts, selection, s.directory) for s in spills]
         summaries: list[HostSummary | SkippedHost]
         if self._workers > 1 and not can_fork():
-            # Not fork: the caller is multithreaded (JAX in the same process, say).
-            import multiprocessing
-
-            methods = multiprocessing.get_all_start_methods()
-            method = "forkserver" if "forkserver" in methods else "spawn"
-            with multiprocessing.get_context(method).Pool(self._workers) as pool:
-                summaries = pool.starmap(read_summarize_spill, tasks, chunksize=1)
+            summaries = in_pool(read_summarize_spill, tasks, self._workers)
         else:
             summaries = in_readers(
                 [(t[1], functools.partial(read_summarize_spill, *t)) for t in tasks],

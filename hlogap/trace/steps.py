@@ -396,15 +396,12 @@ class _Table(Struct):
     def largest(self, keys: list[OpKey]) -> dict[OpKey, tuple[tuple[int, int], ...]]:
         """Each op's `LARGEST_GAPS` longest gaps of every device's (`_longest`'s order: the
         longest first, the earliest first on a tie), the ops in the order the devices first
-        gave them. One sort for the host, not a list per op and device."""
+        gave them: the devices' gaps in start order, picked as one device's are."""
         if not self.longest:
             return {}
         op, start, end = (np.concatenate(column) for column in zip(*self.longest))
-        order = np.lexsort((start, start - end, op))
-        by_op = op[order]
-        group = np.flatnonzero(np.r_[True, by_op[1:] != by_op[:-1]])
-        rank = np.arange(len(by_op)) - np.repeat(group, np.diff(np.r_[group, len(by_op)]))
-        kept = order[rank < LARGEST_GAPS]
+        by_start = np.argsort(start, kind="stable")
+        kept = by_start[_longest_per_op(op[by_start], (end - start)[by_start])]
         spans: dict[int, list[tuple[int, int]]] = {}
         for i, a, b in zip(op[kept].tolist(), start[kept].tolist(), end[kept].tolist()):
             spans.setdefault(i, []).append((a, b))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -31,6 +32,15 @@ COLUMNS = (
 )
 
 
+def _interned(ids: dict[str, int], metadata: Any, name: str) -> int:
+    """The id of `name` in a plane's metadata map (stat or event), added as the next id."""
+    if name not in ids:
+        ids[name] = len(ids) + 1
+        metadata[ids[name]].id = ids[name]
+        metadata[ids[name]].name = name
+    return ids[name]
+
+
 class _Plane:
     """A plane under construction: stat and event metadata interned by name."""
 
@@ -41,18 +51,10 @@ class _Plane:
         self.md_ids: dict[str, int] = {}
 
     def stat_id(self, name: str) -> int:
-        if name not in self.stat_ids:
-            self.stat_ids[name] = len(self.stat_ids) + 1
-            self.plane.stat_metadata[self.stat_ids[name]].id = self.stat_ids[name]
-            self.plane.stat_metadata[self.stat_ids[name]].name = name
-        return self.stat_ids[name]
+        return _interned(self.stat_ids, self.plane.stat_metadata, name)
 
     def md(self, name: str) -> int:
-        if name not in self.md_ids:
-            self.md_ids[name] = len(self.md_ids) + 1
-            self.plane.event_metadata[self.md_ids[name]].id = self.md_ids[name]
-            self.plane.event_metadata[self.md_ids[name]].name = name
-        return self.md_ids[name]
+        return _interned(self.md_ids, self.plane.event_metadata, name)
 
     def line(self, line_id: int, name: str) -> Callable[..., xplane_pb2.XEvent]:
         """An `event(name, at_us, dur_us, **stats)` adder for a new line: a str stat value is a

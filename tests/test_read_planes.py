@@ -58,16 +58,22 @@ def test_a_released_plane_forgets_its_own_bytes(
         assert xplane_pb2.XPlane.FromString(data[at : at + size]) == expected
 
 
-@pytest.mark.parametrize("path", _files()[:3], ids=lambda p: p.parent.name + "/" + p.name)
-def test_a_decoded_line_forgets_its_own_bytes(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A line's pages leave the process once its events are decoded in place: exactly its span
-    # of the file, whose bytes upb parses to that line (its id, name and events' offsets).
+@pytest.fixture
+def forgotten(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Each span (at, size) of a mapped file that a line hands back, as it is handed back."""
     from hlogap.trace import columnar
 
     if columnar._xline is None:
         pytest.skip("no C decoder: lines are upb's copies")
-    forgotten: list[tuple[int, int]] = []
-    monkeypatch.setattr(_MappedFile, "forget", lambda self, at, size: forgotten.append((at, size)))
+    spans: list[tuple[int, int]] = []
+    monkeypatch.setattr(_MappedFile, "forget", lambda self, at, size: spans.append((at, size)))
+    return spans
+
+
+@pytest.mark.parametrize("path", _files()[:3], ids=lambda p: p.parent.name + "/" + p.name)
+def test_a_decoded_line_forgets_its_own_bytes(path: Path, forgotten: list[tuple[int, int]]) -> None:
+    # A line's pages leave the process once its events are decoded in place: exactly its span
+    # of the file, whose bytes upb parses to that line (its id, name and events' offsets).
     data = path.read_bytes()
     for plane in read_planes(path)[0]:
         for line in plane.raw_lines:
@@ -86,16 +92,10 @@ def test_a_decoded_line_forgets_its_own_bytes(path: Path, monkeypatch: pytest.Mo
 
 @pytest.mark.parametrize("path", _files()[:3], ids=lambda p: p.parent.name + "/" + p.name)
 def test_a_line_decoded_in_blocks_forgets_each_blocks_bytes(
-    path: Path, monkeypatch: pytest.MonkeyPatch
+    path: Path, forgotten: list[tuple[int, int]]
 ) -> None:
     # Decoded a block of events at a time, a line's pages leave block by block: the spans
     # follow each other over exactly the line's bytes, and each holds its block's events.
-    from hlogap.trace import columnar
-
-    if columnar._xline is None:
-        pytest.skip("no C decoder: lines are upb's copies")
-    forgotten: list[tuple[int, int]] = []
-    monkeypatch.setattr(_MappedFile, "forget", lambda self, at, size: forgotten.append((at, size)))
     data = path.read_bytes()
     for plane in read_planes(path)[0]:
         for line in plane.raw_lines:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from hlogap.chips.parse import from_toml, load_file, read_chip_toml
 from hlogap.chips.spec import Chip
-from hlogap.errors import UsageError
+from hlogap.errors import HlogapError, UsageError
+from hlogap.files import write_bytes
 
 
 def _specs_dir() -> Path:
@@ -46,21 +47,11 @@ def _spec_data(files: list[Path]) -> list[dict[str, object]]:
     except (OSError, ValueError):
         pass
     data = [read_chip_toml(f) for f in files]
-    _write_quietly(cached, json.dumps(data).encode())
+    # Written whole (concurrent audits never read half of one), or not where the cache cannot
+    # be (a read-only home).
+    with contextlib.suppress(HlogapError):
+        write_bytes(cached, json.dumps(data).encode(), make_parents=True)
     return data
-
-
-def _write_quietly(path: Path, data: bytes) -> None:
-    """Write `path` whole (a file of this process's renamed over it: concurrent audits never
-    read half of one), or leave it unwritten where the cache cannot be (a read-only home)."""
-    partial = path.with_name(f"{path.name}.{os.getpid()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_bytes(data)
-        os.replace(partial, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            partial.unlink()
 
 
 def builtin_chips() -> list[Chip]:
